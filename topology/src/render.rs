@@ -1,0 +1,229 @@
+//! Human-readable renderings: an `lstopo`-like tree of a host, and the table
+//! of what a guest is shown.
+
+use std::fmt::Write as _;
+
+use crate::cpulist;
+use crate::guest::GuestTopology;
+use crate::host::HostTopology;
+
+/// Formats a byte count with a binary unit (`32 MiB`, `1.5 GiB`).
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{} {}", v.round() as u64, UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// An `lstopo`-like tree.
+pub fn host_tree(t: &HostTopology) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Machine ({}): {}", t.source(), t.shape());
+    let caches = t.caches();
+    let llc_label = if caches.l3.is_some() { "L3" } else { "LLC" };
+    let size = |c: Option<crate::host::CacheInfo>| {
+        c.map(|c| format!(" ({})", human_bytes(c.size)))
+            .unwrap_or_default()
+    };
+    let pkg_count = t.num_packages() as u32;
+    for p in 0..pkg_count {
+        let _ = writeln!(out, "  Package {p}");
+        let pcpus = t.cpus_of_package(p);
+        let mut dies: Vec<u32> = pcpus.iter().map(|&c| t.die_of(c)).collect();
+        dies.dedup();
+        let show_dies = dies.len() > 1;
+        let node_line = |out: &mut String, indent: &str, n: u32| {
+            let info = &t.nodes()[n as usize];
+            let mem = if info.memory > 0 {
+                format!(", {}", human_bytes(info.memory))
+            } else {
+                String::new()
+            };
+            let _ = writeln!(out, "{indent}NUMANode {n} (P#{}{mem})", info.os_index);
+        };
+        let nodes_within = |cpus: &[u32]| -> Vec<u32> {
+            (0..t.num_nodes() as u32)
+                .filter(|&n| {
+                    let nc = t.cpus_of_node(n);
+                    !nc.is_empty() && nc.iter().all(|c| cpus.contains(c))
+                })
+                .collect()
+        };
+        let die_nodes: Vec<u32> = if show_dies {
+            dies.iter()
+                .flat_map(|&d| nodes_within(t.cpus_of_die(d)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        for n in nodes_within(pcpus) {
+            if !die_nodes.contains(&n) {
+                node_line(&mut out, "    ", n);
+            }
+        }
+        for &d in &dies {
+            let indent = if show_dies {
+                let _ = writeln!(out, "    Die {d}");
+                for n in nodes_within(t.cpus_of_die(d)) {
+                    node_line(&mut out, "      ", n);
+                }
+                "      "
+            } else {
+                "    "
+            };
+            let mut llcs: Vec<u32> = t.cpus_of_die(d).iter().map(|&c| t.llc_of(c)).collect();
+            llcs.dedup();
+            for llc in llcs {
+                let _ = writeln!(out, "{indent}{llc_label} {llc}{}", size(caches.l3));
+                let mut l2s: Vec<u32> = t.cpus_of_llc(llc).iter().map(|&c| t.l2_of(c)).collect();
+                l2s.dedup();
+                for l2 in l2s {
+                    let mut cores: Vec<u32> =
+                        t.cpus_of_l2(l2).iter().map(|&c| t.core_of(c)).collect();
+                    cores.dedup();
+                    let pus = |core: u32| {
+                        t.cpus_of_core(core)
+                            .iter()
+                            .map(|&c| format!("PU {c} (P#{})", t.os_index(c)))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    };
+                    if cores.len() == 1 {
+                        let _ = writeln!(
+                            out,
+                            "{indent}  L2 {l2}{} + Core {}: {}",
+                            size(caches.l2),
+                            cores[0],
+                            pus(cores[0])
+                        );
+                    } else {
+                        let _ = writeln!(out, "{indent}  L2 {l2}{}", size(caches.l2));
+                        for core in cores {
+                            let _ = writeln!(out, "{indent}    Core {core}: {}", pus(core));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if t.num_nodes() > 1 {
+        let _ = writeln!(out, "NUMA distances:");
+        for a in 0..t.num_nodes() as u32 {
+            let row: Vec<String> = (0..t.num_nodes() as u32)
+                .map(|b| format!("{:>4}", t.distance(a, b)))
+                .collect();
+            let _ = writeln!(out, "  node {a}:{}", row.join(""));
+        }
+    }
+    out
+}
+
+/// What a guest is shown: the APIC layout, and per vCPU its place in the
+/// tree and the CPU lists Linux will report in sysfs.
+pub fn guest_table(g: &GuestTopology) -> String {
+    let mut out = String::new();
+    let l = g.layout();
+    let _ = writeln!(out, "Guest ({}): {}", g.source(), g.describe());
+    let _ = writeln!(
+        out,
+        "x2APIC ID bits: thread {} | core {} | L2 {} | LLC {} | die {} | package from bit {}",
+        l.thread_bits,
+        l.core_bits,
+        l.l2_bits,
+        l.llc_bits,
+        l.die_bits,
+        l.package_shift()
+    );
+    let _ = writeln!(
+        out,
+        "{:>5} {:>6} {:>4} {:>4} {:>4} {:>4} {:>5} {:>4} {:>5} {:>5}  {:<12} {:<12} {:<12}",
+        "vCPU",
+        "APIC",
+        "pkg",
+        "die",
+        "llc",
+        "l2",
+        "core",
+        "thr",
+        "node",
+        "host",
+        "smt",
+        "l2 shared",
+        "l3 shared"
+    );
+    for (i, c) in g.cpus().iter().enumerate() {
+        let host = c
+            .host_cpu
+            .map(|h| h.to_string())
+            .unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            out,
+            "{:>5} {:>#6x} {:>4} {:>4} {:>4} {:>4} {:>5} {:>4} {:>5} {:>5}  {:<12} {:<12} {:<12}",
+            i,
+            c.apic_id,
+            c.package,
+            c.die,
+            c.llc,
+            c.l2,
+            c.core,
+            c.thread,
+            c.node,
+            host,
+            cpulist::format(&g.smt_siblings(i)),
+            cpulist::format(&g.l2_siblings(i)),
+            cpulist::format(&g.llc_siblings(i)),
+        );
+    }
+    let n = g.num_nodes() as u32;
+    for a in 0..n {
+        let row: Vec<String> = (0..n).map(|b| g.distance(a, b).to_string()).collect();
+        let _ = writeln!(
+            out,
+            "node {a}: cpus {} distances {}",
+            cpulist::format(&g.node_cpus(a)),
+            row.join(" ")
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes() {
+        assert_eq!(human_bytes(32 << 20), "32 MiB");
+        assert_eq!(human_bytes(1310720), "1.2 MiB");
+        assert_eq!(human_bytes(512), "512 B");
+    }
+
+    #[test]
+    fn tree_mentions_every_level() {
+        let t = crate::load::load("package:2 die:2 [numa] l3:1(size=16777216) l2:2 core:1 pu:2")
+            .unwrap();
+        let s = host_tree(&t);
+        assert!(s.contains("Package 1"), "{s}");
+        assert!(s.contains("    Die 3"), "{s}");
+        assert!(s.contains("      NUMANode 3"), "{s}");
+        assert!(s.contains("L3 3 (16 MiB)"), "{s}");
+        assert!(s.contains("PU 15 (P#15)"), "{s}");
+        assert!(s.contains("NUMA distances"), "{s}");
+    }
+
+    #[test]
+    fn guest_table_lists_sharing() {
+        let g = GuestTopology::from_spec("package:2 [numa] l3:1 l2:2 core:1 pu:2").unwrap();
+        let s = guest_table(&g);
+        assert!(s.contains("8 vCPUs: 2 packages"), "{s}");
+        assert!(s.contains("node 1: cpus 4-7 distances 21 10"), "{s}");
+    }
+}

@@ -1,0 +1,19 @@
+//! The `vmm` command line. See `vmm --help`.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = vmm::cli::Cli::parse();
+    vmm::cli::init_tracing(cli.verbose);
+    match vmm::cli::run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            let code = vmm::cli::exit_code_for(&e);
+            // One line: the chain of contexts, outermost first.
+            eprintln!("error: {e:#}");
+            code
+        }
+    }
+}
