@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs everything the project needs on a fresh Debian 12 machine.
+# Idempotent: packages already present are not touched.
+set -euo pipefail
+
+PKGS=(
+  # topology: hwloc 2.x library, headers and its lstopo judge
+  libhwloc-dev hwloc libudev-dev pkg-config
+  # guest images: busybox for the initramfs, Debian's kernel source and
+  # what building a kernel needs
+  busybox-static linux-source-6.1 build-essential flex bison bc
+  libelf-dev libssl-dev cpio xz-utils kmod
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null; then
+  echo "setup: cargo not found; install Rust with rustup (https://rustup.rs), 1.85 or newer" >&2
+  exit 1
+fi

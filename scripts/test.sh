@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs the packages, builds
+# the guest images, checks formatting and lints, and runs every test.
+# CI (.ci/run) runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s ==\n' "$*"; }
+
+step "setup (apt packages)"
+scripts/setup.sh
+
+step "format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+step "build"
+cargo build --workspace --quiet
+
+step "tests"
+cargo test --workspace
