@@ -1,0 +1,31 @@
+//! Loading hwloc XML exports, including their NUMA distance matrices.
+//!
+//! The fixture was made with hwloc's own tools:
+//! `lstopo-no-graphics --input "package:2 [numa] l3:1 core:2 pu:1" --of xml`
+//! then `hwloc-annotate in.xml out.xml -- none -- distances FILE` with a
+//! 10/32 latency matrix.
+
+#[test]
+fn xml_with_distances() {
+    let p = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/two-nodes-distance-32.xml"
+    );
+    let t = topology::load(p).unwrap();
+    assert_eq!(t.num_nodes(), 2);
+    assert_eq!(t.num_cpus(), 4);
+    assert_eq!(t.distances(), &[10, 32, 32, 10]);
+    assert_eq!(t.node_of(3), 1);
+    // A guest mirroring one CPU per node keeps the host's distances.
+    let g = topology::GuestTopology::from_host_cpus(&t, &[0, 2]).unwrap();
+    assert_eq!(g.distance(0, 1), 32);
+}
+
+#[test]
+fn broken_xml_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.xml");
+    std::fs::write(&p, "<topology>not really").unwrap();
+    let e = topology::load(p.to_str().unwrap()).unwrap_err().to_string();
+    assert!(e.contains("cannot load hwloc XML topology"), "{e}");
+}
