@@ -76,7 +76,7 @@ if [[ -z $cpu ]]; then
     if [[ $accel == tcg ]]; then
         cpu=Skylake-Server
     else
-        cpu="host,-smap,-smep,-popcnt,-cx16,-xsave,-fsgsbase,-pku,-umip,-rdrand,-rdseed,-pdcm"
+        cpu="host,-arch-capabilities,-smap,-smep,-popcnt,-cx16,-xsave,-fsgsbase,-pku,-umip,-rdrand,-rdseed,-pdcm"
     fi
 fi
 
@@ -131,7 +131,11 @@ set +e
         now=${EPOCHREALTIME/./}
         d=$((10#$now - start))
         printf '%5d.%02d %s\n' $((d / 1000000)) $((d % 1000000 / 10000)) "$line"
-        if [[ -n $until_re && $stopped == 0 && $line =~ $until_re ]]; then
+        # QEMU pauses (does not exit) after a KVM emulation failure: stop it
+        # once its register dump (ending with the Code= line) is out.
+        [[ $line == "KVM internal error"* ]] && failed=1
+        if [[ $stopped == 0 ]] && { [[ -n $until_re && $line =~ $until_re ]] ||
+            [[ ${failed:-0} == 1 && $line == Code=* ]]; }; then
             stopped=1
             [[ -f $pidf ]] && kill "$(cat "$pidf")" 2>/dev/null
         fi
@@ -144,7 +148,7 @@ wall=$(((end - start) / 1000000)).$(((end - start) % 1000000 / 100000))
 
 echo "== $name: QEMU exit status ${qemu_rc:-?}, host wall time ${wall} s"
 for m in "${milestones[@]}"; do
-    t=$(grep -m1 -F -- "$m" "$logf" | awk '{print $1}')
+    t=$(grep -m1 -F -- "$m" "$logf" | awk '{print $1}' || true)
     if [[ -n $t ]]; then printf '   %-28s at %s s\n' "$m" "$t"; else printf '   %-28s not seen\n' "$m"; fi
 done
 if grep -q 'KVM internal error\|emulation failure' "$logf"; then
@@ -158,10 +162,14 @@ fails=0
 ok() { echo "   ok    $*"; }
 bad() { echo "   FAIL  $*"; fails=$((fails + 1)); }
 span() { if (($1 == $2)); then echo "$1"; else echo "$1-$2"; fi; }
-body() { cut -c10- "$logf"; } # console text without our time stamps
+# Console text without our time stamps (a file: `grep -q` on a pipe would
+# SIGPIPE the writer and fail under pipefail).
+textf=$outdir/$name.txt
+cut -c10- "$logf" >"$textf"
+body() { cat "$textf"; }
 
 echo "== checks against sockets=$sockets cores=$cores threads=$threads ($ncpus CPUs, $sockets nodes)"
-if body | grep -q "smp: Brought up $sockets nodes\?, $ncpus CPUs"; then
+if grep -q "smp: Brought up $sockets nodes\?, $ncpus CPUs" "$textf"; then
     ok "smp: Brought up $sockets node(s), $ncpus CPUs"
 else
     bad "no 'smp: Brought up $sockets nodes, $ncpus CPUs' line"
@@ -176,7 +184,7 @@ for ((c = 0; c < ncpus; c++)); do
     s=$((c / per_pkg)) core=$(((c % per_pkg) / threads)) th=$((c % threads))
     apic=$(((s << (tb + cb)) | (core << tb) | th))
     pat=$(printf 'SRAT: PXM %d -> APIC 0x%02x -> Node %d' "$s" "$apic" "$s")
-    body | grep -qF "$pat" || { srat_ok=0; bad "missing '$pat'"; }
+    grep -qF "$pat" "$textf" || { srat_ok=0; bad "missing '$pat'"; }
 done
 ((srat_ok)) && ok "SRAT: all $ncpus APIC IDs on their socket's node"
 
