@@ -8,8 +8,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use topology::{GuestTopology, TopologyError, Vendor};
+use tracing::{info, warn};
+
+use crate::config::{ConsoleTarget, FileConfig, RunConfig, RunFlags, VendorChoice};
 
 /// A KVM VMM with its own NUMA-aware vCPU scheduler.
 #[derive(Debug, Parser)]
@@ -31,6 +34,63 @@ pub enum Command {
     /// The main job on an embedded default: show a preset host and what a
     /// guest placed on it would see.
     Demo,
+    /// Boot a Linux guest with a chosen CPU topology.
+    Run(Box<RunArgs>),
+}
+
+/// `vmm run`: every flag can also come from `--config FILE` (TOML, same
+/// names without the dashes); flags override the file.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// TOML file with the same settings (kernel = "...", memory = "1G", ...).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Kernel: an uncompressed vmlinux (ELF) or a bzImage.
+    #[arg(long, value_name = "PATH")]
+    pub kernel: Option<PathBuf>,
+    /// Initramfs.
+    #[arg(long, value_name = "PATH")]
+    pub initrd: Option<PathBuf>,
+    /// Extra kernel command line, after the VMM's own
+    /// `console=ttyS0 reboot=k pci=off` (and the kvm_pvm items, if any).
+    #[arg(long, value_name = "STRING", allow_hyphen_values = true)]
+    pub cmdline: Option<String>,
+    /// Guest RAM, split equally across its NUMA nodes: 512M, 2G, ... (a
+    /// bare number means MiB).
+    #[arg(long, short, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// Guest CPU topology: an hwloc synthetic string
+    /// ("package:2 [numa] l3:1 l2:2 core:1 pu:2"), a preset, an hwloc XML
+    /// file or a CPUID dump directory.
+    #[arg(long, short, value_name = "SPEC")]
+    pub guest: Option<String>,
+    /// Distance between different guest NUMA nodes (11..=254; SLIT).
+    #[arg(long, value_name = "D")]
+    pub numa_distance: Option<u32>,
+    /// vCPU placement: auto (match the guest's shape onto host CPUs), none,
+    /// or a host CPU list (vCPU i on the i-th CPU: 0-7, 0,2,4).
+    #[arg(long, value_name = "auto|none|LIST")]
+    pub pin: Option<String>,
+    /// Real-time policy of the vCPU threads: fifo:PRIO, rr:PRIO or none.
+    #[arg(long, value_name = "POLICY")]
+    pub rt: Option<String>,
+    /// Where the serial console goes: stdout or a file.
+    #[arg(long, value_name = "stdout|PATH")]
+    pub console: Option<String>,
+    /// Stop the VM cleanly (exit 0) once a console line matches this regex.
+    #[arg(long, value_name = "REGEX")]
+    pub until: Option<String>,
+    /// Give up (exit 124) if the guest has not reset, powered off or
+    /// matched --until by then: 90s, 10m, 1h.
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// CPUID vendor encoding of the topology: host, amd or intel.
+    #[arg(long, value_name = "host|amd|intel")]
+    pub vendor: Option<String>,
+    /// kvm_pvm workarounds: auto (when /sys/module/kvm_pvm exists), pvm or
+    /// none.
+    #[arg(long, value_name = "auto|pvm|none")]
+    pub compat: Option<String>,
 }
 
 /// Output formats of `topology show`.
@@ -133,6 +193,12 @@ pub fn exit_code_for(e: &anyhow::Error) -> ExitCode {
         if cause.downcast_ref::<InputError>().is_some() {
             return ExitCode::from(2);
         }
+        if let Some(v) = cause.downcast_ref::<crate::Error>() {
+            return ExitCode::from(if v.is_input() { 2 } else { 1 });
+        }
+        if cause.downcast_ref::<crate::config::ConfigError>().is_some() {
+            return ExitCode::from(2);
+        }
         if let Some(t) = cause.downcast_ref::<TopologyError>() {
             return match t {
                 TopologyError::Io { .. } | TopologyError::Host(_) => ExitCode::from(1),
@@ -148,8 +214,117 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Topology(cmd) => topology_cmd(cmd)?,
         Command::Demo => demo()?,
+        Command::Run(args) => return run_vm(*args),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `vmm run`.
+fn run_vm(args: RunArgs) -> Result<ExitCode> {
+    let file = match &args.config {
+        Some(p) => Some((p.as_path(), FileConfig::load(p)?)),
+        None => None,
+    };
+    let flags = RunFlags {
+        kernel: args.kernel,
+        initrd: args.initrd,
+        cmdline: args.cmdline,
+        memory: args.memory,
+        guest: args.guest,
+        numa_distance: args.numa_distance,
+        pin: args.pin,
+        rt: args.rt,
+        console: args.console,
+        until: args.until,
+        timeout: args.timeout,
+        vendor: args.vendor,
+        compat: args.compat,
+    };
+    let cfg = RunConfig::resolve(flags, file)?;
+    let mut guest =
+        GuestTopology::from_spec(&cfg.guest).with_context(|| format!("--guest {:?}", cfg.guest))?;
+    if let Some(d) = cfg.numa_distance {
+        guest.set_remote_distance(d).context("--numa-distance")?;
+    }
+    let compat = cfg.compat.resolve();
+    let host = match topology::load("host") {
+        Ok(h) => Some(h),
+        Err(e) if cfg.pin == crate::pin::PinSpec::None => {
+            warn!("cannot read the host topology ({e}); guest memory will not be bound");
+            None
+        }
+        Err(e) => return Err(e).context("--pin needs the host topology"),
+    };
+    let pins = match &host {
+        Some(h) => crate::pin::plan(&cfg.pin, &guest, h).map_err(crate::Error::from)?,
+        None => None,
+    };
+    if let Some(p) = &pins {
+        info!(
+            "vCPUs pinned to host CPUs {}",
+            p.os.iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+    }
+    if let Some(rt) = cfg.rt {
+        let allowed = host.as_ref().map(|h| h.num_cpus()).unwrap_or(1);
+        if crate::rt::oversubscribed(guest.num_vcpus(), pins.as_ref().map(|p| &p.os[..]), allowed) {
+            warn!(
+                "--rt {rt}: {} vCPUs share fewer host CPUs; equal-priority SCHED_FIFO threads \
+                 never time-slice, so a vCPU waiting for a preempted sibling can hang the guest. \
+                 Give each vCPU its own host CPU, or use rr:PRIO",
+                guest.num_vcpus()
+            );
+        }
+    }
+    let console: Box<dyn std::io::Write + Send> = match &cfg.console {
+        ConsoleTarget::Stdout => Box::new(std::io::stdout()),
+        ConsoleTarget::File(p) => Box::new(
+            std::fs::File::create(p)
+                .map_err(|e| crate::Error::Input(format!("--console {}: {e}", p.display())))?,
+        ),
+    };
+    let until = match &cfg.until {
+        Some(r) => Some(regex::Regex::new(r).context("--until")?),
+        None => None,
+    };
+    let kvm = kvm_ioctls::Kvm::new().map_err(|e| {
+        anyhow::anyhow!(
+            "cannot open /dev/kvm: {e} (is KVM loaded, and may this user open /dev/kvm?)"
+        )
+    })?;
+    let spec = crate::vm::LinuxVmSpec {
+        guest,
+        memory: cfg.memory,
+        kernel: cfg.kernel.clone(),
+        initrd: cfg.initrd.clone(),
+        cmdline: cfg.cmdline.clone(),
+        vendor: match cfg.vendor {
+            VendorChoice::Host => None,
+            VendorChoice::Fixed(v) => Some(v),
+        },
+        compat,
+        pins: pins.clone(),
+        host,
+        console,
+        until,
+    };
+    let vm = crate::vm::LinuxVm::build(&kvm, spec)?;
+    let opts = crate::vm::ThreadOptions {
+        pins: pins.map(|p| p.os),
+        rt: cfg.rt,
+        timeout: cfg.timeout,
+    };
+    let reason = crate::vm::run_threads(vm, &opts)?;
+    let status = reason.exit_status();
+    if status == 0 {
+        info!("stopped: {reason}");
+    } else {
+        eprintln!("error: {reason}");
+    }
+    Ok(ExitCode::from(status))
 }
 
 fn topology_cmd(cmd: TopologyCmd) -> Result<()> {

@@ -3,6 +3,98 @@
 //! A KVM virtual machine monitor whose vCPUs are placed and scheduled by
 //! [`vcpu_sched`], on hosts described by [`topology`].
 //!
-//! The binary's entry points live in [`cli`].
+//! It boots real Linux guests with a chosen CPU topology (packages, dies,
+//! LLCs, L2 groups, cores, threads, NUMA nodes and distances) that the
+//! guest kernel sees through CPUID and ACPI (MADT, SRAT, SLIT), with guest
+//! memory bound per node on the host.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`cli`] | the `vmm` command line |
+//! | [`config`] | `vmm run` flags and TOML files |
+//! | [`vm`] | building a Linux VM; the one-thread-per-vCPU runner |
+//! | [`vcpu`] | a vCPU, its run loop and the race-free kick |
+//! | [`memory`] | guest RAM per NUMA node, E820, host memory policy |
+//! | [`boot`] | vmlinux/bzImage loading and the 64-bit entry |
+//! | [`acpi`] | RSDP, XSDT, FADT, DSDT, MADT, SRAT, SLIT |
+//! | [`cpuid`] | KVM's CPUID, topology leaves, paravirtual features |
+//! | [`compat`] | kvm_pvm workarounds |
+//! | [`devices`], [`console`] | COM1, i8042 and reset ports; the console sink |
+//! | [`pin`], [`rt`] | vCPU placement and real-time policy |
+//!
+//! The architecture is described in `docs/vmm.md`.
 
+pub mod acpi;
+pub mod boot;
 pub mod cli;
+pub mod compat;
+pub mod config;
+pub mod console;
+pub mod cpuid;
+pub mod devices;
+pub mod layout;
+pub mod memory;
+pub mod pin;
+pub mod rt;
+pub mod vcpu;
+pub mod vm;
+
+/// Errors of the VMM library.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad user input that fits no other variant.
+    #[error("{0}")]
+    Input(String),
+    /// Kernel, initrd or command line.
+    #[error(transparent)]
+    Boot(#[from] boot::BootError),
+    /// Guest memory.
+    #[error(transparent)]
+    Memory(#[from] memory::MemoryError),
+    /// ACPI tables.
+    #[error(transparent)]
+    Acpi(#[from] acpi::AcpiError),
+    /// A vCPU.
+    #[error(transparent)]
+    Vcpu(#[from] vcpu::VcpuError),
+    /// Pinning.
+    #[error(transparent)]
+    Pin(#[from] pin::PinError),
+    /// A setting.
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    /// The topology.
+    #[error(transparent)]
+    Topology(#[from] topology::TopologyError),
+    /// A VM-level KVM ioctl.
+    #[error("{op} failed: {source}")]
+    Kvm {
+        /// The operation.
+        op: &'static str,
+        /// The error.
+        source: kvm_ioctls::Error,
+    },
+    /// Anything else.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    /// Whether the user can fix this by changing the request (exit status 2).
+    pub fn is_input(&self) -> bool {
+        match self {
+            Error::Input(_) | Error::Pin(_) | Error::Config(_) => true,
+            Error::Boot(b) => b.is_input(),
+            Error::Memory(m) => matches!(
+                m,
+                memory::MemoryError::TooSmall { .. } | memory::MemoryError::TooLarge(_)
+            ),
+            Error::Acpi(_) => true,
+            Error::Topology(t) => !matches!(
+                t,
+                topology::TopologyError::Io { .. } | topology::TopologyError::Host(_)
+            ),
+            _ => false,
+        }
+    }
+}

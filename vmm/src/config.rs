@@ -1,0 +1,521 @@
+//! `vmm run` settings: command-line flags, a TOML file, or both.
+//!
+//! The file takes the flags' names without the dashes:
+//!
+//! ```toml
+//! kernel = "vmlinux"            # relative paths are relative to the file
+//! initrd = "initramfs.cpio.gz"
+//! cmdline = "sched_verbose loglevel=8"
+//! memory = "1G"                 # or an integer number of MiB
+//! guest = "package:2 [numa] l3:1 l2:2 core:1 pu:2"
+//! numa-distance = 21
+//! pin = "auto"                  # "none", "auto" or a CPU list "0-7"
+//! rt = "fifo:50"                # or "rr:PRIO", "none"
+//! console = "stdout"            # or a file path
+//! until = "root domain span"
+//! timeout = "10m"               # or an integer number of seconds
+//! vendor = "host"               # "intel", "amd"
+//! compat = "auto"               # "pvm", "none"
+//! ```
+//!
+//! Unknown fields and bad values are errors naming the field. Flags given
+//! on the command line override the file's values.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::compat::CompatArg;
+use crate::memory::parse_size;
+use crate::pin::PinSpec;
+use crate::rt::RtPolicy;
+
+/// A bad setting: which field, and what is wrong. Exit status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ConfigError {
+    /// `--memory` or `memory (in FILE)`.
+    pub field: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+/// A string or an integer, for fields that take both.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum StrOrInt {
+    /// Text.
+    Str(String),
+    /// A number.
+    Int(u64),
+}
+
+/// The TOML file's fields.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct FileConfig {
+    /// `kernel`.
+    pub kernel: Option<PathBuf>,
+    /// `initrd`.
+    pub initrd: Option<PathBuf>,
+    /// `cmdline`.
+    pub cmdline: Option<String>,
+    /// `memory`.
+    pub memory: Option<StrOrInt>,
+    /// `guest`.
+    pub guest: Option<String>,
+    /// `numa-distance`.
+    pub numa_distance: Option<u32>,
+    /// `pin`.
+    pub pin: Option<String>,
+    /// `rt`.
+    pub rt: Option<String>,
+    /// `console`.
+    pub console: Option<String>,
+    /// `until`.
+    pub until: Option<String>,
+    /// `timeout`.
+    pub timeout: Option<StrOrInt>,
+    /// `vendor`.
+    pub vendor: Option<String>,
+    /// `compat`.
+    pub compat: Option<String>,
+}
+
+impl FileConfig {
+    /// Reads and parses a file; relative paths become relative to it.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let field = format!("--config {}", path.display());
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            field: field.clone(),
+            message: format!("cannot read it: {e}"),
+        })?;
+        let mut c: FileConfig = toml::from_str(&text).map_err(|e| ConfigError {
+            field: field.clone(),
+            message: e.message().to_string()
+                + &e.span()
+                    .map(|s| {
+                        let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
+                        format!(" (line {line})")
+                    })
+                    .unwrap_or_default(),
+        })?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let fix = |p: &mut Option<PathBuf>| {
+            if let Some(x) = p {
+                if x.is_relative() {
+                    *x = dir.join(&*x);
+                }
+            }
+        };
+        fix(&mut c.kernel);
+        fix(&mut c.initrd);
+        if let Some(con) = &mut c.console {
+            if con != "stdout" && Path::new(con).is_relative() {
+                *con = dir.join(&*con).display().to_string();
+            }
+        }
+        Ok(c)
+    }
+}
+
+/// Where the console goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConsoleTarget {
+    /// This process's stdout.
+    Stdout,
+    /// A file (created or truncated).
+    File(PathBuf),
+}
+
+/// The CPUID vendor choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VendorChoice {
+    /// The host's.
+    Host,
+    /// A fixed vendor.
+    Fixed(topology::Vendor),
+}
+
+/// Resolved `vmm run` settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunConfig {
+    /// Kernel.
+    pub kernel: PathBuf,
+    /// Initrd.
+    pub initrd: Option<PathBuf>,
+    /// The user's command line.
+    pub cmdline: String,
+    /// Bytes of RAM.
+    pub memory: u64,
+    /// Guest topology SPEC.
+    pub guest: String,
+    /// Remote NUMA distance.
+    pub numa_distance: Option<u32>,
+    /// Pinning.
+    pub pin: PinSpec,
+    /// RT policy.
+    pub rt: Option<RtPolicy>,
+    /// Console.
+    pub console: ConsoleTarget,
+    /// Stop regex (validated).
+    pub until: Option<String>,
+    /// Time limit.
+    pub timeout: Option<Duration>,
+    /// CPUID vendor.
+    pub vendor: VendorChoice,
+    /// kvm_pvm workarounds.
+    pub compat: CompatArg,
+}
+
+/// The flags of `vmm run`, each optional so that a file can supply it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunFlags {
+    /// `--kernel`.
+    pub kernel: Option<PathBuf>,
+    /// `--initrd`.
+    pub initrd: Option<PathBuf>,
+    /// `--cmdline`.
+    pub cmdline: Option<String>,
+    /// `--memory`.
+    pub memory: Option<String>,
+    /// `--guest`.
+    pub guest: Option<String>,
+    /// `--numa-distance`.
+    pub numa_distance: Option<u32>,
+    /// `--pin`.
+    pub pin: Option<String>,
+    /// `--rt`.
+    pub rt: Option<String>,
+    /// `--console`.
+    pub console: Option<String>,
+    /// `--until`.
+    pub until: Option<String>,
+    /// `--timeout`.
+    pub timeout: Option<String>,
+    /// `--vendor`.
+    pub vendor: Option<String>,
+    /// `--compat`.
+    pub compat: Option<String>,
+}
+
+/// Parses a duration: `90s`, `10m`, `1h`, `500ms`, `1m30s`, or a bare
+/// number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let bad = || format!("{s:?} is not a duration: use e.g. 90s, 10m, 1h30m or 500ms");
+    if t.is_empty() {
+        return Err(bad());
+    }
+    if let Ok(secs) = t.parse::<f64>() {
+        return if secs.is_finite() && secs > 0.0 && secs < 1e9 {
+            Ok(Duration::from_secs_f64(secs))
+        } else {
+            Err(bad())
+        };
+    }
+    let mut total = 0f64;
+    let mut rest = t;
+    while !rest.is_empty() {
+        let end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let (num, after) = rest.split_at(end);
+        let v: f64 = num.parse().map_err(|_| bad())?;
+        let uend = after
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(after.len());
+        let (unit, next) = after.split_at(uend);
+        total += v * match unit.trim() {
+            "ms" => 0.001,
+            "s" | "sec" => 1.0,
+            "m" | "min" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        rest = next;
+    }
+    if total <= 0.0 || total >= 1e9 {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+/// Formats a duration the way [`parse_duration`] reads it.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 1000 != 0 {
+        return format!("{:.3}s", d.as_secs_f64());
+    }
+    let s = d.as_secs();
+    if s >= 3600 && s % 3600 == 0 {
+        format!("{}h", s / 3600)
+    } else if s >= 60 && s % 60 == 0 {
+        format!("{}m", s / 60)
+    } else {
+        format!("{s}s")
+    }
+}
+
+impl RunConfig {
+    /// Merges flags over a file (either may be empty) and checks every
+    /// value.
+    pub fn resolve(
+        flags: RunFlags,
+        file: Option<(&Path, FileConfig)>,
+    ) -> Result<Self, ConfigError> {
+        let (fpath, f) = match file {
+            Some((p, f)) => (Some(p.to_path_buf()), f),
+            None => (None, FileConfig::default()),
+        };
+        // The name of a field as the user gave it.
+        let name = |flag: &str, from_flag: bool| -> String {
+            match (&fpath, from_flag) {
+                (Some(p), false) => format!("{flag} (in {})", p.display()),
+                _ => format!("--{flag}"),
+            }
+        };
+        let err = |field: String, message: String| ConfigError { field, message };
+        let missing = |flag: &str, example: &str| ConfigError {
+            field: format!("--{flag}"),
+            message: format!("missing: give --{flag} {example} (or `{flag}` in a --config file)"),
+        };
+
+        let kernel = flags
+            .kernel
+            .or(f.kernel)
+            .ok_or_else(|| missing("kernel", "PATH"))?;
+        let initrd = flags.initrd.or(f.initrd);
+        let cmdline = flags.cmdline.or(f.cmdline).unwrap_or_default();
+
+        let memory = match (flags.memory, f.memory) {
+            (Some(s), _) => parse_size(&s).map_err(|m| err(name("memory", true), m))?,
+            (None, Some(StrOrInt::Str(s))) => {
+                parse_size(&s).map_err(|m| err(name("memory", false), m))?
+            }
+            (None, Some(StrOrInt::Int(mib))) => mib
+                .checked_mul(1 << 20)
+                .ok_or_else(|| err(name("memory", false), format!("{mib} MiB is too large")))?,
+            (None, None) => return Err(missing("memory", "SIZE (e.g. 1G)")),
+        };
+        let guest = flags
+            .guest
+            .or(f.guest)
+            .ok_or_else(|| missing("guest", "SPEC (e.g. \"package:2 [numa] core:2 pu:2\")"))?;
+        let (nd, nd_flag) = match flags.numa_distance {
+            Some(d) => (Some(d), true),
+            None => (f.numa_distance, false),
+        };
+        if let Some(d) = nd {
+            if !(11..=254).contains(&d) {
+                return Err(err(
+                    name("numa-distance", nd_flag),
+                    format!("{d} is out of range: use 11..=254 (10 is the local distance)"),
+                ));
+            }
+        }
+        let pick = |a: Option<String>, b: Option<String>| match a {
+            Some(v) => Some((v, true)),
+            None => b.map(|v| (v, false)),
+        };
+        let pin = match pick(flags.pin, f.pin) {
+            Some((v, fl)) => PinSpec::parse(&v).map_err(|m| err(name("pin", fl), m))?,
+            None => PinSpec::None,
+        };
+        let rt = match pick(flags.rt, f.rt) {
+            Some((v, fl)) => RtPolicy::parse(&v).map_err(|m| err(name("rt", fl), m))?,
+            None => None,
+        };
+        let console = match pick(flags.console, f.console) {
+            None => ConsoleTarget::Stdout,
+            Some((v, _)) if v == "stdout" || v == "-" => ConsoleTarget::Stdout,
+            Some((v, fl)) => {
+                if v.trim().is_empty() {
+                    return Err(err(
+                        name("console", fl),
+                        "empty: use stdout or a file path".into(),
+                    ));
+                }
+                ConsoleTarget::File(PathBuf::from(v))
+            }
+        };
+        let until = match pick(flags.until, f.until) {
+            Some((v, fl)) => {
+                regex::Regex::new(&v)
+                    .map_err(|e| err(name("until", fl), format!("not a valid regex: {e}")))?;
+                Some(v)
+            }
+            None => None,
+        };
+        let timeout = match (flags.timeout, f.timeout) {
+            (Some(s), _) => Some(parse_duration(&s).map_err(|m| err(name("timeout", true), m))?),
+            (None, Some(StrOrInt::Str(s))) => {
+                Some(parse_duration(&s).map_err(|m| err(name("timeout", false), m))?)
+            }
+            (None, Some(StrOrInt::Int(0))) => {
+                return Err(err(
+                    name("timeout", false),
+                    "0 is not a time limit: give seconds > 0 or leave it out".into(),
+                ))
+            }
+            (None, Some(StrOrInt::Int(s))) => Some(Duration::from_secs(s)),
+            (None, None) => None,
+        };
+        let vendor = match pick(flags.vendor, f.vendor) {
+            None => VendorChoice::Host,
+            Some((v, _)) if v.eq_ignore_ascii_case("host") => VendorChoice::Host,
+            Some((v, fl)) => VendorChoice::Fixed(
+                v.parse::<topology::Vendor>()
+                    .map_err(|m| err(name("vendor", fl), m))?,
+            ),
+        };
+        let compat = match pick(flags.compat, f.compat) {
+            None => CompatArg::Auto,
+            Some((v, fl)) => match v.to_ascii_lowercase().as_str() {
+                "auto" => CompatArg::Auto,
+                "pvm" => CompatArg::Pvm,
+                "none" => CompatArg::None,
+                _ => {
+                    return Err(err(
+                        name("compat", fl),
+                        format!("{v:?} is not auto, pvm or none"),
+                    ))
+                }
+            },
+        };
+        Ok(RunConfig {
+            kernel,
+            initrd,
+            cmdline,
+            memory,
+            guest,
+            numa_distance: nd,
+            pin,
+            rt,
+            console,
+            until,
+            timeout,
+            vendor,
+            compat,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags() -> RunFlags {
+        RunFlags {
+            kernel: Some("k".into()),
+            memory: Some("512M".into()),
+            guest: Some("package:1 core:1 pu:1".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("45").unwrap(), Duration::from_secs(45));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5y").is_err());
+        assert!(parse_duration("0").is_err());
+        assert_eq!(format_duration(Duration::from_secs(600)), "10m");
+        assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1.500s");
+    }
+
+    #[test]
+    fn flags_alone() {
+        let c = RunConfig::resolve(flags(), None).unwrap();
+        assert_eq!(c.memory, 512 << 20);
+        assert_eq!(c.pin, PinSpec::None);
+        assert_eq!(c.console, ConsoleTarget::Stdout);
+        assert_eq!(c.compat, CompatArg::Auto);
+        let mut f = flags();
+        f.memory = None;
+        let e = RunConfig::resolve(f, None).unwrap_err().to_string();
+        assert!(e.starts_with("--memory: missing"), "{e}");
+        let mut f = flags();
+        f.rt = Some("fifo:0".into());
+        let e = RunConfig::resolve(f, None).unwrap_err().to_string();
+        assert!(e.starts_with("--rt:"), "{e}");
+        let mut f = flags();
+        f.until = Some("(".into());
+        let e = RunConfig::resolve(f, None).unwrap_err().to_string();
+        assert!(e.starts_with("--until: not a valid regex"), "{e}");
+        let mut f = flags();
+        f.numa_distance = Some(5);
+        assert!(RunConfig::resolve(f, None)
+            .unwrap_err()
+            .to_string()
+            .starts_with("--numa-distance"));
+        let mut f = flags();
+        f.vendor = Some("via".into());
+        assert!(RunConfig::resolve(f, None)
+            .unwrap_err()
+            .to_string()
+            .starts_with("--vendor"));
+    }
+
+    #[test]
+    fn file_and_overrides() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("vm.toml");
+        std::fs::write(
+            &p,
+            r#"
+kernel = "vmlinux"
+memory = 1024
+guest = "package:2 [numa] core:2 pu:2"
+numa-distance = 30
+pin = "0-7"
+timeout = 120
+console = "out.log"
+"#,
+        )
+        .unwrap();
+        let f = FileConfig::load(&p).unwrap();
+        let c = RunConfig::resolve(RunFlags::default(), Some((&p, f.clone()))).unwrap();
+        assert_eq!(c.kernel, dir.path().join("vmlinux"));
+        assert_eq!(c.memory, 1 << 30);
+        assert_eq!(c.numa_distance, Some(30));
+        assert_eq!(c.pin, PinSpec::List((0..8).collect()));
+        assert_eq!(c.timeout, Some(Duration::from_secs(120)));
+        assert_eq!(c.console, ConsoleTarget::File(dir.path().join("out.log")));
+        // Flags win.
+        let over = RunFlags {
+            memory: Some("2G".into()),
+            pin: Some("none".into()),
+            ..Default::default()
+        };
+        let c = RunConfig::resolve(over, Some((&p, f))).unwrap();
+        assert_eq!(c.memory, 2 << 30);
+        assert_eq!(c.pin, PinSpec::None);
+    }
+
+    #[test]
+    fn file_errors_name_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("vm.toml");
+        std::fs::write(&p, "kernel = \"k\"\nmemroy = \"1G\"\n").unwrap();
+        let e = FileConfig::load(&p).unwrap_err().to_string();
+        assert!(e.contains("unknown field `memroy`"), "{e}");
+        assert!(e.contains("line 2"), "{e}");
+        std::fs::write(&p, "kernel = \"k\"\nmemory = \"1Q\"\nguest = \"x:1\"\n").unwrap();
+        let f = FileConfig::load(&p).unwrap();
+        let e = RunConfig::resolve(RunFlags::default(), Some((&p, f)))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("memory (in "), "{e}");
+        assert!(e.contains("unknown unit"), "{e}");
+        std::fs::write(&p, "kernel = 5\n").unwrap();
+        let e = FileConfig::load(&p).unwrap_err().to_string();
+        assert!(e.contains("invalid type"), "{e}");
+    }
+}

@@ -1,0 +1,181 @@
+//! The serial console's output side: where the bytes go, and what the VMM
+//! watches for in them.
+//!
+//! Output is written line by line (flushed at each newline and when the VM
+//! stops) to stdout or a file. Each complete line is checked against:
+//! * the `--until` regex: a match stops the VM cleanly;
+//! * the end of a guest kernel panic (`---[ end Kernel panic`): the VM stops
+//!   with a failure, reporting the panic message. Without this a panicked
+//!   guest would spin until `--timeout`.
+
+use std::io::{self, Write};
+use std::sync::{Arc, Mutex};
+
+use regex::Regex;
+
+/// Something that wants to hear about console lines.
+pub trait ConsoleEvents: Send + Sync {
+    /// The `--until` regex matched `line`.
+    fn until_matched(&self, line: &str);
+    /// The guest kernel panicked with `message`.
+    fn guest_panicked(&self, message: &str);
+}
+
+/// The console's output side (the serial device's writer).
+pub struct ConsoleSink {
+    out: Box<dyn Write + Send>,
+    line: Vec<u8>,
+    until: Option<Regex>,
+    matched: bool,
+    panic_message: Option<String>,
+    events: Arc<dyn ConsoleEvents>,
+    capture: Option<Arc<Mutex<Vec<u8>>>>,
+}
+
+impl std::fmt::Debug for ConsoleSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsoleSink")
+            .field("until", &self.until)
+            .finish()
+    }
+}
+
+impl ConsoleSink {
+    /// A sink writing to `out`, watching for `until`.
+    pub fn new(
+        out: Box<dyn Write + Send>,
+        until: Option<Regex>,
+        events: Arc<dyn ConsoleEvents>,
+    ) -> Self {
+        Self {
+            out,
+            line: Vec::with_capacity(256),
+            until,
+            matched: false,
+            panic_message: None,
+            events,
+            capture: None,
+        }
+    }
+
+    /// Also keeps a copy of everything written in `buf` (tests).
+    pub fn with_capture(mut self, buf: Arc<Mutex<Vec<u8>>>) -> Self {
+        self.capture = Some(buf);
+        self
+    }
+
+    fn end_line(&mut self) -> io::Result<()> {
+        self.out.write_all(&self.line)?;
+        self.out.flush()?;
+        let text = String::from_utf8_lossy(&self.line);
+        let text = text.trim_end_matches(['\n', '\r']);
+        if let Some(msg) = text.find("Kernel panic - not syncing") {
+            if !text.contains("---[ end") {
+                self.panic_message = Some(text[msg..].to_string());
+            }
+        }
+        if text.contains("---[ end Kernel panic") {
+            let m = self
+                .panic_message
+                .clone()
+                .unwrap_or_else(|| text.to_string());
+            self.events.guest_panicked(&m);
+        }
+        if !self.matched {
+            if let Some(re) = &self.until {
+                if re.is_match(text) {
+                    self.matched = true;
+                    self.events.until_matched(text);
+                }
+            }
+        }
+        self.line.clear();
+        Ok(())
+    }
+}
+
+impl Write for ConsoleSink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if let Some(c) = &self.capture {
+            c.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend_from_slice(buf);
+        }
+        for &b in buf {
+            self.line.push(b);
+            if b == b'\n' || self.line.len() >= 4096 {
+                self.end_line()?;
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.write_all(&self.line)?;
+        self.line.clear();
+        self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<String>>);
+    impl ConsoleEvents for Seen {
+        fn until_matched(&self, line: &str) {
+            self.0.lock().unwrap().push(format!("until:{line}"));
+        }
+        fn guest_panicked(&self, message: &str) {
+            self.0.lock().unwrap().push(format!("panic:{message}"));
+        }
+    }
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn until_matches_once_and_output_is_complete() {
+        let seen = Arc::new(Seen::default());
+        let out = Buf::default();
+        let mut s = ConsoleSink::new(
+            Box::new(out.clone()),
+            Some(Regex::new(r"root domain span: \S+").unwrap()),
+            seen.clone(),
+        );
+        for b in b"hello\r\nroot domain span: 0-7 (max)\nroot domain span: 0-3\npartial" {
+            s.write_all(&[*b]).unwrap();
+        }
+        assert_eq!(
+            *seen.0.lock().unwrap(),
+            vec!["until:root domain span: 0-7 (max)".to_string()]
+        );
+        s.flush().unwrap();
+        assert!(String::from_utf8_lossy(&out.0.lock().unwrap()).ends_with("0-3\npartial"));
+    }
+
+    #[test]
+    fn panic_reported_at_its_end_marker() {
+        let seen = Arc::new(Seen::default());
+        let mut s = ConsoleSink::new(Box::new(io::sink()), None, seen.clone());
+        s.write_all(b"[ 1.0] Kernel panic - not syncing: VFS: Unable to mount root fs\n")
+            .unwrap();
+        assert!(seen.0.lock().unwrap().is_empty());
+        s.write_all(b"[ 1.1] ---[ end Kernel panic - not syncing: VFS ]---\n")
+            .unwrap();
+        assert_eq!(
+            *seen.0.lock().unwrap(),
+            vec!["panic:Kernel panic - not syncing: VFS: Unable to mount root fs".to_string()]
+        );
+    }
+}

@@ -1,0 +1,614 @@
+//! One vCPU and its run loop, usable on its own.
+//!
+//! A [`Vcpu`] wraps a KVM vCPU fd. [`Vcpu::run`] enters the guest and
+//! handles exits that are plain device accesses through a [`PortIo`]
+//! (serial output, a read of an absent port) without returning; it returns
+//! on the first exit that means something to whoever drives the vCPU:
+//!
+//! | [`VcpuExit`] | cause |
+//! |---|---|
+//! | `Halt` | HLT, only without an in-kernel LAPIC (micro-guests) |
+//! | `Io` | a port write the [`PortIo`] hands back ([`IoAction::Exit`]) |
+//! | `Kicked` | [`Kicker::kick`] from any thread |
+//! | `Reset`, `PowerOff` | the guest reset or powered off the machine |
+//! | `Shutdown` | triple fault |
+//! | `InternalError`, `FailEntry`, `Unexpected` | KVM could not go on |
+//!
+//! Nothing here assumes one VM per process or one thread per vCPU: a vCPU
+//! may be run from any thread, one thread at a time (`run` takes `&mut
+//! self`), and many VMs' vCPUs can live in one process.
+//!
+//! ## The kick
+//!
+//! [`Kicker::kick`] makes a running (or about to run) `KVM_RUN` return, race
+//! free, following KVM's documented protocol:
+//!
+//! 1. the kicker sets a `pending` flag, then `kvm_run.immediate_exit = 1`
+//!    (in the vCPU's shared `kvm_run` page), then, if the vCPU is inside
+//!    [`Vcpu::run`] on some thread, sends that thread [`kick_signal`];
+//! 2. the signal's handler does nothing, but it is installed without
+//!    `SA_RESTART`, so an ioctl in progress returns `EINTR`, and KVM checks
+//!    for pending signals before every guest entry;
+//! 3. `immediate_exit` covers the window where the signal lands just before
+//!    `KVM_RUN` is entered: KVM then returns `EINTR` at once;
+//! 4. the vCPU clears `immediate_exit` first and takes `pending` second, so
+//!    a kick that races with the clear is either seen now or leaves
+//!    `immediate_exit` set for the next entry. A kick is never lost; at
+//!    worst one extra `EINTR` is absorbed.
+//!
+//! A kick while the vCPU is not running is remembered: the next `run`
+//! returns `Kicked` without entering the guest.
+
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, Once};
+
+use kvm_bindings::{
+    KVM_INTERNAL_ERROR_EMULATION, KVM_INTERNAL_ERROR_EMULATION_FLAG_INSTRUCTION_BYTES,
+    KVM_SYSTEM_EVENT_CRASH, KVM_SYSTEM_EVENT_RESET, KVM_SYSTEM_EVENT_SHUTDOWN,
+};
+use kvm_ioctls::{VcpuExit as KvmExit, VcpuFd, VmFd};
+use tracing::{debug, trace};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+use crate::compat::{assist_for, Assist};
+
+/// Errors of the vCPU layer.
+#[derive(Debug, thiserror::Error)]
+pub enum VcpuError {
+    /// A KVM ioctl failed.
+    #[error("vCPU {vcpu}: {op} failed: {source}")]
+    Kvm {
+        /// vCPU index.
+        vcpu: usize,
+        /// Which operation.
+        op: &'static str,
+        /// The error.
+        source: kvm_ioctls::Error,
+    },
+    /// The kick signal handler could not be installed.
+    #[error("cannot install the vCPU kick signal handler: {0}")]
+    Signal(std::io::Error),
+}
+
+/// What a port write asks the run loop to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoAction {
+    /// Handled; keep running the guest.
+    Continue,
+    /// Return [`VcpuExit::Io`] to the caller.
+    Exit,
+    /// The guest reset the machine.
+    Reset,
+    /// The guest powered the machine off.
+    PowerOff,
+}
+
+/// Port and MMIO accesses that exit to userspace. Implementations must be
+/// cheap and must not block for long: they run on the vCPU's thread.
+pub trait PortIo: Send + Sync {
+    /// An `IN` from `port`; fill `data` (1, 2 or 4 bytes).
+    fn pio_read(&self, vcpu: usize, port: u16, data: &mut [u8]);
+    /// An `OUT` to `port`.
+    fn pio_write(&self, vcpu: usize, port: u16, data: &[u8]) -> IoAction;
+    /// A read of unbacked guest physical memory. All ones by default, as
+    /// on real hardware.
+    fn mmio_read(&self, _vcpu: usize, _addr: u64, data: &mut [u8]) {
+        data.fill(0xff);
+    }
+    /// A write to unbacked guest physical memory. Ignored by default.
+    fn mmio_write(&self, _vcpu: usize, _addr: u64, _data: &[u8]) -> IoAction {
+        IoAction::Continue
+    }
+}
+
+/// Why [`Vcpu::run`] returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VcpuExit {
+    /// HLT reached userspace (no in-kernel LAPIC).
+    Halt,
+    /// A port write the [`PortIo`] handed back.
+    Io {
+        /// The port.
+        port: u16,
+        /// The value written, little endian, zero-extended.
+        value: u32,
+        /// Access size in bytes.
+        size: u8,
+    },
+    /// [`Kicker::kick`] interrupted the vCPU.
+    Kicked,
+    /// The guest reset the machine (i8042, 0xcf9, or a KVM reset event).
+    Reset,
+    /// The guest powered the machine off (ACPI S5 or a KVM shutdown event).
+    PowerOff,
+    /// Triple fault (`KVM_EXIT_SHUTDOWN`).
+    Shutdown,
+    /// KVM could not emulate an instruction or deliver an event.
+    InternalError {
+        /// `kvm_run.internal.suberror`.
+        suberror: u32,
+        /// The instruction bytes at RIP, if known.
+        insn: Vec<u8>,
+    },
+    /// `KVM_EXIT_FAIL_ENTRY`.
+    FailEntry {
+        /// Hardware reason.
+        reason: u64,
+    },
+    /// Any other exit, described.
+    Unexpected(String),
+}
+
+/// Counters of one vCPU, for logs and benchmarks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VcpuStats {
+    /// Every return from `KVM_RUN`.
+    pub exits: u64,
+    /// Port accesses.
+    pub pio: u64,
+    /// MMIO accesses.
+    pub mmio: u64,
+    /// Kicks taken.
+    pub kicks: u64,
+    /// Instructions completed by the compat assist.
+    pub assists: u64,
+}
+
+/// The signal used to kick vCPUs: `SIGRTMIN`, handled by an empty handler
+/// installed without `SA_RESTART`.
+pub fn kick_signal() -> libc::c_int {
+    vmm_sys_util::signal::SIGRTMIN()
+}
+
+extern "C" fn kick_handler(_: libc::c_int) {}
+
+/// Installs the kick signal's handler (once per process).
+pub fn install_kick_signal() -> Result<(), VcpuError> {
+    static ONCE: Once = Once::new();
+    static mut RESULT: i32 = 0;
+    ONCE.call_once(|| {
+        // SAFETY: a zeroed sigaction is a valid "no flags, empty mask"
+        // value; the handler is an `extern "C"` function that touches
+        // nothing, so it is async-signal-safe. SA_RESTART is deliberately
+        // absent so that KVM_RUN returns EINTR.
+        let rc = unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = kick_handler as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            sa.sa_flags = 0;
+            libc::sigaction(kick_signal(), &sa, std::ptr::null_mut())
+        };
+        let err = if rc == 0 {
+            0
+        } else {
+            std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+        };
+        // SAFETY: written only here, inside call_once, and read only after
+        // call_once returned, which orders the accesses.
+        unsafe { RESULT = err };
+    });
+    // SAFETY: see above: call_once has completed.
+    let err = unsafe { RESULT };
+    if err == 0 {
+        Ok(())
+    } else {
+        Err(VcpuError::Signal(std::io::Error::from_raw_os_error(err)))
+    }
+}
+
+/// Where a vCPU is, as far as kicking is concerned.
+struct KickTarget {
+    /// The thread inside [`Vcpu::run`], if any.
+    thread: Option<libc::pthread_t>,
+}
+
+/// State shared between a [`Vcpu`] and its [`Kicker`]s.
+struct KickShared {
+    /// `&kvm_run.immediate_exit`, or null once the vCPU is gone.
+    immediate_exit: AtomicPtr<u8>,
+    /// A kick not yet reported.
+    pending: AtomicBool,
+    target: Mutex<KickTarget>,
+}
+
+impl KickShared {
+    fn set_immediate_exit(&self, v: u8) {
+        let p = self.immediate_exit.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: `p` points into the vCPU's kvm_run mapping, which
+            // lives as long as the VcpuFd; the Vcpu nulls the pointer under
+            // the target lock before dropping the fd, and every caller of
+            // this function holds that lock or is the Vcpu itself. The byte
+            // is only ever accessed atomically by this process.
+            unsafe { AtomicU8::from_ptr(p) }.store(v, Ordering::SeqCst);
+        }
+    }
+}
+
+/// A handle that interrupts a vCPU from any thread. Cheap to clone.
+#[derive(Clone)]
+pub struct Kicker {
+    shared: Arc<KickShared>,
+}
+
+impl std::fmt::Debug for Kicker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kicker")
+            .field("pending", &self.shared.pending.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Kicker {
+    /// Makes the vCPU's current or next [`Vcpu::run`] return
+    /// [`VcpuExit::Kicked`] (see the module docs for why this is race
+    /// free).
+    pub fn kick(&self) {
+        let s = &self.shared;
+        s.pending.store(true, Ordering::SeqCst);
+        let target = s.target.lock().unwrap_or_else(|e| e.into_inner());
+        s.set_immediate_exit(1);
+        if let Some(t) = target.thread {
+            // SAFETY: `t` is the thread currently inside Vcpu::run; it
+            // clears `thread` under this same lock before leaving run, so
+            // it is alive while we hold the lock.
+            unsafe {
+                libc::pthread_kill(t, kick_signal());
+            }
+        }
+    }
+}
+
+/// Marks the calling thread as the one running the vCPU, until dropped.
+struct RunGuard<'a>(&'a KickShared);
+
+impl<'a> RunGuard<'a> {
+    fn enter(s: &'a KickShared) -> Self {
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() };
+        s.target.lock().unwrap_or_else(|e| e.into_inner()).thread = Some(me);
+        RunGuard(s)
+    }
+}
+
+impl Drop for RunGuard<'_> {
+    fn drop(&mut self) {
+        self.0
+            .target
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .thread = None;
+    }
+}
+
+/// One KVM vCPU.
+pub struct Vcpu {
+    index: usize,
+    kvm_id: u64,
+    fd: VcpuFd,
+    kick: Arc<KickShared>,
+    assist_int3: bool,
+    memory: Option<GuestMemoryMmap>,
+    stats: VcpuStats,
+}
+
+impl std::fmt::Debug for Vcpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vcpu")
+            .field("index", &self.index)
+            .field("kvm_id", &self.kvm_id)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+/// What one pass through KVM_RUN produced, before borrows end.
+enum Step {
+    Continue,
+    Return(VcpuExit),
+    Internal,
+    Interrupted,
+}
+
+impl Vcpu {
+    /// Creates vCPU `index` of a VM with KVM vCPU id `kvm_id` (on x86 the
+    /// initial APIC ID).
+    pub fn new(vm: &VmFd, index: usize, kvm_id: u64) -> Result<Self, VcpuError> {
+        install_kick_signal()?;
+        let mut fd = vm.create_vcpu(kvm_id).map_err(|source| VcpuError::Kvm {
+            vcpu: index,
+            op: "KVM_CREATE_VCPU",
+            source,
+        })?;
+        let imm: *mut u8 = &mut fd.get_kvm_run().immediate_exit;
+        Ok(Self {
+            index,
+            kvm_id,
+            fd,
+            kick: Arc::new(KickShared {
+                immediate_exit: AtomicPtr::new(imm),
+                pending: AtomicBool::new(false),
+                target: Mutex::new(KickTarget { thread: None }),
+            }),
+            assist_int3: false,
+            memory: None,
+            stats: VcpuStats::default(),
+        })
+    }
+
+    /// The vCPU's index in its VM.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+    /// KVM's vCPU id (the initial APIC ID).
+    pub fn kvm_id(&self) -> u64 {
+        self.kvm_id
+    }
+    /// The KVM fd, for setup ioctls.
+    pub fn fd(&self) -> &VcpuFd {
+        &self.fd
+    }
+    /// Counters.
+    pub fn stats(&self) -> VcpuStats {
+        self.stats
+    }
+    /// A handle that kicks this vCPU.
+    pub fn kicker(&self) -> Kicker {
+        Kicker {
+            shared: self.kick.clone(),
+        }
+    }
+    /// Turns on the INT3 emulation assist (kvm_pvm only, see
+    /// [`crate::compat`]). `memory` lets the assist read the instruction
+    /// when KVM does not report its bytes.
+    pub fn enable_int3_assist(&mut self, memory: GuestMemoryMmap) {
+        self.assist_int3 = true;
+        self.memory = Some(memory);
+    }
+
+    fn kvm_err(&self, op: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> VcpuError {
+        let vcpu = self.index;
+        move |source| VcpuError::Kvm { vcpu, op, source }
+    }
+
+    /// Takes a pending kick (see the module docs for the order).
+    fn take_kick(&self) -> bool {
+        self.kick.set_immediate_exit(0);
+        self.kick.pending.swap(false, Ordering::SeqCst)
+    }
+
+    /// Runs the guest until an exit that matters (see [`VcpuExit`]).
+    pub fn run(&mut self, io: &dyn PortIo) -> Result<VcpuExit, VcpuError> {
+        let kick = self.kick.clone();
+        let _guard = RunGuard::enter(&kick);
+        let index = self.index;
+        loop {
+            self.stats.exits += 1;
+            let step = match self.fd.run() {
+                Ok(exit) => match exit {
+                    KvmExit::IoIn(port, data) => {
+                        self.stats.pio += 1;
+                        io.pio_read(index, port, data);
+                        Step::Continue
+                    }
+                    KvmExit::IoOut(port, data) => {
+                        self.stats.pio += 1;
+                        match io.pio_write(index, port, data) {
+                            IoAction::Continue => Step::Continue,
+                            IoAction::Reset => Step::Return(VcpuExit::Reset),
+                            IoAction::PowerOff => Step::Return(VcpuExit::PowerOff),
+                            IoAction::Exit => {
+                                let mut v = [0u8; 4];
+                                let n = data.len().min(4);
+                                v[..n].copy_from_slice(&data[..n]);
+                                Step::Return(VcpuExit::Io {
+                                    port,
+                                    value: u32::from_le_bytes(v),
+                                    size: data.len() as u8,
+                                })
+                            }
+                        }
+                    }
+                    KvmExit::MmioRead(addr, data) => {
+                        self.stats.mmio += 1;
+                        io.mmio_read(index, addr, data);
+                        Step::Continue
+                    }
+                    KvmExit::MmioWrite(addr, data) => {
+                        self.stats.mmio += 1;
+                        match io.mmio_write(index, addr, data) {
+                            IoAction::Continue | IoAction::Exit => Step::Continue,
+                            IoAction::Reset => Step::Return(VcpuExit::Reset),
+                            IoAction::PowerOff => Step::Return(VcpuExit::PowerOff),
+                        }
+                    }
+                    KvmExit::Hlt => Step::Return(VcpuExit::Halt),
+                    KvmExit::Shutdown => Step::Return(VcpuExit::Shutdown),
+                    KvmExit::SystemEvent(kind, _) => Step::Return(match kind {
+                        KVM_SYSTEM_EVENT_SHUTDOWN => VcpuExit::PowerOff,
+                        KVM_SYSTEM_EVENT_RESET => VcpuExit::Reset,
+                        KVM_SYSTEM_EVENT_CRASH => {
+                            VcpuExit::Unexpected("KVM system event: guest crash".into())
+                        }
+                        k => VcpuExit::Unexpected(format!("KVM system event {k}")),
+                    }),
+                    KvmExit::InternalError => Step::Internal,
+                    KvmExit::Intr => Step::Interrupted,
+                    KvmExit::FailEntry(reason, _) => Step::Return(VcpuExit::FailEntry { reason }),
+                    KvmExit::IrqWindowOpen => Step::Continue,
+                    other => Step::Return(VcpuExit::Unexpected(format!("{other:?}"))),
+                },
+                Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
+                    Step::Interrupted
+                }
+                Err(e) => {
+                    return Err(VcpuError::Kvm {
+                        vcpu: index,
+                        op: "KVM_RUN",
+                        source: e,
+                    })
+                }
+            };
+            match step {
+                Step::Continue => {}
+                Step::Return(exit) => return Ok(exit),
+                Step::Interrupted => {
+                    if self.take_kick() {
+                        self.stats.kicks += 1;
+                        return Ok(VcpuExit::Kicked);
+                    }
+                    // Another signal, or the leftover immediate_exit of a
+                    // kick already reported: go back in.
+                    trace!(vcpu = index, "spurious EINTR");
+                }
+                Step::Internal => {
+                    let (suberror, insn) = self.internal_error_info();
+                    if suberror == KVM_INTERNAL_ERROR_EMULATION && self.assist_int3 {
+                        if let Some(a) = assist_for(&insn) {
+                            self.apply_assist(a)?;
+                            continue;
+                        }
+                    }
+                    return Ok(VcpuExit::InternalError { suberror, insn });
+                }
+            }
+        }
+    }
+
+    /// The suberror and instruction bytes of the last internal-error exit.
+    fn internal_error_info(&mut self) -> (u32, Vec<u8>) {
+        let run = self.fd.get_kvm_run();
+        // SAFETY: called right after KVM_RUN returned KVM_EXIT_INTERNAL_ERROR,
+        // so `internal` is the active union member; `emulation_failure`
+        // shares its first two fields and is read only for the emulation
+        // suberror, whose layout the flags field describes.
+        let (suberror, ndata) = unsafe {
+            let i = run.__bindgen_anon_1.internal;
+            (i.suberror, i.ndata)
+        };
+        let mut insn = Vec::new();
+        if suberror == KVM_INTERNAL_ERROR_EMULATION && ndata >= 3 {
+            // SAFETY: see above.
+            let ef = unsafe { run.__bindgen_anon_1.emulation_failure };
+            if ef.flags & KVM_INTERNAL_ERROR_EMULATION_FLAG_INSTRUCTION_BYTES as u64 != 0 {
+                // SAFETY: the flag says the instruction bytes are valid.
+                let b = unsafe { ef.__bindgen_anon_1.__bindgen_anon_1 };
+                let n = (b.insn_size as usize).min(b.insn_bytes.len());
+                insn.extend_from_slice(&b.insn_bytes[..n]);
+            }
+        }
+        if insn.is_empty() {
+            insn = self.read_insn_at_rip().unwrap_or_default();
+        }
+        (suberror, insn)
+    }
+
+    /// Reads up to 15 bytes at the guest's RIP through its page tables.
+    fn read_insn_at_rip(&self) -> Option<Vec<u8>> {
+        let mem = self.memory.as_ref()?;
+        let regs = self.fd.get_regs().ok()?;
+        let sregs = self.fd.get_sregs().ok()?;
+        let linear = regs.rip.wrapping_add(sregs.cs.base);
+        let t = self.fd.translate_gva(linear).ok()?;
+        if t.valid == 0 {
+            return None;
+        }
+        let mut buf = [0u8; 15];
+        // Stay within the page: the next one may map elsewhere.
+        let n = (0x1000 - (t.physical_address & 0xfff)).min(15) as usize;
+        mem.read_slice(&mut buf[..n], GuestAddress(t.physical_address))
+            .ok()?;
+        Some(buf[..n].to_vec())
+    }
+
+    fn apply_assist(&mut self, a: Assist) -> Result<(), VcpuError> {
+        let Assist::SkipAndInject { len, vector } = a;
+        let mut regs = self.fd.get_regs().map_err(self.kvm_err("KVM_GET_REGS"))?;
+        regs.rip = regs.rip.wrapping_add(len);
+        self.fd
+            .set_regs(&regs)
+            .map_err(self.kvm_err("KVM_SET_REGS"))?;
+        let mut ev = self
+            .fd
+            .get_vcpu_events()
+            .map_err(self.kvm_err("KVM_GET_VCPU_EVENTS"))?;
+        ev.exception.injected = 1;
+        ev.exception.nr = vector;
+        ev.exception.has_error_code = 0;
+        ev.exception.error_code = 0;
+        ev.exception.pending = 0;
+        self.fd
+            .set_vcpu_events(&ev)
+            .map_err(self.kvm_err("KVM_SET_VCPU_EVENTS"))?;
+        self.stats.assists += 1;
+        debug!(
+            vcpu = self.index,
+            rip = format_args!("{:#x}", regs.rip),
+            vector,
+            "compat assist: skipped the instruction and injected the exception"
+        );
+        Ok(())
+    }
+
+    /// The vCPU's registers, for a crash report (one line per group).
+    pub fn state_report(&self) -> String {
+        let mut out = String::new();
+        match self.fd.get_regs() {
+            Ok(r) => {
+                out.push_str(&format!(
+                    "RIP={:#018x} RSP={:#018x} RBP={:#018x} RFLAGS={:#x}\n\
+                     RAX={:#018x} RBX={:#018x} RCX={:#018x} RDX={:#018x}\n\
+                     RSI={:#018x} RDI={:#018x} R8={:#018x} R9={:#018x}\n\
+                     R10={:#018x} R11={:#018x} R12={:#018x} R13={:#018x}\n\
+                     R14={:#018x} R15={:#018x}\n",
+                    r.rip,
+                    r.rsp,
+                    r.rbp,
+                    r.rflags,
+                    r.rax,
+                    r.rbx,
+                    r.rcx,
+                    r.rdx,
+                    r.rsi,
+                    r.rdi,
+                    r.r8,
+                    r.r9,
+                    r.r10,
+                    r.r11,
+                    r.r12,
+                    r.r13,
+                    r.r14,
+                    r.r15
+                ));
+            }
+            Err(e) => out.push_str(&format!("(registers unavailable: {e})\n")),
+        }
+        match self.fd.get_sregs() {
+            Ok(s) => out.push_str(&format!(
+                "CR0={:#x} CR2={:#x} CR3={:#x} CR4={:#x} EFER={:#x} CS={:#x} (base {:#x}, l={}) SS={:#x}",
+                s.cr0, s.cr2, s.cr3, s.cr4, s.efer, s.cs.selector, s.cs.base, s.cs.l, s.ss.selector
+            )),
+            Err(e) => out.push_str(&format!("(system registers unavailable: {e})")),
+        }
+        out
+    }
+
+    /// `KVM_GET_MP_STATE` (3 = halted).
+    pub fn mp_state(&self) -> Result<u32, VcpuError> {
+        self.fd
+            .get_mp_state()
+            .map(|s| s.mp_state)
+            .map_err(self.kvm_err("KVM_GET_MP_STATE"))
+    }
+}
+
+impl Drop for Vcpu {
+    fn drop(&mut self) {
+        // Kickers may outlive the vCPU: stop them from touching the kvm_run
+        // mapping, which goes away with the fd.
+        let _t = self.kick.target.lock().unwrap_or_else(|e| e.into_inner());
+        self.kick
+            .immediate_exit
+            .store(std::ptr::null_mut(), Ordering::Release);
+    }
+}

@@ -1,0 +1,746 @@
+//! A Linux VM: KVM VM, memory per node, devices, ACPI, CPUID, boot, and
+//! the one-thread-per-vCPU runner.
+//!
+//! [`LinuxVm::build`] does everything up to the first `KVM_RUN`; the VM is
+//! then driven by [`run_threads`] (one host thread per vCPU, the host
+//! kernel schedules them), or by any other executor that takes the vCPUs
+//! out with [`LinuxVm::take_vcpus`] and runs them with
+//! [`Vcpu::run`](crate::vcpu::Vcpu::run) against [`LinuxVm::devices`],
+//! reporting what it sees to [`LinuxVm::control`]. Nothing here is global
+//! to the process: many VMs can be built and run side by side.
+
+use std::fmt;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Barrier, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use kvm_bindings::{kvm_enable_cap, kvm_pit_config, kvm_userspace_memory_region};
+use kvm_bindings::{KVM_CAP_X2APIC_API, KVM_PIT_SPEAKER_DUMMY};
+use kvm_bindings::{KVM_X2APIC_API_DISABLE_BROADCAST_QUIRK, KVM_X2APIC_API_USE_32BIT_IDS};
+use kvm_ioctls::{Kvm, VmFd};
+use regex::Regex;
+use topology::{GuestTopology, HostTopology, Vendor};
+use tracing::{debug, info, warn};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryRegion};
+use vmm_sys_util::eventfd::EventFd;
+
+use crate::acpi;
+use crate::boot::{self, BootRequest};
+use crate::compat::CompatMode;
+use crate::console::{ConsoleEvents, ConsoleSink};
+use crate::cpuid::{self, CpuidCaps};
+use crate::devices::LegacyDevices;
+use crate::layout::COM1_GSI;
+use crate::memory::{self, GuestRam, HumanSize, MemoryPlan};
+use crate::pin::PinPlan;
+use crate::rt::{self, RtPolicy};
+use crate::vcpu::{Kicker, Vcpu, VcpuExit};
+use crate::Error;
+
+/// Command-line items every Linux guest of this VMM gets, before the
+/// compatibility items and the user's own: the console on COM1, reboot
+/// through the i8042 (which ends the VM cleanly), and no PCI bus probing
+/// (there is no PCI bus).
+pub const BASE_CMDLINE: &[&str] = &["console=ttyS0", "reboot=k", "pci=off"];
+
+/// Why a VM stopped.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StopReason {
+    /// The guest reset the machine (`reboot`).
+    Reset {
+        /// The vCPU that did it.
+        vcpu: usize,
+    },
+    /// The guest powered off (ACPI S5).
+    PowerOff {
+        /// The vCPU that did it.
+        vcpu: usize,
+    },
+    /// The console printed a line matching `--until`.
+    UntilMatched {
+        /// The line.
+        line: String,
+        /// Time since the vCPUs started.
+        after: Duration,
+    },
+    /// The guest kernel panicked.
+    GuestPanic {
+        /// Its message.
+        message: String,
+    },
+    /// A vCPU triple-faulted.
+    TripleFault {
+        /// Which.
+        vcpu: usize,
+        /// Its registers.
+        registers: String,
+    },
+    /// KVM reported an internal error (typically an instruction its
+    /// emulator cannot run).
+    InternalError {
+        /// Which vCPU.
+        vcpu: usize,
+        /// KVM's suberror.
+        suberror: u32,
+        /// The instruction bytes.
+        insn: Vec<u8>,
+        /// Its registers.
+        registers: String,
+    },
+    /// Something else ended a vCPU.
+    VcpuFailed {
+        /// Which.
+        vcpu: usize,
+        /// What happened.
+        what: String,
+    },
+    /// `--timeout` ran out.
+    Timeout(Duration),
+}
+
+impl StopReason {
+    /// The process exit status for this outcome: 0 for a clean stop, 124
+    /// for a timeout (as `timeout(1)`), 1 for a guest failure.
+    pub fn exit_status(&self) -> u8 {
+        match self {
+            StopReason::Reset { .. }
+            | StopReason::PowerOff { .. }
+            | StopReason::UntilMatched { .. } => 0,
+            StopReason::Timeout(_) => 124,
+            _ => 1,
+        }
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StopReason::Reset { vcpu } => write!(f, "the guest reset the machine (vCPU {vcpu})"),
+            StopReason::PowerOff { vcpu } => write!(f, "the guest powered off (vCPU {vcpu})"),
+            StopReason::UntilMatched { line, after } => write!(
+                f,
+                "--until matched after {:.2} s: {line}",
+                after.as_secs_f64()
+            ),
+            StopReason::GuestPanic { message } => {
+                write!(f, "the guest kernel panicked: {message}")
+            }
+            StopReason::TripleFault { vcpu, registers } => write!(
+                f,
+                "vCPU {vcpu} shut down (triple fault); its registers:\n{registers}"
+            ),
+            StopReason::InternalError {
+                vcpu,
+                suberror,
+                insn,
+                registers,
+            } => {
+                let what = match suberror {
+                    1 => "an instruction KVM cannot emulate",
+                    2 => "an exception while delivering an exception",
+                    3 => "an event it could not deliver",
+                    _ => "an internal error",
+                };
+                let bytes: Vec<String> = insn.iter().map(|b| format!("{b:02x}")).collect();
+                write!(
+                    f,
+                    "vCPU {vcpu}: KVM hit {what} (suberror {suberror}, instruction bytes [{}]); \
+                     its registers:\n{registers}",
+                    bytes.join(" ")
+                )
+            }
+            StopReason::VcpuFailed { vcpu, what } => write!(f, "vCPU {vcpu}: {what}"),
+            StopReason::Timeout(d) => write!(
+                f,
+                "--timeout {}: the guest did not reset, power off or match --until in time",
+                crate::config::format_duration(*d)
+            ),
+        }
+    }
+}
+
+/// Stop requests and the vCPUs' kickers of one VM.
+pub struct VmControl {
+    stopping: AtomicBool,
+    reason: Mutex<Option<StopReason>>,
+    cond: Condvar,
+    kickers: Mutex<Vec<Kicker>>,
+    started: Mutex<Option<Instant>>,
+    exited: AtomicUsize,
+}
+
+impl fmt::Debug for VmControl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VmControl")
+            .field("stopping", &self.is_stopping())
+            .finish()
+    }
+}
+
+impl VmControl {
+    /// A control block with no vCPUs yet.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            stopping: AtomicBool::new(false),
+            reason: Mutex::new(None),
+            cond: Condvar::new(),
+            kickers: Mutex::new(Vec::new()),
+            started: Mutex::new(None),
+            exited: AtomicUsize::new(0),
+        })
+    }
+
+    /// Registers a vCPU's kicker, so that a stop interrupts it.
+    pub fn add_kicker(&self, k: Kicker) {
+        self.kickers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(k);
+    }
+
+    /// Marks the moment the vCPUs start (for `--until` timings).
+    pub fn mark_started(&self) {
+        *self.started.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
+    /// Time since [`mark_started`](Self::mark_started).
+    pub fn elapsed(&self) -> Duration {
+        self.started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map(|t| t.elapsed())
+            .unwrap_or_default()
+    }
+
+    /// Asks the VM to stop. The first reason wins; every vCPU is kicked.
+    /// Returns whether this call's reason was the one recorded.
+    pub fn request_stop(&self, reason: StopReason) -> bool {
+        let first = {
+            let mut r = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+            if r.is_none() {
+                *r = Some(reason);
+                true
+            } else {
+                false
+            }
+        };
+        self.stopping.store(true, Ordering::SeqCst);
+        for k in self
+            .kickers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            k.kick();
+        }
+        self.cond.notify_all();
+        first
+    }
+
+    /// Whether a stop was requested.
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// The recorded reason, if any.
+    pub fn reason(&self) -> Option<StopReason> {
+        self.reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Waits for a stop request, at most `timeout`. `None` when it timed out.
+    pub fn wait(&self, timeout: Option<Duration>) -> Option<StopReason> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut r = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(reason) = r.as_ref() {
+                return Some(reason.clone());
+            }
+            match deadline {
+                None => r = self.cond.wait(r).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return None;
+                    }
+                    r = self
+                        .cond
+                        .wait_timeout(r, d - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            }
+        }
+    }
+
+    fn vcpu_exited(&self) {
+        self.exited.fetch_add(1, Ordering::SeqCst);
+        self.cond.notify_all();
+    }
+
+    fn wait_exited(&self, n: usize, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut g = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+        while self.exited.load(Ordering::SeqCst) < n {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            g = self
+                .cond
+                .wait_timeout(g, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        true
+    }
+}
+
+impl ConsoleEvents for VmControl {
+    fn until_matched(&self, line: &str) {
+        let after = self.elapsed();
+        self.request_stop(StopReason::UntilMatched {
+            line: line.to_string(),
+            after,
+        });
+    }
+    fn guest_panicked(&self, message: &str) {
+        self.request_stop(StopReason::GuestPanic {
+            message: message.to_string(),
+        });
+    }
+}
+
+/// Everything needed to build a Linux VM.
+pub struct LinuxVmSpec {
+    /// The guest's CPU topology.
+    pub guest: GuestTopology,
+    /// RAM in bytes, split equally across the guest's nodes.
+    pub memory: u64,
+    /// Kernel (vmlinux or bzImage).
+    pub kernel: PathBuf,
+    /// Initrd.
+    pub initrd: Option<PathBuf>,
+    /// The user's command line, appended after [`BASE_CMDLINE`] and the
+    /// compatibility items.
+    pub cmdline: String,
+    /// CPUID encoding; `None` takes the host's.
+    pub vendor: Option<Vendor>,
+    /// kvm_pvm workarounds.
+    pub compat: CompatMode,
+    /// Where vCPUs will run (dense indices of `host`), for memory binding.
+    pub pins: Option<PinPlan>,
+    /// The host model the pins refer to.
+    pub host: Option<HostTopology>,
+    /// The console's destination.
+    pub console: Box<dyn Write + Send>,
+    /// `--until`.
+    pub until: Option<Regex>,
+}
+
+impl fmt::Debug for LinuxVmSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LinuxVmSpec")
+            .field("guest", &self.guest.describe())
+            .field("memory", &self.memory)
+            .field("kernel", &self.kernel)
+            .field("initrd", &self.initrd)
+            .field("cmdline", &self.cmdline)
+            .finish()
+    }
+}
+
+/// The complete command line for a user part and a compat mode.
+pub fn full_cmdline(user: &str, compat: CompatMode) -> String {
+    let mut items: Vec<String> = BASE_CMDLINE.iter().map(|s| s.to_string()).collect();
+    items.extend(compat.cmdline_items());
+    let user = user.trim();
+    if !user.is_empty() {
+        items.push(user.to_string());
+    }
+    items.join(" ")
+}
+
+/// A built Linux VM, ready to run.
+pub struct LinuxVm {
+    vm: VmFd,
+    ram: GuestRam,
+    vcpus: Vec<Vcpu>,
+    devices: Arc<LegacyDevices>,
+    control: Arc<VmControl>,
+    guest: GuestTopology,
+    cmdline: String,
+}
+
+impl fmt::Debug for LinuxVm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LinuxVm")
+            .field("guest", &self.guest.describe())
+            .field("ram", &self.ram)
+            .field("vcpus", &self.vcpus.len())
+            .finish()
+    }
+}
+
+fn kvm_err(op: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> Error {
+    move |source| Error::Kvm { op, source }
+}
+
+/// Creates a KVM VM with the in-kernel irqchip (PIC, IOAPIC, LAPICs) and
+/// PIT, as a Linux guest wants them.
+pub fn create_vm_with_irqchip(kvm: &Kvm) -> Result<VmFd, Error> {
+    let vm = kvm.create_vm().map_err(kvm_err("KVM_CREATE_VM"))?;
+    // Intel needs a TSS area for real-mode emulation; harmless elsewhere.
+    if let Err(e) = vm.set_tss_address(0xfffb_d000) {
+        debug!("KVM_SET_TSS_ADDR: {e}");
+    }
+    vm.create_irq_chip()
+        .map_err(kvm_err("KVM_CREATE_IRQCHIP"))?;
+    let pit = kvm_pit_config {
+        flags: KVM_PIT_SPEAKER_DUMMY,
+        ..Default::default()
+    };
+    vm.create_pit2(pit).map_err(kvm_err("KVM_CREATE_PIT2"))?;
+    Ok(vm)
+}
+
+/// Registers every region of `ram` as a KVM memory slot.
+pub fn register_memory(vm: &VmFd, ram: &GuestRam) -> Result<(), Error> {
+    for (slot, region) in ram.memory().iter().enumerate() {
+        let host = ram
+            .memory()
+            .get_host_address(region.start_addr())
+            .map_err(|e| Error::Other(format!("guest memory: {e}")))?;
+        let r = kvm_userspace_memory_region {
+            slot: slot as u32,
+            flags: 0,
+            guest_phys_addr: region.start_addr().0,
+            memory_size: region.len(),
+            userspace_addr: host as u64,
+        };
+        // SAFETY: the region's host mapping is owned by `ram`, which the VM
+        // keeps alive as long as the VM fd exists (both live in LinuxVm,
+        // and the fd is dropped first).
+        unsafe { vm.set_user_memory_region(r) }.map_err(kvm_err("KVM_SET_USER_MEMORY_REGION"))?;
+    }
+    Ok(())
+}
+
+impl LinuxVm {
+    /// Builds the VM: checks the request, maps and binds memory, creates
+    /// the irqchip, devices and vCPUs, writes ACPI tables and loads the
+    /// kernel. User errors (a missing kernel, too little memory) are
+    /// reported before anything is allocated.
+    pub fn build(kvm: &Kvm, spec: LinuxVmSpec) -> Result<Self, Error> {
+        let guest = spec.guest;
+        let n = guest.num_vcpus();
+        // Input checks first.
+        let plan = MemoryPlan::new(spec.memory, guest.num_nodes())?;
+        let info = boot::inspect_kernel(&spec.kernel)?;
+        boot::check_fit(&info, spec.initrd.as_deref(), &plan)?;
+        let cmdline = full_cmdline(&spec.cmdline, spec.compat);
+        boot::check_cmdline(&cmdline)?;
+        let max_vcpus = kvm.get_max_vcpus();
+        if n > max_vcpus {
+            return Err(Error::Input(format!(
+                "--guest has {n} vCPUs; this host's KVM allows at most {max_vcpus} per VM"
+            )));
+        }
+        let max_apic = guest.cpus().iter().map(|c| c.apic_id).max().unwrap_or(0);
+        let max_id = kvm.get_max_vcpu_id();
+        if max_apic as usize >= max_id {
+            return Err(Error::Input(format!(
+                "--guest needs x2APIC ID {max_apic}, but this host's KVM takes vCPU ids below {max_id}"
+            )));
+        }
+        let acpi = acpi::build(&guest, &plan)?;
+
+        let vm = create_vm_with_irqchip(kvm)?;
+        let x2apic_boot = max_apic > 254;
+        if x2apic_boot {
+            let mut cap = kvm_enable_cap {
+                cap: KVM_CAP_X2APIC_API,
+                ..Default::default()
+            };
+            cap.args[0] =
+                (KVM_X2APIC_API_USE_32BIT_IDS | KVM_X2APIC_API_DISABLE_BROADCAST_QUIRK) as u64;
+            vm.enable_cap(&cap)
+                .map_err(kvm_err("KVM_ENABLE_CAP(X2APIC_API)"))?;
+        }
+
+        let policies = match &spec.host {
+            Some(h) => memory::node_policies(&guest, h, spec.pins.as_ref().map(|p| &p.dense[..])),
+            None => Vec::new(),
+        };
+        let ram = GuestRam::allocate(plan, &policies)?;
+        register_memory(&vm, &ram)?;
+
+        let control = VmControl::new();
+        let serial_irq = EventFd::new(libc::EFD_NONBLOCK)
+            .map_err(|e| Error::Other(format!("creating the serial eventfd: {e}")))?;
+        vm.register_irqfd(&serial_irq, COM1_GSI)
+            .map_err(kvm_err("KVM_IRQFD(COM1)"))?;
+        let sink = ConsoleSink::new(spec.console, spec.until, control.clone());
+        let devices = Arc::new(LegacyDevices::new(serial_irq, sink));
+
+        ram.memory()
+            .write_slice(&acpi.bytes, GuestAddress(acpi.base))
+            .map_err(|e| Error::Other(format!("writing the ACPI tables: {e}")))?;
+        for (sig, addr, len) in &acpi.tables {
+            debug!(
+                table = %String::from_utf8_lossy(sig),
+                addr = format_args!("{addr:#x}"),
+                len,
+                "ACPI table"
+            );
+        }
+        let entry = boot::load(
+            ram.memory(),
+            ram.plan(),
+            &BootRequest {
+                kernel: &spec.kernel,
+                initrd: spec.initrd.as_deref(),
+                cmdline: &cmdline,
+                rsdp: acpi.rsdp,
+            },
+        )?;
+
+        // CPUID: KVM's supported set, the topology leaves, PV features,
+        // compat hiding.
+        let base = cpuid::supported(kvm).map_err(kvm_err("KVM_GET_SUPPORTED_CPUID"))?;
+        let vendor = spec
+            .vendor
+            .or_else(|| base.vendor())
+            .unwrap_or(Vendor::Intel);
+        let caps = CpuidCaps::probe(kvm);
+        let mut vcpus = Vec::with_capacity(n);
+        for i in 0..n {
+            let apic = guest.cpu(i).apic_id;
+            let mut vcpu = Vcpu::new(&vm, i, apic as u64)?;
+            let mut set = guest.cpuid(i, &base, vendor);
+            cpuid::finish(&mut set, caps);
+            spec.compat.adjust_cpuid(&mut set);
+            if i == 0 {
+                info!(
+                    vendor = %vendor,
+                    pv = ?cpuid::pv_feature_names(cpuid::pv_features(&set)),
+                    "guest CPUID"
+                );
+            }
+            let kc = cpuid::to_kvm(&set)
+                .map_err(|e| Error::Other(format!("CPUID for vCPU {i}: {e:?}")))?;
+            vcpu.fd()
+                .set_cpuid2(&kc)
+                .map_err(kvm_err("KVM_SET_CPUID2"))?;
+            boot::setup_vcpu(vcpu.fd(), i)?;
+            if i == 0 {
+                boot::setup_boot_vcpu(vcpu.fd(), &entry, x2apic_boot)?;
+            }
+            if spec.compat.assist_int3() {
+                vcpu.enable_int3_assist(ram.memory().clone());
+            }
+            control.add_kicker(vcpu.kicker());
+            vcpus.push(vcpu);
+        }
+        info!(
+            guest = %guest.describe(),
+            memory = %HumanSize(ram.plan().total()),
+            cmdline = %cmdline,
+            "VM built"
+        );
+        Ok(Self {
+            vm,
+            ram,
+            vcpus,
+            devices,
+            control,
+            guest,
+            cmdline,
+        })
+    }
+
+    /// The guest topology.
+    pub fn guest(&self) -> &GuestTopology {
+        &self.guest
+    }
+    /// The complete kernel command line.
+    pub fn cmdline(&self) -> &str {
+        &self.cmdline
+    }
+    /// The guest's RAM.
+    pub fn ram(&self) -> &GuestRam {
+        &self.ram
+    }
+    /// The KVM VM fd.
+    pub fn vm_fd(&self) -> &VmFd {
+        &self.vm
+    }
+    /// The devices, the [`PortIo`](crate::vcpu::PortIo) to run vCPUs with.
+    pub fn devices(&self) -> Arc<LegacyDevices> {
+        self.devices.clone()
+    }
+    /// Stop requests and kickers.
+    pub fn control(&self) -> Arc<VmControl> {
+        self.control.clone()
+    }
+    /// Takes the vCPUs out, for an executor that runs them itself.
+    pub fn take_vcpus(&mut self) -> Vec<Vcpu> {
+        std::mem::take(&mut self.vcpus)
+    }
+}
+
+/// How [`run_threads`] runs the vCPUs.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadOptions {
+    /// vCPU `i` is pinned to OS CPU `pins[i]`.
+    pub pins: Option<Vec<u32>>,
+    /// Real-time policy for the vCPU threads.
+    pub rt: Option<RtPolicy>,
+    /// Give up after this long.
+    pub timeout: Option<Duration>,
+}
+
+/// What one vCPU thread does with an exit: keep going, or stop the VM.
+pub fn handle_exit(vcpu: &Vcpu, exit: VcpuExit) -> Option<StopReason> {
+    let i = vcpu.index();
+    match exit {
+        VcpuExit::Kicked | VcpuExit::Io { .. } => None,
+        VcpuExit::Reset => Some(StopReason::Reset { vcpu: i }),
+        VcpuExit::PowerOff => Some(StopReason::PowerOff { vcpu: i }),
+        VcpuExit::Shutdown => Some(StopReason::TripleFault {
+            vcpu: i,
+            registers: vcpu.state_report(),
+        }),
+        VcpuExit::InternalError { suberror, insn } => Some(StopReason::InternalError {
+            vcpu: i,
+            suberror,
+            insn,
+            registers: vcpu.state_report(),
+        }),
+        VcpuExit::Halt => Some(StopReason::VcpuFailed {
+            vcpu: i,
+            what: "HLT exited to userspace, which the in-kernel LAPIC should prevent".into(),
+        }),
+        VcpuExit::FailEntry { reason } => Some(StopReason::VcpuFailed {
+            vcpu: i,
+            what: format!("KVM could not enter the guest (hardware reason {reason:#x})"),
+        }),
+        VcpuExit::Unexpected(what) => Some(StopReason::VcpuFailed { vcpu: i, what }),
+    }
+}
+
+/// Runs every vCPU on a thread of its own (`vcpu<N>`) until the VM stops.
+/// Setup failures of a thread (pinning, RT policy) are returned as errors
+/// before the guest runs.
+pub fn run_threads(mut vm: LinuxVm, opts: &ThreadOptions) -> Result<StopReason, Error> {
+    let vcpus = vm.take_vcpus();
+    let n = vcpus.len();
+    let control = vm.control();
+    let devices = vm.devices();
+    let go = Arc::new(Barrier::new(n + 1));
+    let (tx, rx) = mpsc::channel::<(usize, Result<(), String>)>();
+    let mut handles = Vec::with_capacity(n);
+    for mut vcpu in vcpus {
+        let i = vcpu.index();
+        let control = control.clone();
+        let devices = devices.clone();
+        let go = go.clone();
+        let tx = tx.clone();
+        let pin = opts.pins.as_ref().map(|p| p[i]);
+        let rt = opts.rt;
+        let h = std::thread::Builder::new()
+            .name(format!("vcpu{i}"))
+            .spawn(move || {
+                let mut setup = Ok(());
+                if let Some(cpu) = pin {
+                    if let Err(e) = rt::pin_current_thread(cpu) {
+                        setup = Err(format!("--pin: cannot pin vCPU {i} to host CPU {cpu}: {e}"));
+                    }
+                }
+                if setup.is_ok() {
+                    if let Some(p) = rt {
+                        if let Err(e) = p.apply_to_current_thread() {
+                            let hint = if e.raw_os_error() == Some(libc::EPERM) {
+                                " (needs root, CAP_SYS_NICE or a high enough RLIMIT_RTPRIO)"
+                            } else {
+                                ""
+                            };
+                            setup = Err(format!(
+                                "--rt {p}: cannot set the policy of vCPU {i}'s thread: {e}{hint}"
+                            ));
+                        }
+                    }
+                }
+                let _ = tx.send((i, setup));
+                go.wait();
+                while !control.is_stopping() {
+                    match vcpu.run(&*devices) {
+                        Ok(exit) => {
+                            if let Some(r) = handle_exit(&vcpu, exit) {
+                                control.request_stop(r);
+                            }
+                        }
+                        Err(e) => {
+                            control.request_stop(StopReason::VcpuFailed {
+                                vcpu: i,
+                                what: e.to_string(),
+                            });
+                        }
+                    }
+                }
+                debug!(vcpu = i, stats = ?vcpu.stats(), "vCPU thread done");
+                control.vcpu_exited();
+                drop(vcpu);
+            })
+            .map_err(|e| Error::Other(format!("spawning the vcpu{i} thread: {e}")))?;
+        handles.push(h);
+    }
+    drop(tx);
+    let mut setup_error = None;
+    for _ in 0..n {
+        match rx.recv() {
+            Ok((_, Ok(()))) => {}
+            Ok((_, Err(e))) => {
+                setup_error.get_or_insert(e);
+            }
+            Err(_) => {
+                setup_error.get_or_insert("a vCPU thread died during setup".to_string());
+            }
+        }
+    }
+    if let Some(e) = setup_error {
+        control.request_stop(StopReason::VcpuFailed {
+            vcpu: 0,
+            what: e.clone(),
+        });
+        go.wait();
+        for h in handles {
+            let _ = h.join();
+        }
+        return Err(Error::Input(e));
+    }
+    control.mark_started();
+    go.wait();
+    let reason = match control.wait(opts.timeout) {
+        Some(r) => r,
+        None => {
+            let t = opts.timeout.unwrap_or_default();
+            control.request_stop(StopReason::Timeout(t));
+            control.reason().unwrap_or(StopReason::Timeout(t))
+        }
+    };
+    if control.wait_exited(n, Duration::from_secs(5)) {
+        for h in handles {
+            let _ = h.join();
+        }
+    } else {
+        warn!("some vCPU threads did not stop within 5 s; leaving them behind");
+    }
+    devices.flush_console();
+    Ok(reason)
+}
