@@ -612,3 +612,124 @@ impl Drop for Vcpu {
             .store(std::ptr::null_mut(), Ordering::Release);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvm_ioctls::Kvm;
+    use std::sync::Mutex as StdMutex;
+    use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+
+    /// Collects COM1 bytes; port 0x99 hands the value back; 0x64 <- 0xfe resets.
+    #[derive(Default)]
+    struct TestIo(StdMutex<Vec<u8>>);
+    impl PortIo for TestIo {
+        fn pio_read(&self, _: usize, _: u16, data: &mut [u8]) {
+            data.fill(0xff);
+        }
+        fn pio_write(&self, _: usize, port: u16, data: &[u8]) -> IoAction {
+            match port {
+                0x3f8 => {
+                    self.0.lock().unwrap().extend_from_slice(data);
+                    IoAction::Continue
+                }
+                0x99 => IoAction::Exit,
+                0x64 if data == [0xfe] => IoAction::Reset,
+                _ => IoAction::Continue,
+            }
+        }
+    }
+
+    /// A real-mode VM without an irqchip, running `code` at 0x1000.
+    fn micro_vm(code: &[u8]) -> Option<(VmFd, GuestMemoryMmap, Vcpu)> {
+        let kvm = Kvm::new().ok()?;
+        let vm = kvm.create_vm().unwrap();
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();
+        for (slot, r) in mem.iter().enumerate() {
+            let host = mem.get_host_address(r.start_addr()).unwrap();
+            // SAFETY: `mem` outlives the VM in every test below (it is
+            // returned alongside the fd and dropped after it).
+            unsafe {
+                vm.set_user_memory_region(kvm_bindings::kvm_userspace_memory_region {
+                    slot: slot as u32,
+                    flags: 0,
+                    guest_phys_addr: r.start_addr().0,
+                    memory_size: r.len(),
+                    userspace_addr: host as u64,
+                })
+                .unwrap();
+            }
+        }
+        mem.write_slice(code, GuestAddress(0x1000)).unwrap();
+        let v = Vcpu::new(&vm, 0, 0).unwrap();
+        let mut s = v.fd().get_sregs().unwrap();
+        s.cs.base = 0;
+        s.cs.selector = 0;
+        v.fd().set_sregs(&s).unwrap();
+        let r = kvm_bindings::kvm_regs {
+            rip: 0x1000,
+            rflags: 2,
+            ..Default::default()
+        };
+        v.fd().set_regs(&r).unwrap();
+        Some((vm, mem, v))
+    }
+
+    #[test]
+    fn micro_guest_serial_io_halt_and_reset() {
+        let code = [
+            0xba, 0xf8, 0x03, // mov dx, 0x3f8
+            0xb0, b'H', 0xee, // mov al, 'H'; out dx, al
+            0xb0, b'i', 0xee, // mov al, 'i'; out dx, al
+            0xb0, 0x2a, 0xe6, 0x99, // mov al, 42; out 0x99, al
+            0xf4, // hlt
+            0xb0, 0xfe, 0xe6, 0x64, // mov al, 0xfe; out 0x64, al
+        ];
+        let Some((_vm, _mem, mut v)) = micro_vm(&code) else {
+            eprintln!("no /dev/kvm: skipped");
+            return;
+        };
+        let io = TestIo::default();
+        assert_eq!(
+            v.run(&io).unwrap(),
+            VcpuExit::Io {
+                port: 0x99,
+                value: 42,
+                size: 1
+            }
+        );
+        assert_eq!(&*io.0.lock().unwrap(), b"Hi");
+        assert_eq!(v.run(&io).unwrap(), VcpuExit::Halt);
+        assert_eq!(v.run(&io).unwrap(), VcpuExit::Reset);
+        assert!(v.stats().pio >= 4);
+    }
+
+    #[test]
+    fn kick_interrupts_a_spinning_guest_and_is_never_lost() {
+        let code = [0xeb, 0xfe]; // jmp $
+        let Some((_vm, _mem, mut v)) = micro_vm(&code) else {
+            eprintln!("no /dev/kvm: skipped");
+            return;
+        };
+        let io = TestIo::default();
+        // A kick before run is remembered.
+        let k = v.kicker();
+        k.kick();
+        assert_eq!(v.run(&io).unwrap(), VcpuExit::Kicked);
+        // Kicks from another thread while the guest spins.
+        for _ in 0..20 {
+            let k = v.kicker();
+            let t = std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                k.kick();
+            });
+            assert_eq!(v.run(&io).unwrap(), VcpuExit::Kicked);
+            t.join().unwrap();
+        }
+        assert_eq!(v.stats().kicks, 21);
+        // A kicker outliving its vCPU does nothing harmful.
+        let k = v.kicker();
+        drop(v);
+        k.kick();
+    }
+}
