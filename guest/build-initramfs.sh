@@ -28,9 +28,9 @@ OUT_RAW=$GUEST_CACHE/initramfs.cpio
 force=0
 for arg in "$@"; do
     case $arg in
-    --force) force=1 ;;
+    --force | --clean) force=1 ;; # --clean: as passed on by build.sh
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument '$arg' (expected --force)" ;;
+    *) die "unknown argument '$arg' (expected --force or --clean)" ;;
     esac
 done
 

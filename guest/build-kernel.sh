@@ -23,7 +23,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # Bump when a change to this script changes what gets built.
 RECIPE=1
-FRAGMENT=$GUEST_DIR/kernel.config
+FRAGMENT=${GUEST_KERNEL_FRAGMENT:-$GUEST_DIR/kernel.config}
 OBJ=$GUEST_CACHE/build
 OUTDIR=$GUEST_CACHE/kernel
 
@@ -89,7 +89,7 @@ export KBUILD_BUILD_TIMESTAMP="2024-01-01 00:00:00 UTC"
 mk() { make -C "$LINUX_SRC_DIR" O="$OBJ" ARCH=x86_64 "$@"; }
 
 log "make tinyconfig"
-mk -s tinyconfig >/dev/null
+mk -s tinyconfig >"$OBJ/tinyconfig.log" 2>&1 || { cat "$OBJ/tinyconfig.log" >&2; die "make tinyconfig failed"; }
 log "merging $FRAGMENT (merge_config.sh -n: options not in the fragment stay as tinyconfig has them)"
 (cd "$LINUX_SRC_DIR" && ./scripts/kconfig/merge_config.sh -n -O "$OBJ" "$OBJ/.config" "$FRAGMENT") \
     >"$OBJ/merge.log" 2>&1 || { cat "$OBJ/merge.log" >&2; die "merge_config.sh failed"; }
@@ -98,6 +98,12 @@ log "merging $FRAGMENT (merge_config.sh -n: options not in the fragment stay as 
 # option silently when its dependencies are not met; this turns that into an
 # error that names the option.
 log "verifying that every option of the fragment is set as asked"
+# Print the "depends on" lines of a symbol's Kconfig entry, as a hint.
+kconfig_deps() {
+    local name=${1#CONFIG_}
+    (cd "$LINUX_SRC_DIR" && grep -rn --include='Kconfig*' -A15 -E "^(menu)?config $name\$" . 2>/dev/null) |
+        awk '/^[^ ]*-[0-9]+-$/ { exit } /depends on/ { sub(/^[^ \t]*-[0-9]+-[ \t]*/, ""); print "      " $0 }' >&2 || true
+}
 failures=0
 while IFS= read -r line; do
     if [[ $line =~ ^(CONFIG_[A-Za-z0-9_]+)=(.*)$ ]]; then
@@ -105,6 +111,7 @@ while IFS= read -r line; do
         if ! grep -qxF -- "$sym=$want" "$OBJ/.config"; then
             got=$(grep -E "^$sym=|^# $sym is not set" "$OBJ/.config" || echo "absent (unknown symbol or unmet dependencies)")
             log "  MISMATCH: asked $sym=$want, got: $got"
+            kconfig_deps "$sym"
             failures=$((failures + 1))
         fi
     elif [[ $line =~ ^#\ (CONFIG_[A-Za-z0-9_]+)\ is\ not\ set$ ]]; then
