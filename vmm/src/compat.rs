@@ -7,7 +7,9 @@
 //!
 //! 1. **Hide CPU features** in the guest CPUID so the kernel never takes the
 //!    path: CX16 (CMPXCHG16B in the slab allocator), SMAP (CLAC/STAC),
-//!    POPCNT, XSAVE (XRSTOR64 at FPU init), and the PV spinlock kick
+//!    POPCNT, XSAVE (XRSTOR64 at FPU init), RDRAND/RDSEED, FSGSBASE, PCID/
+//!    INVPCID, PKU, the PMU (whose drivers patch static calls through INT3
+//!    after boot), and the PV spinlock kick
 //!    (`KVM_FEATURE_PV_UNHALT`, whose `vmcall` kick was seen to spin
 //!    forever). kvm_pvm ignores some CPUID bits (XSAVE, POPCNT, ...), so:
 //! 2. **Kernel command-line items** clear them inside the guest as well:
@@ -15,10 +17,12 @@
 //!    without `CONFIG_X86_FEATURE_NAMES`), and items that keep the
 //!    emulated boot from tripping over its own slowness (`tsc=reliable`,
 //!    `nowatchdog`, RCU stall warnings off, `no_timer_check`).
-//! 3. **An instruction assist** for the one exit hiding cannot avoid:
-//!    `INT3` (the alternatives self-test executes one), reported as an
-//!    emulation failure. The VMM advances RIP past the 1-byte instruction
-//!    and injects #BP, which is exactly what the instruction does.
+//! 3. **An instruction assist** for the two exits hiding cannot avoid,
+//!    both reported as emulation failures with the instruction bytes:
+//!    `INT3` (the alternatives self-test executes one): the VMM advances RIP
+//!    past the 1-byte instruction and injects #BP, which is exactly what
+//!    the instruction does; `FWAIT` (in `fpu__drop()` at every task exit):
+//!    with all x87 exceptions masked it is a no-op, so RIP advances by one.
 //!
 //! [`CompatMode::None`] does none of this: on hardware KVM the assist can
 //! never trigger (INT3 does not go through the emulator there), and the
@@ -88,9 +92,15 @@ impl CompatArg {
 /// bit, Linux feature number for `clearcpuid=`, name).
 const HIDDEN: &[(u32, u32, usize, u32, u32, &str)] = &[
     (1, 0, 2, 13, 4 * 32 + 13, "cx16"),
+    (1, 0, 2, 17, 4 * 32 + 17, "pcid"),
     (1, 0, 2, 23, 4 * 32 + 23, "popcnt"),
     (1, 0, 2, 26, 4 * 32 + 26, "xsave"),
+    (1, 0, 2, 30, 4 * 32 + 30, "rdrand"),
+    (7, 0, 1, 0, 9 * 32, "fsgsbase"),
+    (7, 0, 1, 10, 9 * 32 + 10, "invpcid"),
+    (7, 0, 1, 18, 9 * 32 + 18, "rdseed"),
     (7, 0, 1, 20, 9 * 32 + 20, "smap"),
+    (7, 0, 2, 3, 16 * 32 + 3, "pku"),
 ];
 
 impl CompatMode {
@@ -105,6 +115,16 @@ impl CompatMode {
         // OSXSAVE follows XSAVE.
         clear_bit(set, 1, 0, 2, 27);
         clear_bit(set, KVM_FEATURES_LEAF, 0, 0, KVM_FEATURE_PV_UNHALT);
+        // No PMU: its drivers patch static calls through INT3 after boot,
+        // and probe MSRs one emulated access at a time. Intel: leaf 0xA;
+        // AMD: PerfCtrExtCore (0x8000_0001 ECX 23) and PerfMonV2
+        // (0x8000_0022 EAX 0).
+        if set.get(0xa, 0).is_some() {
+            let e = set.entry(0xa, 0);
+            (e.eax, e.ebx, e.ecx, e.edx) = (0, 0, 0, 0);
+        }
+        clear_bit(set, 0x8000_0001, 0, 2, 23);
+        clear_bit(set, 0x8000_0022, 0, 0, 0);
     }
 
     /// Kernel command-line items this mode adds (before the user's own, so
@@ -126,8 +146,8 @@ impl CompatMode {
         ]
     }
 
-    /// Whether the INT3 assist is on.
-    pub fn assist_int3(self) -> bool {
+    /// Whether the instruction assist (INT3, FWAIT) is on.
+    pub fn assist(self) -> bool {
         self == CompatMode::Pvm
     }
 }
@@ -135,6 +155,11 @@ impl CompatMode {
 /// What the assist did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Assist {
+    /// Skip `len` bytes: the instruction has no effect here.
+    Skip {
+        /// Instruction length.
+        len: u64,
+    },
     /// Skip `len` bytes and inject exception `vector` (a trap: RIP already
     /// points after the instruction).
     SkipAndInject {
@@ -151,6 +176,9 @@ pub fn assist_for(insn: &[u8]) -> Option<Assist> {
     match insn.first() {
         // INT3: a trap-type #BP after the instruction.
         Some(0xcc) => Some(Assist::SkipAndInject { len: 1, vector: 3 }),
+        // FWAIT: with no unmasked x87 exception pending (the kernel masks
+        // them all), it does nothing.
+        Some(0x9b) => Some(Assist::Skip { len: 1 }),
         _ => None,
     }
 }
@@ -184,7 +212,7 @@ mod tests {
         CompatMode::None.adjust_cpuid(&mut s);
         assert_eq!(s, base);
         assert!(CompatMode::None.cmdline_items().is_empty());
-        assert!(!CompatMode::None.assist_int3());
+        assert!(!CompatMode::None.assist());
         CompatMode::Pvm.adjust_cpuid(&mut s);
         let ecx = s.get(1, 0).unwrap().ecx;
         for bit in [13, 23, 26, 27] {
@@ -194,7 +222,7 @@ mod tests {
         assert_eq!(s.get(KVM_FEATURES_LEAF, 0).unwrap().eax, 0x7f);
         let items = CompatMode::Pvm.cmdline_items();
         assert!(items.contains(&"noxsave".to_string()));
-        assert!(items.contains(&"clearcpuid=141,151,154,308".to_string()));
+        assert!(items.contains(&"clearcpuid=141,145,151,154,158,288,298,306,308,515".to_string()));
     }
 
     #[test]
@@ -203,6 +231,7 @@ mod tests {
             assist_for(&[0xcc, 0x90]),
             Some(Assist::SkipAndInject { len: 1, vector: 3 })
         );
+        assert_eq!(assist_for(&[0x9b]), Some(Assist::Skip { len: 1 }));
         assert_eq!(assist_for(&[0xf3, 0x0f, 0xb8, 0xc0]), None); // popcnt
         assert_eq!(assist_for(&[]), None);
     }

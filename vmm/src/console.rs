@@ -25,6 +25,8 @@ pub trait ConsoleEvents: Send + Sync {
 pub struct ConsoleSink {
     out: Box<dyn Write + Send>,
     line: Vec<u8>,
+    /// How much of `line` already went to `out` (flushed partial line).
+    written: usize,
     until: Option<Regex>,
     matched: bool,
     panic_message: Option<String>,
@@ -50,6 +52,7 @@ impl ConsoleSink {
         Self {
             out,
             line: Vec::with_capacity(256),
+            written: 0,
             until,
             matched: false,
             panic_message: None,
@@ -65,7 +68,7 @@ impl ConsoleSink {
     }
 
     fn end_line(&mut self) -> io::Result<()> {
-        self.out.write_all(&self.line)?;
+        self.out.write_all(&self.line[self.written..])?;
         self.out.flush()?;
         let text = String::from_utf8_lossy(&self.line);
         let text = text.trim_end_matches(['\n', '\r']);
@@ -90,6 +93,7 @@ impl ConsoleSink {
             }
         }
         self.line.clear();
+        self.written = 0;
         Ok(())
     }
 }
@@ -110,9 +114,11 @@ impl Write for ConsoleSink {
         Ok(buf.len())
     }
 
+    /// Pushes a partial line out (a prompt shows up at once) but keeps it
+    /// for matching: the serial device flushes after every byte.
     fn flush(&mut self) -> io::Result<()> {
-        self.out.write_all(&self.line)?;
-        self.line.clear();
+        self.out.write_all(&self.line[self.written..])?;
+        self.written = self.line.len();
         self.out.flush()
     }
 }
@@ -153,15 +159,19 @@ mod tests {
             Some(Regex::new(r"root domain span: \S+").unwrap()),
             seen.clone(),
         );
+        // Byte by byte, flushed after each, as the serial device does.
         for b in b"hello\r\nroot domain span: 0-7 (max)\nroot domain span: 0-3\npartial" {
             s.write_all(&[*b]).unwrap();
+            s.flush().unwrap();
         }
         assert_eq!(
             *seen.0.lock().unwrap(),
             vec!["until:root domain span: 0-7 (max)".to_string()]
         );
-        s.flush().unwrap();
-        assert!(String::from_utf8_lossy(&out.0.lock().unwrap()).ends_with("0-3\npartial"));
+        assert_eq!(
+            String::from_utf8_lossy(&out.0.lock().unwrap()),
+            "hello\r\nroot domain span: 0-7 (max)\nroot domain span: 0-3\npartial"
+        );
     }
 
     #[test]

@@ -287,7 +287,7 @@ pub struct Vcpu {
     kvm_id: u64,
     fd: VcpuFd,
     kick: Arc<KickShared>,
-    assist_int3: bool,
+    assist: bool,
     memory: Option<GuestMemoryMmap>,
     stats: VcpuStats,
 }
@@ -330,7 +330,7 @@ impl Vcpu {
                 pending: AtomicBool::new(false),
                 target: Mutex::new(KickTarget { thread: None }),
             }),
-            assist_int3: false,
+            assist: false,
             memory: None,
             stats: VcpuStats::default(),
         })
@@ -358,11 +358,11 @@ impl Vcpu {
             shared: self.kick.clone(),
         }
     }
-    /// Turns on the INT3 emulation assist (kvm_pvm only, see
+    /// Turns on the emulation assist for INT3 and FWAIT (kvm_pvm only, see
     /// [`crate::compat`]). `memory` lets the assist read the instruction
     /// when KVM does not report its bytes.
-    pub fn enable_int3_assist(&mut self, memory: GuestMemoryMmap) {
-        self.assist_int3 = true;
+    pub fn enable_compat_assist(&mut self, memory: GuestMemoryMmap) {
+        self.assist = true;
         self.memory = Some(memory);
     }
 
@@ -463,7 +463,7 @@ impl Vcpu {
                 }
                 Step::Internal => {
                     let (suberror, insn) = self.internal_error_info();
-                    if suberror == KVM_INTERNAL_ERROR_EMULATION && self.assist_int3 {
+                    if suberror == KVM_INTERNAL_ERROR_EMULATION && self.assist {
                         if let Some(a) = assist_for(&insn) {
                             self.apply_assist(a)?;
                             continue;
@@ -522,12 +522,24 @@ impl Vcpu {
     }
 
     fn apply_assist(&mut self, a: Assist) -> Result<(), VcpuError> {
-        let Assist::SkipAndInject { len, vector } = a;
+        let (len, vector) = match a {
+            Assist::Skip { len } => (len, None),
+            Assist::SkipAndInject { len, vector } => (len, Some(vector)),
+        };
         let mut regs = self.fd.get_regs().map_err(self.kvm_err("KVM_GET_REGS"))?;
         regs.rip = regs.rip.wrapping_add(len);
         self.fd
             .set_regs(&regs)
             .map_err(self.kvm_err("KVM_SET_REGS"))?;
+        self.stats.assists += 1;
+        let Some(vector) = vector else {
+            trace!(
+                vcpu = self.index,
+                rip = format_args!("{:#x}", regs.rip),
+                "compat assist: skipped"
+            );
+            return Ok(());
+        };
         let mut ev = self
             .fd
             .get_vcpu_events()
@@ -540,7 +552,6 @@ impl Vcpu {
         self.fd
             .set_vcpu_events(&ev)
             .map_err(self.kvm_err("KVM_SET_VCPU_EVENTS"))?;
-        self.stats.assists += 1;
         debug!(
             vcpu = self.index,
             rip = format_args!("{:#x}", regs.rip),

@@ -541,8 +541,8 @@ impl LinuxVm {
             if i == 0 {
                 boot::setup_boot_vcpu(vcpu.fd(), &entry, x2apic_boot)?;
             }
-            if spec.compat.assist_int3() {
-                vcpu.enable_int3_assist(ram.memory().clone());
+            if spec.compat.assist() {
+                vcpu.enable_compat_assist(ram.memory().clone());
             }
             control.add_kicker(vcpu.kicker());
             vcpus.push(vcpu);
