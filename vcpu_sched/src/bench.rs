@@ -1,0 +1,1 @@
+//! Bench runner.

@@ -1,0 +1,411 @@
+//! The invariant checker.
+//!
+//! [`Scheduler::snapshot_check`] locks every runqueue (in CPU order, so it
+//! waits for operations in progress to reach a consistent point) and checks
+//! what must hold whenever no runqueue lock is held:
+//!
+//! * no task lost: every task whose state says queued or running is on
+//!   exactly one runqueue, as the current task or in a queue, and on the
+//!   runqueue its `cpu` names; nothing else is on a runqueue;
+//! * no task running on two CPUs;
+//! * affinity respected: a queued task is on an allowed CPU; a running task
+//!   is on an allowed CPU or its CPU has been told to reschedule;
+//! * the bookkeeping agrees with the runqueues: cpupri levels and counts,
+//!   RT overload mask and count, idle masks and counts (per LLC and the
+//!   global count of LLCs with idle CPUs, with fix 4), group loads, and the
+//!   lock-free queue lengths.
+//!
+//! It also lists every RT task that waits while a CPU it may use runs
+//! something less urgent ([`RtWait`]). At a quiescent point (no wakeup,
+//! kick or balance in flight, as in a simulator after it has delivered
+//! every kick) there must be none: that is the "the highest-priority
+//! runnable RT tasks are the ones running" invariant. A live system always
+//! has some in flight, so [`InvariantChecker`] only reports an RT wait that
+//! persists unchanged (same waiting period of the task, no context switch
+//! on the CPU) for a grace period: a push or pull that never happens, or a
+//! kick that is lost.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cpumask::CpuMask;
+use crate::sched::Scheduler;
+use crate::task::{CpuId, TaskId, NR_PRI, PRI_FAIR, PRI_IDLE};
+use crate::tasks::{lock, ST_FREE, ST_QUEUED, ST_RUNNING, ST_WAKING};
+
+/// An RT task waiting while a CPU it may use runs something less urgent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RtWait {
+    /// The waiting task.
+    pub task: TaskId,
+    /// Its cpupri level (RT priority + 1).
+    pub task_pri: u32,
+    /// Its enqueue sequence number (tells waiting periods apart).
+    pub seq: u64,
+    /// The CPU it waits on.
+    pub on_cpu: CpuId,
+    /// A CPU it may use that runs a lower level.
+    pub cpu: CpuId,
+    /// That CPU's level.
+    pub cpu_pri: u32,
+    /// That CPU's context-switch count.
+    pub cpu_seq: u64,
+    /// Whether that CPU has been told to reschedule.
+    pub need_resched: bool,
+}
+
+/// What one snapshot found.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SnapshotReport {
+    /// Broken invariants, in words.
+    pub violations: Vec<String>,
+    /// RT tasks waiting while a lower-priority CPU they may use exists.
+    pub rt_waits: Vec<RtWait>,
+    /// Running tasks.
+    pub running: u32,
+    /// Queued tasks.
+    pub queued: u32,
+    /// Tasks on their way to a runqueue.
+    pub waking: u32,
+    /// Live tasks.
+    pub live: u32,
+    /// Idle CPUs.
+    pub idle_cpus: u32,
+}
+
+impl Scheduler {
+    /// Locks every runqueue and checks the invariants listed in
+    /// [`crate::check`]. Stops the whole scheduler for the duration: for
+    /// tests and debugging.
+    pub fn snapshot_check(&self) -> SnapshotReport {
+        let n = self.num_cpus();
+        let guards: Vec<_> = (0..n as u32).map(|c| self.lock_rq(c)).collect();
+        let mut r = SnapshotReport::default();
+        let mut v = Vec::new();
+        let cap = self.tasks.capacity();
+        // where each task was seen: (cpu, running)
+        let mut seen: Vec<Option<(u32, bool)>> = vec![None; cap];
+        let mut note = |v: &mut Vec<String>, id: u32, cpu: u32, running: bool| {
+            if let Some((c0, r0)) = seen[id as usize] {
+                v.push(format!(
+                    "task {id} is on CPU {c0} ({}) and on CPU {cpu} ({})",
+                    if r0 { "running" } else { "queued" },
+                    if running { "running" } else { "queued" }
+                ));
+            } else {
+                seen[id as usize] = Some((cpu, running));
+            }
+        };
+        let mut pri_count = vec![0u32; NR_PRI];
+        let mut pri_mask = vec![CpuMask::empty(); NR_PRI];
+        let mut rto_mask = CpuMask::empty();
+        for (cpu, rq) in guards.iter().enumerate() {
+            let cpu = cpu as u32;
+            let pc = &self.cpus[cpu as usize];
+            if let Some(c) = rq.curr {
+                note(&mut v, c, cpu, true);
+            }
+            for (id, _) in rq.rt.iter_by_prio() {
+                note(&mut v, id, cpu, false);
+            }
+            for (_, id) in rq.fair.iter() {
+                note(&mut v, id, cpu, false);
+            }
+            // registrations made under this lock
+            let reg = self.cpupri.get(cpu);
+            if reg != rq.curr_pri {
+                v.push(format!(
+                    "CPU {cpu}: cpupri has level {reg}, the runqueue {}",
+                    rq.curr_pri
+                ));
+            }
+            pri_count[reg as usize] += 1;
+            pri_mask[reg as usize].set(cpu);
+            if !rq.in_balance {
+                let want = rq.curr.map_or(PRI_IDLE, |c| self.t(c).policy().pri_idx());
+                if want != rq.curr_pri {
+                    v.push(format!(
+                        "CPU {cpu} runs level {want} but is registered at {}",
+                        rq.curr_pri
+                    ));
+                }
+                if rq.idle != rq.curr.is_none() {
+                    v.push(format!(
+                        "CPU {cpu}: idle flag {} with current task {:?}",
+                        rq.idle, rq.curr
+                    ));
+                }
+            }
+            if self.idle.is_idle(cpu) != rq.idle {
+                v.push(format!(
+                    "CPU {cpu}: idle tracker says {} but the runqueue {}",
+                    self.idle.is_idle(cpu),
+                    rq.idle
+                ));
+            }
+            r.idle_cpus += rq.idle as u32;
+            let pushable = rq
+                .rt
+                .iter_by_prio()
+                .filter(|&(i, _)| self.t(i).pushable.load(Ordering::Relaxed))
+                .count() as u32;
+            if pushable != rq.rt.nr_pushable {
+                v.push(format!(
+                    "CPU {cpu}: {pushable} pushable RT tasks queued, counted {}",
+                    rq.rt.nr_pushable
+                ));
+            }
+            if rq.overloaded != (rq.rt.nr_pushable > 0) {
+                v.push(format!(
+                    "CPU {cpu}: overloaded flag {} with {} pushable",
+                    rq.overloaded, rq.rt.nr_pushable
+                ));
+            }
+            if rq.overloaded {
+                rto_mask.set(cpu);
+            }
+            let hq = pc.hot.nr_queued.load(Ordering::Relaxed);
+            if hq != rq.nr_queued() {
+                v.push(format!(
+                    "CPU {cpu}: lock-free queue length {hq}, real {}",
+                    rq.nr_queued()
+                ));
+            }
+        }
+        for p in 0..NR_PRI as u32 {
+            if self.cpupri.count(p) != pri_count[p as usize] {
+                v.push(format!(
+                    "cpupri level {p}: count {} but {} CPUs registered",
+                    self.cpupri.count(p),
+                    pri_count[p as usize]
+                ));
+            }
+            if self.cpupri.mask(p) != pri_mask[p as usize] {
+                v.push(format!(
+                    "cpupri level {p}: mask {} but registered CPUs {}",
+                    self.cpupri.mask(p),
+                    pri_mask[p as usize]
+                ));
+            }
+        }
+        if self.rto.mask() != rto_mask || self.rto.count() != rto_mask.count() {
+            v.push(format!(
+                "RT overload mask {} count {}, runqueues say {}",
+                self.rto.mask(),
+                self.rto.count(),
+                rto_mask
+            ));
+        }
+        match self.idle.check_consistent() {
+            Ok(k) if k != r.idle_cpus => v.push(format!(
+                "idle tracker holds {k} CPUs, {} runqueues are idle",
+                r.idle_cpus
+            )),
+            Ok(_) => {}
+            Err(e) => v.push(e),
+        }
+        // tasks: states agree with what the runqueues hold; group loads
+        let mut load = vec![0i64; self.config().max_groups];
+        for id in 0..cap as u32 {
+            let t = self.t(id);
+            let code = t.code();
+            if code == ST_FREE {
+                continue;
+            }
+            r.live += 1;
+            let cpu = t.cpu.load(Ordering::Acquire);
+            match (code, seen[id as usize]) {
+                (ST_RUNNING, Some((c, true))) | (ST_QUEUED, Some((c, false))) => {
+                    if c != cpu {
+                        v.push(format!("task {id} is on CPU {c} but says CPU {cpu}"));
+                    }
+                    load[t.group.load(Ordering::Relaxed) as usize] += t.policy().weight() as i64;
+                    let aff = t.affinity();
+                    if !aff.contains(c) {
+                        let pending = self.cpus[c as usize]
+                            .hot
+                            .need_resched
+                            .load(Ordering::SeqCst);
+                        if code == ST_QUEUED || !pending {
+                            v.push(format!(
+                                "task {id} is {} on CPU {c} outside its affinity {aff}",
+                                if code == ST_QUEUED {
+                                    "queued"
+                                } else {
+                                    "running"
+                                }
+                            ));
+                        }
+                    }
+                    if code == ST_RUNNING {
+                        r.running += 1;
+                    } else {
+                        r.queued += 1;
+                    }
+                }
+                (ST_RUNNING, None) | (ST_QUEUED, None) => {
+                    v.push(format!(
+                    "task {id} is lost: its state says {} on CPU {cpu} but no runqueue holds it",
+                    if code == ST_RUNNING { "running" } else { "queued" }
+                ))
+                }
+                (_, Some((c, run))) => v.push(format!(
+                    "task {id} is {} on CPU {c} but its state is {}",
+                    if run { "current" } else { "queued" },
+                    crate::tasks::state_of(code).name()
+                )),
+                (ST_WAKING, None) => r.waking += 1,
+                _ => {}
+            }
+        }
+        for (g, &want) in load.iter().enumerate() {
+            let got = self.gload.total(g as u32);
+            if got != want {
+                v.push(format!(
+                    "group {g}: load {got} but its runnable tasks weigh {want}"
+                ));
+            }
+        }
+        // RT waits
+        for (cpu, rq) in guards.iter().enumerate() {
+            for (id, p) in rq.rt.iter_by_prio() {
+                let tp = p as u32 + PRI_FAIR;
+                let t = self.t(id);
+                let aff = *lock(&t.affinity);
+                let seq = t.enqueue_seq.load(Ordering::Relaxed);
+                for c in aff.iter() {
+                    let o = &guards[c as usize];
+                    if o.in_balance {
+                        continue;
+                    }
+                    let lower = if c as usize == cpu {
+                        o.curr_pri < tp
+                    } else {
+                        let queued_best = o.rt.highest().map_or(0, |x| x as u32 + PRI_FAIR);
+                        o.curr_pri < tp && queued_best < tp
+                    };
+                    if lower {
+                        r.rt_waits.push(RtWait {
+                            task: TaskId(id),
+                            task_pri: tp,
+                            seq,
+                            on_cpu: cpu as u32,
+                            cpu: c,
+                            cpu_pri: o.curr_pri,
+                            cpu_seq: self.cpus[c as usize].hot.switch_seq.load(Ordering::Relaxed),
+                            need_resched: self.cpus[c as usize]
+                                .hot
+                                .need_resched
+                                .load(Ordering::SeqCst),
+                        });
+                        break;
+                    }
+                }
+            }
+        }
+        drop(guards);
+        r.violations = v;
+        r
+    }
+}
+
+impl Scheduler {
+    /// Every runqueue in words (current task, level, waiting tasks), for
+    /// failure messages.
+    pub fn dump(&self) -> String {
+        let mut out = String::new();
+        for c in 0..self.num_cpus() as u32 {
+            let rq = self.lock_rq(c);
+            let rt: Vec<String> = rq
+                .rt
+                .iter_by_prio()
+                .map(|(t, p)| {
+                    format!(
+                        "{t}@{p}{}",
+                        if self.t(t).pushable.load(Ordering::Relaxed) {
+                            "p"
+                        } else {
+                            ""
+                        }
+                    )
+                })
+                .collect();
+            let fair: Vec<u32> = rq.fair.iter().map(|(_, t)| t).collect();
+            out.push_str(&format!(
+                "cpu {c}: curr {:?} level {} rt [{}] fair {:?} ovl {} nr {}\n",
+                rq.curr,
+                rq.curr_pri,
+                rt.join(" "),
+                fair,
+                rq.overloaded,
+                self.cpus[c as usize]
+                    .hot
+                    .need_resched
+                    .load(Ordering::Relaxed)
+            ));
+        }
+        out
+    }
+}
+
+/// A stress-test companion: takes snapshots, keeps every violation, and
+/// reports an RT wait only when it persists for `grace_ns`.
+#[derive(Debug)]
+pub struct InvariantChecker {
+    grace_ns: u64,
+    first_seen: HashMap<(u32, u64, u32, u64), u64>,
+    /// Violations found so far (structural ones at once, RT waits after
+    /// the grace period).
+    pub violations: Vec<String>,
+    /// Snapshots taken.
+    pub checks: u64,
+    /// RT waits seen in any snapshot (transient ones included).
+    pub rt_waits_seen: u64,
+}
+
+impl InvariantChecker {
+    /// A checker that tolerates an RT wait for `grace_ns`.
+    pub fn new(grace_ns: u64) -> Self {
+        Self {
+            grace_ns,
+            first_seen: HashMap::new(),
+            violations: Vec::new(),
+            checks: 0,
+            rt_waits_seen: 0,
+        }
+    }
+
+    /// Takes one snapshot at time `now`; returns how many new violations it
+    /// found.
+    pub fn observe(&mut self, s: &Scheduler, now: u64) -> usize {
+        let r = s.snapshot_check();
+        self.checks += 1;
+        let before = self.violations.len();
+        self.violations.extend(r.violations);
+        self.rt_waits_seen += r.rt_waits.len() as u64;
+        let mut keep = HashMap::new();
+        for w in r.rt_waits {
+            let key = (w.task.0, w.seq, w.cpu, w.cpu_seq);
+            let first = *self.first_seen.get(&key).unwrap_or(&now);
+            if now.saturating_sub(first) >= self.grace_ns {
+                self.violations.push(format!(
+                    "RT task {} (level {}) has waited on CPU {} for {} ms while CPU {} \
+                     it may use runs level {} without switching (need_resched={})",
+                    w.task.0,
+                    w.task_pri,
+                    w.on_cpu,
+                    now.saturating_sub(first) / 1_000_000,
+                    w.cpu,
+                    w.cpu_pri,
+                    w.need_resched
+                ));
+            } else {
+                keep.insert(key, first);
+            }
+        }
+        self.first_seen = keep;
+        self.violations.len() - before
+    }
+}

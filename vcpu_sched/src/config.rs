@@ -1,0 +1,73 @@
+//! Tunables of the scheduler core. Defaults follow Linux where it has an
+//! equivalent.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, SchedError};
+
+/// Scheduler tunables.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedConfig {
+    /// Capacity of the task table.
+    pub max_tasks: usize,
+    /// Capacity of the group table.
+    pub max_groups: usize,
+    /// CPUs per shared-runqueue shard when fix 3 is on (default 6, as measured).
+    pub shard_size: usize,
+    /// With fix 1, also split each cpupri mask per NUMA node.
+    pub cpupri_node_masks: bool,
+    /// RR time slice (Linux: 100 ms).
+    pub rr_timeslice_ns: u64,
+    /// Fair scheduling period target (Linux `sched_latency`: 6 ms).
+    pub fair_latency_ns: u64,
+    /// Shortest fair slice (Linux `sched_min_granularity`: 0.75 ms).
+    pub fair_min_granularity_ns: u64,
+    /// A woken fair task preempts when its virtual runtime is this much
+    /// behind the current one (Linux `sched_wakeup_granularity`: 1 ms).
+    pub wakeup_granularity_ns: u64,
+    /// How often a busy CPU with waiting tasks looks for an idle CPU to kick
+    /// (idle load balancing).
+    pub balance_interval_ns: u64,
+    /// How many CPUs an idle CPU looks at when it steals work.
+    pub steal_scan_limit: usize,
+}
+
+impl Default for SchedConfig {
+    fn default() -> Self {
+        Self {
+            max_tasks: 4096,
+            max_groups: 1024,
+            shard_size: 6,
+            cpupri_node_masks: true,
+            rr_timeslice_ns: 100_000_000,
+            fair_latency_ns: 6_000_000,
+            fair_min_granularity_ns: 750_000,
+            wakeup_granularity_ns: 1_000_000,
+            balance_interval_ns: 4_000_000,
+            steal_scan_limit: 64,
+        }
+    }
+}
+
+impl SchedConfig {
+    /// Checks the ranges.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |s: String| Err(SchedError::Config(s));
+        if self.max_tasks == 0 || self.max_tasks > (u32::MAX / 2) as usize {
+            return bad(format!("max_tasks {} must be 1..2^31", self.max_tasks));
+        }
+        if self.max_groups == 0 || self.max_groups > 1 << 20 {
+            return bad(format!("max_groups {} must be 1..=2^20", self.max_groups));
+        }
+        if self.shard_size == 0 {
+            return bad("shard_size must be at least 1 (default 6)".into());
+        }
+        if self.fair_min_granularity_ns == 0 || self.rr_timeslice_ns == 0 {
+            return bad("time slices must be positive".into());
+        }
+        if self.steal_scan_limit == 0 {
+            return bad("steal_scan_limit must be at least 1".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,581 @@
+//! Deterministic tests of the core, driven single-threaded: every kick is
+//! delivered by calling `schedule` on the kicked CPU until nothing needs
+//! attention ("settled"), which is a quiescent point where every invariant,
+//! including the RT priority one, must hold exactly.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use topology::HostTopology;
+
+use crate::topo::tests::hand_topo;
+use crate::*;
+
+/// Records kicks.
+#[derive(Default)]
+pub(crate) struct RecKick(Mutex<BTreeSet<u32>>);
+
+impl Kicker for RecKick {
+    fn kick(&self, cpu: CpuId) {
+        self.0.lock().unwrap().insert(cpu);
+    }
+}
+
+/// xorshift64*, deterministic and dependency-free.
+pub(crate) struct Rng(u64);
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub(crate) fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+pub(crate) struct Sim {
+    pub(crate) s: Scheduler,
+    k: Arc<RecKick>,
+    pub(crate) now: u64,
+}
+
+impl Sim {
+    pub(crate) fn new(t: HostTopology, mit: Mitigations) -> Self {
+        let k = Arc::new(RecKick::default());
+        let s = Scheduler::new(Arc::new(t), mit, SchedConfig::default(), k.clone()).unwrap();
+        Sim { s, k, now: 1_000 }
+    }
+
+    /// Delivers kicks until no CPU needs attention. Checks that every CPU
+    /// needing attention was kicked (no lost kick).
+    pub(crate) fn settle(&mut self) {
+        let n = self.s.num_cpus() as u32;
+        for _ in 0..10_000 {
+            let kicked = std::mem::take(&mut *self.k.0.lock().unwrap());
+            let need: Vec<u32> = (0..n).filter(|&c| self.s.needs_attention(c)).collect();
+            for c in &need {
+                assert!(
+                    kicked.contains(c),
+                    "CPU {c} needs attention but was never kicked"
+                );
+            }
+            if need.is_empty() {
+                return;
+            }
+            for c in need {
+                self.now += 100;
+                self.s.schedule(c, Prev::Keep, self.now);
+            }
+        }
+        panic!("the scheduler does not settle");
+    }
+
+    pub(crate) fn strict(&self, what: &str) {
+        let r = self.s.snapshot_check();
+        assert!(r.violations.is_empty(), "{what}: {:#?}", r.violations);
+        assert!(
+            r.rt_waits.is_empty(),
+            "{what}: RT waits at a quiescent point: {:#?}\n{}",
+            r.rt_waits,
+            self.s.dump()
+        );
+    }
+
+    fn running(&self) -> Vec<(u32, TaskId)> {
+        (0..self.s.num_cpus() as u32)
+            .filter_map(|c| self.s.current(c).map(|t| (c, t)))
+            .collect()
+    }
+}
+
+fn topo16() -> HostTopology {
+    hand_topo(2, 2, 2, 2)
+}
+
+fn all_sets() -> Vec<Mitigations> {
+    Mitigations::seeds_variants()
+}
+
+#[test]
+fn prio_99_preempts_prio_1_on_one_cpu() {
+    for mit in all_sets() {
+        let mut sim = Sim::new(hand_topo(1, 1, 1, 1), mit);
+        let lo = sim
+            .s
+            .add_task(&TaskSpec::new("lo").policy(Policy::Fifo(1)), 0)
+            .unwrap();
+        let hi = sim
+            .s
+            .add_task(&TaskSpec::new("hi").policy(Policy::Fifo(99)), 0)
+            .unwrap();
+        assert!(sim.s.wake(lo, None, sim.now).unwrap());
+        sim.settle();
+        assert_eq!(sim.s.current(0), Some(lo));
+        assert!(sim.s.wake(hi, Some(0), sim.now).unwrap());
+        sim.settle();
+        assert_eq!(sim.s.current(0), Some(hi), "{mit}");
+        assert_eq!(sim.s.task_state(lo).unwrap(), TaskState::Queued);
+        sim.strict("99 running");
+        sim.now += 10;
+        assert_eq!(sim.s.schedule(0, Prev::Block, sim.now), Pick::Switch(lo));
+        sim.now += 10;
+        assert_eq!(sim.s.schedule(0, Prev::Block, sim.now), Pick::Idle);
+        sim.settle();
+        sim.strict("all idle");
+        let st = sim.s.task_stats(lo).unwrap();
+        assert_eq!(st.runs, 2);
+        assert_eq!(st.preemptions, 1);
+        assert_eq!(st.wake_to_run.count(), 1);
+    }
+}
+
+#[test]
+fn rt_top_tasks_run_everywhere() {
+    for mit in all_sets() {
+        let mut sim = Sim::new(topo16(), mit);
+        let mut ids = Vec::new();
+        for i in 0..40u32 {
+            let p = Policy::Fifo((i * 7 % 99 + 1) as u8);
+            ids.push((
+                sim.s
+                    .add_task(&TaskSpec::new(format!("t{i}")).policy(p), 0)
+                    .unwrap(),
+                p,
+            ));
+        }
+        for (k, (id, _)) in ids.iter().enumerate() {
+            sim.now += 50;
+            sim.s.wake(*id, Some((k % 16) as u32), sim.now).unwrap();
+            if k % 5 == 0 {
+                sim.settle();
+                sim.strict("while waking");
+            }
+        }
+        sim.settle();
+        sim.strict("all woken");
+        let mut prios: Vec<u8> = ids.iter().map(|(_, p)| p.rt_prio()).collect();
+        prios.sort_unstable_by(|a, b| b.cmp(a));
+        let mut running: Vec<u8> = sim
+            .running()
+            .iter()
+            .map(|(_, t)| sim.s.task_policy(*t).unwrap().rt_prio())
+            .collect();
+        running.sort_unstable_by(|a, b| b.cmp(a));
+        assert_eq!(
+            running,
+            prios[..16].to_vec(),
+            "{mit}: the 16 most urgent run"
+        );
+    }
+}
+
+#[test]
+fn pending_wake_cancels_block() {
+    let mut sim = Sim::new(hand_topo(1, 1, 1, 2), Mitigations::none());
+    let t = sim.s.add_task(&TaskSpec::new("t"), 0).unwrap();
+    sim.s.wake(t, None, 10).unwrap();
+    sim.settle();
+    let cpu = sim.s.task_cpu(t).unwrap();
+    assert_eq!(sim.s.current(cpu), Some(t));
+    assert!(!sim.s.wake(t, Some(cpu), 20).unwrap(), "already awake");
+    assert_eq!(sim.s.schedule(cpu, Prev::Block, 30), Pick::Same);
+    assert_eq!(sim.s.task_state(t).unwrap(), TaskState::Running);
+    assert_eq!(sim.s.schedule(cpu, Prev::Block, 40), Pick::Idle);
+    assert_eq!(sim.s.task_state(t).unwrap(), TaskState::Blocked);
+    sim.settle();
+    sim.strict("end");
+}
+
+#[test]
+fn fair_tasks_share_by_weight() {
+    let mut sim = Sim::new(hand_topo(1, 1, 1, 1), Mitigations::all());
+    let a = sim
+        .s
+        .add_task(&TaskSpec::new("a").policy(Policy::Fair(1024)), 0)
+        .unwrap();
+    let b = sim
+        .s
+        .add_task(&TaskSpec::new("b").policy(Policy::Fair(2048)), 0)
+        .unwrap();
+    sim.s.wake(a, None, sim.now).unwrap();
+    sim.s.wake(b, None, sim.now).unwrap();
+    sim.settle();
+    for _ in 0..3000 {
+        sim.now += 100_000;
+        sim.s.tick(0, sim.now);
+        sim.settle();
+    }
+    let ra = sim.s.task_stats(a).unwrap().running_ns as f64;
+    let rb = sim.s.task_stats(b).unwrap().running_ns as f64;
+    let ratio = rb / ra;
+    assert!(
+        (1.6..2.5).contains(&ratio),
+        "weight 2:1 got {ratio:.2} ({ra} vs {rb})"
+    );
+    sim.strict("end");
+}
+
+#[test]
+fn rr_rotates_equal_priorities() {
+    let mut sim = Sim::new(hand_topo(1, 1, 1, 1), Mitigations::none());
+    let a = sim
+        .s
+        .add_task(&TaskSpec::new("a").policy(Policy::Rr(10)), 0)
+        .unwrap();
+    let b = sim
+        .s
+        .add_task(&TaskSpec::new("b").policy(Policy::Rr(10)), 0)
+        .unwrap();
+    let f = sim
+        .s
+        .add_task(&TaskSpec::new("f").policy(Policy::Fifo(10)), 0)
+        .unwrap();
+    sim.s.wake(a, None, sim.now).unwrap();
+    sim.s.wake(b, None, sim.now).unwrap();
+    sim.settle();
+    let first = sim.s.current(0).unwrap();
+    sim.now += 150_000_000;
+    sim.s.tick(0, sim.now);
+    sim.settle();
+    assert_ne!(
+        sim.s.current(0).unwrap(),
+        first,
+        "RR slice expired: the peer runs"
+    );
+    // FIFO never rotates by time
+    sim.s.schedule(0, Prev::Block, sim.now);
+    sim.s.schedule(0, Prev::Block, sim.now);
+    sim.s.wake(f, None, sim.now).unwrap();
+    sim.s.wake(a, None, sim.now).unwrap();
+    sim.settle();
+    let cur = sim.s.current(0).unwrap();
+    sim.now += 500_000_000;
+    sim.s.tick(0, sim.now);
+    sim.settle();
+    if cur == f {
+        assert_eq!(sim.s.current(0), Some(f), "FIFO keeps the CPU");
+    }
+    sim.strict("end");
+}
+
+#[test]
+fn affinity_moves_queued_and_running_tasks() {
+    for mit in [Mitigations::none(), Mitigations::all()] {
+        let mut sim = Sim::new(topo16(), mit);
+        let ids: Vec<TaskId> = (0..3)
+            .map(|i| {
+                sim.s
+                    .add_task(
+                        &TaskSpec::new(format!("t{i}"))
+                            .policy(Policy::Fifo(50))
+                            .affinity(CpuMask::single(3)),
+                        0,
+                    )
+                    .unwrap()
+            })
+            .collect();
+        for &t in &ids {
+            sim.s.wake(t, Some(0), sim.now).unwrap();
+        }
+        sim.settle();
+        sim.strict("pinned");
+        assert_eq!(sim.running(), vec![(3, ids[0])]);
+        // widen: the waiting ones spread out at once
+        for &t in &ids {
+            sim.s
+                .set_affinity(t, &"0-15".parse().unwrap(), sim.now)
+                .unwrap();
+            sim.settle();
+            sim.strict("widened");
+        }
+        assert_eq!(sim.running().len(), 3);
+        // move the running one away from its CPU
+        let (cpu, t) = sim.running()[0];
+        let dest: CpuMask = if cpu == 12 {
+            "13".parse().unwrap()
+        } else {
+            "12".parse().unwrap()
+        };
+        sim.s.set_affinity(t, &dest, sim.now).unwrap();
+        assert!(sim.s.needs_attention(cpu));
+        sim.settle();
+        sim.strict("moved");
+        assert_eq!(sim.s.task_cpu(t).unwrap(), dest.first().unwrap());
+        assert_eq!(sim.s.current(dest.first().unwrap()), Some(t));
+        // bad masks are errors that name the problem
+        let e = sim
+            .s
+            .set_affinity(t, &CpuMask::empty(), 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("empty"), "{e}");
+        let e = sim
+            .s
+            .set_affinity(t, &"99".parse().unwrap(), 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not managed"), "{e}");
+    }
+}
+
+#[test]
+fn l2_rule_decides_direct_or_queued() {
+    // 4 and 5 share an L2, 4 and 6 only the LLC
+    for (mit, direct_to_6) in [
+        (Mitigations::none(), true),
+        (Mitigations::only(Fix::L2Wake), false),
+    ] {
+        let mut sim = Sim::new(topo16(), mit);
+        let t = sim
+            .s
+            .add_task(&TaskSpec::new("t").affinity(CpuMask::single(6)), 0)
+            .unwrap();
+        let before = sim.s.counters();
+        sim.s.wake(t, Some(4), sim.now).unwrap();
+        let d = sim.s.counters().since(&before);
+        assert_eq!(d.wake_direct == 1, direct_to_6, "{mit}");
+        assert_eq!(d.wake_queued == 1, !direct_to_6, "{mit}");
+        sim.settle();
+        assert_eq!(sim.s.current(6), Some(t));
+        sim.strict("woken");
+    }
+}
+
+#[test]
+fn idle_balance_and_shared_runqueue_spread_fair_work() {
+    for mit in [Mitigations::none(), Mitigations::all()] {
+        let mut sim = Sim::new(topo16(), mit);
+        let ids: Vec<TaskId> = (0..6)
+            .map(|i| {
+                sim.s
+                    .add_task(
+                        &TaskSpec::new(format!("f{i}")).affinity(CpuMask::single(0)),
+                        0,
+                    )
+                    .unwrap()
+            })
+            .collect();
+        for &t in &ids {
+            sim.s.wake(t, Some(0), sim.now).unwrap();
+        }
+        sim.settle();
+        assert_eq!(sim.running().len(), 1);
+        for &t in &ids {
+            sim.s
+                .set_affinity(t, &"0-15".parse().unwrap(), sim.now)
+                .unwrap();
+        }
+        sim.settle();
+        for _ in 0..20 {
+            sim.now += 5_000_000;
+            for c in 0..16 {
+                sim.s.tick(c, sim.now);
+            }
+            sim.settle();
+        }
+        sim.strict("balanced");
+        let c = sim.s.counters();
+        assert!(
+            c.balance_kicks > 0 && c.steals + c.shared_pops > 0,
+            "{mit}: {c:?}"
+        );
+        assert_eq!(sim.running().len(), 6, "{mit}: every task got a CPU");
+    }
+}
+
+#[test]
+fn groups_and_errors() {
+    let sim = Sim::new(hand_topo(1, 1, 1, 2), Mitigations::none());
+    let g = sim.s.create_group("vm1").unwrap();
+    let t = sim.s.add_task(&TaskSpec::new("v").group(g), 0).unwrap();
+    assert!(sim
+        .s
+        .remove_group(g)
+        .unwrap_err()
+        .to_string()
+        .contains("still has 1"));
+    assert!(sim.s.remove_group(GroupId::ROOT).is_err());
+    sim.s.wake(t, None, 5).unwrap();
+    assert!(
+        sim.s.remove_task(t).is_err(),
+        "a waking task cannot be removed"
+    );
+    let e = sim
+        .s
+        .add_task(&TaskSpec::new("x").policy(Policy::Fifo(0)), 0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("1..=99"), "{e}");
+    let e = sim
+        .s
+        .add_task(&TaskSpec::new("x").group(GroupId(77)), 0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no such group 77"), "{e}");
+    assert!(sim.s.wake(TaskId(4000), None, 0).is_err());
+    assert_eq!(sim.s.groups().len(), 2);
+}
+
+/// Random operations on many topologies and every mitigation set, with
+/// the strict check after every settle.
+#[test]
+fn random_ops_keep_every_invariant() {
+    let topos = [
+        ("2x2x2x2", topo16()),
+        ("single-cpu-llcs", hand_topo(2, 4, 1, 1)),
+        ("one-cpu", hand_topo(1, 1, 1, 1)),
+        ("big-llc", hand_topo(1, 1, 10, 2)),
+    ];
+    for (tn, topo) in topos {
+        for (mi, mit) in all_sets().into_iter().enumerate() {
+            random_run(topo.clone(), mit, 1500, 7 + mi as u64, tn);
+        }
+    }
+}
+
+pub(crate) fn random_run(topo: HostTopology, mit: Mitigations, ops: usize, seed: u64, tn: &str) {
+    let n = topo.num_cpus() as u64;
+    let mut sim = Sim::new(topo, mit);
+    let mut rng = Rng::new(seed);
+    let groups: Vec<GroupId> = (0..3)
+        .map(|i| sim.s.create_group(&format!("g{i}")).unwrap())
+        .collect();
+    let mut live: Vec<TaskId> = Vec::new();
+    let spawn = |sim: &mut Sim, rng: &mut Rng, live: &mut Vec<TaskId>| {
+        let pol = match rng.below(10) {
+            0..=3 => Policy::Fair([512, 1024, 2048][rng.below(3) as usize]),
+            4..=6 => Policy::Fifo(rng.below(99) as u8 + 1),
+            _ => Policy::Rr(rng.below(99) as u8 + 1),
+        };
+        let mut spec = TaskSpec::new("r")
+            .policy(pol)
+            .group(groups[rng.below(3) as usize]);
+        if rng.below(4) == 0 {
+            let a = rng.below(n) as u32;
+            let b = (a + rng.below(3) as u32).min(n as u32 - 1);
+            spec = spec.affinity(CpuMask::from_cpus(a..=b));
+        }
+        live.push(sim.s.add_task(&spec, sim.now).unwrap());
+    };
+    for _ in 0..(n * 3).max(6) {
+        spawn(&mut sim, &mut rng, &mut live);
+    }
+    for op in 0..ops {
+        sim.now += 1 + rng.below(300_000);
+        let cpu = rng.below(n) as u32;
+        match rng.below(100) {
+            0..=29 => {
+                let t = live[rng.below(live.len() as u64) as usize];
+                let waker = if rng.below(3) == 0 {
+                    None
+                } else {
+                    Some(rng.below(n) as u32)
+                };
+                sim.s.wake(t, waker, sim.now).unwrap();
+            }
+            30..=49 => {
+                if sim.s.current(cpu).is_some() {
+                    sim.s.schedule(cpu, Prev::Block, sim.now);
+                }
+            }
+            50..=57 => {
+                if sim.s.current(cpu).is_some() {
+                    sim.s.schedule(cpu, Prev::Yield, sim.now);
+                }
+            }
+            58..=69 => {
+                for c in 0..n as u32 {
+                    sim.s.tick(c, sim.now);
+                }
+            }
+            70..=79 => {
+                let t = live[rng.below(live.len() as u64) as usize];
+                let a = rng.below(n) as u32;
+                let b = (a + rng.below(n) as u32).min(n as u32 - 1);
+                sim.s
+                    .set_affinity(t, &CpuMask::from_cpus(a..=b), sim.now)
+                    .unwrap();
+            }
+            80..=84 => {
+                if let Some(t) = sim.s.current(cpu) {
+                    sim.s.schedule(cpu, Prev::Exit, sim.now);
+                    sim.s.remove_task(t).unwrap();
+                    live.retain(|x| *x != t);
+                    spawn(&mut sim, &mut rng, &mut live);
+                }
+            }
+            _ => {
+                // a wake burst
+                for _ in 0..4 {
+                    let t = live[rng.below(live.len() as u64) as usize];
+                    sim.s.wake(t, Some(rng.below(n) as u32), sim.now).unwrap();
+                }
+            }
+        }
+        if rng.below(3) == 0 {
+            // sometimes check an unsettled state too: structural invariants
+            // hold at every unlock
+            let r = sim.s.snapshot_check();
+            assert!(
+                r.violations.is_empty(),
+                "{tn} {mit} op {op}: {:#?}",
+                r.violations
+            );
+        }
+        sim.settle();
+        sim.strict(&format!("{tn} {mit} op {op}"));
+    }
+    // wind down: everybody blocks, nothing is lost, all bookkeeping returns
+    // to the all-idle state
+    for _ in 0..10_000 {
+        let run = sim.running();
+        if run.is_empty() {
+            break;
+        }
+        for (c, _) in run {
+            sim.now += 10;
+            sim.s.schedule(c, Prev::Block, sim.now);
+        }
+        sim.settle();
+    }
+    sim.strict(&format!("{tn} {mit} end"));
+    let r = sim.s.snapshot_check();
+    assert_eq!(r.idle_cpus as u64, n, "{tn} {mit}: all CPUs idle");
+    assert_eq!(r.running + r.queued + r.waking, 0);
+    assert_eq!(
+        r.live as usize,
+        live.len(),
+        "no task vanished from the table"
+    );
+    for g in sim.s.groups() {
+        assert_eq!(g.load, 0, "{tn} {mit}: group {} load", g.name);
+    }
+    for t in live {
+        assert_eq!(sim.s.task_state(t).unwrap(), TaskState::Blocked);
+    }
+}
+
+/// A longer soak of the same check over more seeds (run with `--ignored`).
+#[test]
+#[ignore]
+fn random_ops_soak() {
+    for seed in 100..130u64 {
+        for (i, mit) in all_sets().into_iter().enumerate() {
+            random_run(topo16(), mit, 3000, seed * 31 + i as u64, "soak16");
+            random_run(
+                hand_topo(2, 3, 2, 1),
+                mit,
+                2000,
+                seed * 17 + i as u64,
+                "soak12",
+            );
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! Typed errors of the scheduler crate. Messages name the problem and how to
+//! fix it: they reach users of the `vmm` CLI unchanged.
+
+use crate::mitigations::Fix;
+
+/// Anything that can go wrong when building or driving the scheduler.
+#[derive(Debug, thiserror::Error)]
+pub enum SchedError {
+    /// The topology could not be loaded.
+    #[error(transparent)]
+    Topology(#[from] topology::TopologyError),
+
+    /// The topology has more CPUs than a [`crate::CpuMask`] holds.
+    #[error("the topology has {cpus} CPUs; this scheduler handles at most {max}")]
+    TooManyCpus {
+        /// CPUs in the topology.
+        cpus: usize,
+        /// [`crate::MAX_CPUS`].
+        max: usize,
+    },
+
+    /// A mitigation set string could not be parsed.
+    #[error(
+        "unknown mitigation set {input:?}: {reason}. Use none, all, only:FIX or all-but:FIX \
+         (FIX one of {fixes}, several joined with commas)"
+    )]
+    Mitigations {
+        /// What the user wrote.
+        input: String,
+        /// What is wrong with it.
+        reason: String,
+        /// The valid fix names.
+        fixes: String,
+    },
+
+    /// A task priority or weight is out of range.
+    #[error("invalid scheduling policy: {0}")]
+    Policy(String),
+
+    /// An affinity mask is empty or names CPUs the scheduler does not manage.
+    #[error("invalid affinity {mask}: {reason}")]
+    Affinity {
+        /// The mask as a CPU list.
+        mask: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The task table is full.
+    #[error("too many tasks: the scheduler was built for {0}; raise SchedConfig::max_tasks")]
+    TooManyTasks(usize),
+
+    /// The group table is full.
+    #[error("too many groups: the scheduler was built for {0}; raise SchedConfig::max_groups")]
+    TooManyGroups(usize),
+
+    /// A task or group id that does not name a live task or group.
+    #[error("no such {what} {id}")]
+    NoSuch {
+        /// `task` or `group`.
+        what: &'static str,
+        /// The id.
+        id: u32,
+    },
+
+    /// The task is in a state that does not allow the operation.
+    #[error("task {task} cannot {op} while {state}")]
+    BadState {
+        /// The task.
+        task: u32,
+        /// The operation.
+        op: &'static str,
+        /// The state it was in.
+        state: &'static str,
+    },
+
+    /// A configuration value is out of range.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+
+    /// A workload or comparison was asked for with bad parameters.
+    #[error("invalid workload request: {0}")]
+    Workload(String),
+
+    /// An OS call of the threads executor failed.
+    #[error("{context}: {source}")]
+    Os {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The invariant checker found violations.
+    #[error("scheduler invariants violated ({count} violations), first: {first}")]
+    Invariant {
+        /// How many.
+        count: usize,
+        /// The first one, in words.
+        first: String,
+    },
+}
+
+impl SchedError {
+    pub(crate) fn mitigations(input: &str, reason: impl Into<String>) -> Self {
+        SchedError::Mitigations {
+            input: input.to_string(),
+            reason: reason.into(),
+            fixes: Fix::ALL
+                .iter()
+                .map(|f| f.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+}
+
+/// Result alias for this crate.
+pub type Result<T, E = SchedError> = std::result::Result<T, E>;

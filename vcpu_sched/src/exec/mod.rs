@@ -1,0 +1,1 @@
+//! Executors (threads executor arrives next).

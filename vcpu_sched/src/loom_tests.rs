@@ -1,0 +1,1 @@
+//! loom model checks (filled in with the loom step).

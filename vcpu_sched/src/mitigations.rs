@@ -1,0 +1,333 @@
+//! The six contention fixes as one switchboard.
+//!
+//! Each fix is a field of [`Mitigations`]. [`Mitigations::none`] is the
+//! kernel's behaviour before the patches, [`Mitigations::all`] turns every
+//! fix on. The string forms, used on command lines, are
+//!
+//! | form              | meaning                              |
+//! |-------------------|--------------------------------------|
+//! | `none`            | baseline                             |
+//! | `all`             | every fix                            |
+//! | `only:X[,Y..]`    | just the named fixes                 |
+//! | `all-but:X[,Y..]` | every fix except the named ones      |
+//!
+//! with the short fix names of [`Fix::name`]: `cpupri`, `rto`, `shardrq`,
+//! `llcidle`, `l2wake`, `grpload`. [`Display`](std::fmt::Display) writes the
+//! shortest of these forms, and parsing it gives the same value back.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::SchedError;
+
+/// One fix, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fix {
+    /// 1: cpupri counts and masks on separate cache lines, hot vectors padded
+    /// apart, masks optionally split per NUMA node ([`crate::fixes::cpupri_split`]).
+    CpuPri,
+    /// 2: per-node RT overload count and flag, hot root-domain fields away
+    /// from read-mostly ones ([`crate::fixes::rto_node`]).
+    Rto,
+    /// 3: sharded per-LLC shared runqueue ([`crate::fixes::shard_rq`]).
+    ShardRq,
+    /// 4: per-LLC idle mask and count ([`crate::fixes::llc_idle`]).
+    LlcIdle,
+    /// 5: direct wakeup enqueue only within an L2 ([`crate::fixes::l2_wake`]).
+    L2Wake,
+    /// 6: per-node group load ([`crate::fixes::node_group_load`]).
+    GrpLoad,
+}
+
+impl Fix {
+    /// Every fix, in the order of the design notes.
+    pub const ALL: [Fix; 6] = [
+        Fix::CpuPri,
+        Fix::Rto,
+        Fix::ShardRq,
+        Fix::LlcIdle,
+        Fix::L2Wake,
+        Fix::GrpLoad,
+    ];
+
+    /// The short name used in mitigation strings.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fix::CpuPri => "cpupri",
+            Fix::Rto => "rto",
+            Fix::ShardRq => "shardrq",
+            Fix::LlcIdle => "llcidle",
+            Fix::L2Wake => "l2wake",
+            Fix::GrpLoad => "grpload",
+        }
+    }
+
+    /// One line saying what the fix does.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Fix::CpuPri => "cpupri counts and masks on separate cache lines, per-node masks",
+            Fix::Rto => "per-node RT overload count and flag",
+            Fix::ShardRq => "per-LLC shared runqueue split into shards",
+            Fix::LlcIdle => "per-LLC idle mask and count",
+            Fix::L2Wake => "direct wakeup enqueue only when waker and target share an L2",
+            Fix::GrpLoad => "per-node group load",
+        }
+    }
+}
+
+impl fmt::Display for Fix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Fix {
+    type Err = SchedError;
+    fn from_str(s: &str) -> Result<Self, SchedError> {
+        let t = s.trim();
+        Fix::ALL
+            .iter()
+            .copied()
+            .find(|f| f.name().eq_ignore_ascii_case(t))
+            .ok_or_else(|| SchedError::mitigations(s, format!("{t:?} is not a fix name")))
+    }
+}
+
+/// Which fixes are on. Build with [`none`](Self::none), [`all`](Self::all),
+/// [`only`](Self::only), [`all_but`](Self::all_but) or by parsing a string.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Mitigations {
+    /// Fix 1, cpupri split.
+    pub cpupri_split: bool,
+    /// Fix 2, per-node RT overload tracking.
+    pub rto_per_node: bool,
+    /// Fix 3, sharded shared runqueue.
+    pub sharded_shared_rq: bool,
+    /// Fix 4, per-LLC idle tracking.
+    pub llc_idle: bool,
+    /// Fix 5, L2-local direct wakeups.
+    pub l2_wakeup: bool,
+    /// Fix 6, per-node group load.
+    pub node_group_load: bool,
+}
+
+impl Mitigations {
+    /// The baseline: the kernel's behaviour before the patches.
+    pub const fn none() -> Self {
+        Self {
+            cpupri_split: false,
+            rto_per_node: false,
+            sharded_shared_rq: false,
+            llc_idle: false,
+            l2_wakeup: false,
+            node_group_load: false,
+        }
+    }
+
+    /// Every fix on.
+    pub const fn all() -> Self {
+        Self {
+            cpupri_split: true,
+            rto_per_node: true,
+            sharded_shared_rq: true,
+            llc_idle: true,
+            l2_wakeup: true,
+            node_group_load: true,
+        }
+    }
+
+    /// Just `fix`.
+    pub fn only(fix: Fix) -> Self {
+        Self::none().with(fix, true)
+    }
+
+    /// Every fix but `fix`.
+    pub fn all_but(fix: Fix) -> Self {
+        Self::all().with(fix, false)
+    }
+
+    /// This set with `fix` turned on or off.
+    pub fn with(mut self, fix: Fix, on: bool) -> Self {
+        *self.field(fix) = on;
+        self
+    }
+
+    /// Is `fix` on?
+    pub fn has(&self, fix: Fix) -> bool {
+        let mut c = *self;
+        *c.field(fix)
+    }
+
+    fn field(&mut self, fix: Fix) -> &mut bool {
+        match fix {
+            Fix::CpuPri => &mut self.cpupri_split,
+            Fix::Rto => &mut self.rto_per_node,
+            Fix::ShardRq => &mut self.sharded_shared_rq,
+            Fix::LlcIdle => &mut self.llc_idle,
+            Fix::L2Wake => &mut self.l2_wakeup,
+            Fix::GrpLoad => &mut self.node_group_load,
+        }
+    }
+
+    /// The fixes that are on.
+    pub fn enabled(&self) -> Vec<Fix> {
+        Fix::ALL.iter().copied().filter(|f| self.has(*f)).collect()
+    }
+
+    /// The comparison set of the seeds: baseline, each fix alone, and all.
+    pub fn seeds_variants() -> Vec<Mitigations> {
+        let mut v = vec![Self::none()];
+        v.extend(Fix::ALL.iter().map(|f| Self::only(*f)));
+        v.push(Self::all());
+        v
+    }
+}
+
+fn join(fixes: &[Fix]) -> String {
+    fixes.iter().map(|f| f.name()).collect::<Vec<_>>().join(",")
+}
+
+impl fmt::Display for Mitigations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let on = self.enabled();
+        let off: Vec<Fix> = Fix::ALL.iter().copied().filter(|x| !self.has(*x)).collect();
+        if on.is_empty() {
+            f.write_str("none")
+        } else if off.is_empty() {
+            f.write_str("all")
+        } else if on.len() <= off.len() {
+            write!(f, "only:{}", join(&on))
+        } else {
+            write!(f, "all-but:{}", join(&off))
+        }
+    }
+}
+
+impl FromStr for Mitigations {
+    type Err = SchedError;
+    fn from_str(s: &str) -> Result<Self, SchedError> {
+        let t = s.trim();
+        let parse_list = |list: &str| -> Result<Vec<Fix>, SchedError> {
+            if list.trim().is_empty() {
+                return Err(SchedError::mitigations(s, "the fix list is empty"));
+            }
+            list.split(',')
+                .map(|x| {
+                    Fix::ALL
+                        .iter()
+                        .copied()
+                        .find(|f| f.name().eq_ignore_ascii_case(x.trim()))
+                        .ok_or_else(|| {
+                            SchedError::mitigations(s, format!("{:?} is not a fix name", x.trim()))
+                        })
+                })
+                .collect()
+        };
+        if t.eq_ignore_ascii_case("none") {
+            Ok(Self::none())
+        } else if t.eq_ignore_ascii_case("all") {
+            Ok(Self::all())
+        } else if let Some(rest) = t.strip_prefix("only:") {
+            Ok(parse_list(rest)?
+                .into_iter()
+                .fold(Self::none(), |m, f| m.with(f, true)))
+        } else if let Some(rest) = t.strip_prefix("all-but:") {
+            Ok(parse_list(rest)?
+                .into_iter()
+                .fold(Self::all(), |m, f| m.with(f, false)))
+        } else {
+            Err(SchedError::mitigations(
+                s,
+                "it is not one of the four forms",
+            ))
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constructors() {
+        assert!(Mitigations::none().enabled().is_empty());
+        assert_eq!(Mitigations::all().enabled().len(), 6);
+        for f in Fix::ALL {
+            assert_eq!(Mitigations::only(f).enabled(), vec![f]);
+            assert_eq!(Mitigations::all_but(f).enabled().len(), 5);
+            assert!(!Mitigations::all_but(f).has(f));
+        }
+        assert_eq!(Mitigations::seeds_variants().len(), 8);
+    }
+
+    #[test]
+    fn parse_and_display_round_trip() {
+        for (s, m) in [
+            ("none", Mitigations::none()),
+            ("all", Mitigations::all()),
+            ("only:cpupri", Mitigations::only(Fix::CpuPri)),
+            ("all-but:l2wake", Mitigations::all_but(Fix::L2Wake)),
+            (
+                "only:rto,grpload",
+                Mitigations::only(Fix::Rto).with(Fix::GrpLoad, true),
+            ),
+        ] {
+            assert_eq!(s.parse::<Mitigations>().unwrap(), m, "{s}");
+            assert_eq!(m.to_string(), s);
+        }
+        // every subset survives the round trip
+        for bits in 0u32..64 {
+            let m = Fix::ALL
+                .iter()
+                .enumerate()
+                .fold(Mitigations::none(), |m, (i, f)| {
+                    m.with(*f, bits & (1 << i) != 0)
+                });
+            assert_eq!(m.to_string().parse::<Mitigations>().unwrap(), m);
+        }
+        assert_eq!(" ONLY:x".trim().len(), 6);
+        assert_eq!(
+            "only:LLCIDLE".parse::<Mitigations>().unwrap(),
+            Mitigations::only(Fix::LlcIdle)
+        );
+    }
+
+    #[test]
+    fn errors_name_valid_values() {
+        for bad in [
+            "",
+            "some",
+            "only:",
+            "only:foo",
+            "all-but:cpupri,bar",
+            "only cpupri",
+        ] {
+            let e = bad.parse::<Mitigations>().unwrap_err().to_string();
+            assert!(
+                e.contains("none, all, only:FIX or all-but:FIX"),
+                "{bad}: {e}"
+            );
+            assert!(
+                e.contains("cpupri, rto, shardrq, llcidle, l2wake, grpload"),
+                "{e}"
+            );
+        }
+        assert!("only:foo"
+            .parse::<Mitigations>()
+            .unwrap_err()
+            .to_string()
+            .contains("\"foo\""));
+        assert!("x".parse::<Fix>().is_err());
+        assert_eq!("rto".parse::<Fix>().unwrap(), Fix::Rto);
+    }
+
+    #[test]
+    fn serde() {
+        let j = serde_json::to_string(&Mitigations::only(Fix::ShardRq)).unwrap();
+        assert!(j.contains("\"sharded_shared_rq\":true"));
+        assert_eq!(serde_json::to_string(&Fix::L2Wake).unwrap(), "\"l2wake\"");
+    }
+}

@@ -1,0 +1,138 @@
+//! Per-CPU data: the runqueue (behind its lock), the hot fields that other
+//! CPUs read without the lock, the wake list head that remote wakers write,
+//! and the CPU's counters. Each is a named type on cache lines of its own,
+//! because each has a different set of writers.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::Mutex;
+
+use crate::fair_rq::FairRq;
+use crate::rt_rq::RtRq;
+use crate::stats::CpuStats;
+use crate::task::PRI_IDLE;
+use crate::wakelist::WakeList;
+
+/// "No task" in atomics that hold a task id.
+pub(crate) const NO_TASK: u32 = u32::MAX;
+
+/// A runqueue. Only touched under [`RqLock`].
+#[derive(Debug)]
+pub(crate) struct Rq {
+    pub(crate) cpu: u32,
+    /// The current task; it is in no queue.
+    pub(crate) curr: Option<u32>,
+    /// The cpupri level this CPU is registered at.
+    pub(crate) curr_pri: u32,
+    pub(crate) rt: RtRq,
+    pub(crate) fair: FairRq,
+    /// When the current task's runtime was last charged.
+    pub(crate) exec_start: u64,
+    /// When the current task's slice began.
+    pub(crate) slice_start: u64,
+    /// Registered as RT-overloaded.
+    pub(crate) overloaded: bool,
+    /// Registered as idle.
+    pub(crate) idle: bool,
+    /// `schedule` dropped the lock to balance; `curr` is already `None` but
+    /// cpupri and idle still show the old state.
+    pub(crate) in_balance: bool,
+    pub(crate) clock: u64,
+}
+
+impl Rq {
+    pub(crate) fn new(cpu: u32) -> Self {
+        Self {
+            cpu,
+            curr: None,
+            curr_pri: PRI_IDLE,
+            rt: RtRq::new(),
+            fair: FairRq::default(),
+            exec_start: 0,
+            slice_start: 0,
+            overloaded: false,
+            idle: true,
+            in_balance: false,
+            clock: 0,
+        }
+    }
+
+    /// Waiting tasks.
+    pub(crate) fn nr_queued(&self) -> u32 {
+        self.rt.len() + self.fair.len() as u32
+    }
+}
+
+/// The runqueue lock, alone on its lines (the lock word and the queues it
+/// protects are written by whoever holds it).
+#[repr(align(128))]
+pub struct RqLock {
+    pub(crate) lock: Mutex<Rq>,
+}
+
+/// Fields of a CPU that others read without its lock: placement reads
+/// `idle` and `curr_pri`, balancing reads the queue lengths, kickers write
+/// `need_resched`. Mostly written by the CPU itself.
+#[repr(align(128))]
+pub struct CpuHot {
+    pub(crate) need_resched: AtomicBool,
+    pub(crate) idle: AtomicBool,
+    pub(crate) curr_pri: AtomicU32,
+    pub(crate) curr: AtomicU32,
+    pub(crate) nr_queued: AtomicU32,
+    pub(crate) nr_fair_queued: AtomicU32,
+    pub(crate) nr_rt_queued: AtomicU32,
+    /// A busy CPU that kicked this idle one to take work.
+    pub(crate) balance_hint: AtomicU32,
+    /// When the tick next needs the slow path for the current task.
+    pub(crate) slice_end: AtomicU64,
+    pub(crate) next_balance: AtomicU64,
+    /// Bumped on every change of the current task.
+    pub(crate) switch_seq: AtomicU64,
+}
+
+impl CpuHot {
+    fn new() -> Self {
+        Self {
+            need_resched: AtomicBool::new(false),
+            idle: AtomicBool::new(true),
+            curr_pri: AtomicU32::new(PRI_IDLE),
+            curr: AtomicU32::new(NO_TASK),
+            nr_queued: AtomicU32::new(0),
+            nr_fair_queued: AtomicU32::new(0),
+            nr_rt_queued: AtomicU32::new(0),
+            balance_hint: AtomicU32::new(NO_TASK),
+            slice_end: AtomicU64::new(u64::MAX),
+            next_balance: AtomicU64::new(0),
+            switch_seq: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A CPU's wake list head, alone on its lines: remote wakers write it.
+#[repr(align(128))]
+pub struct WakeListHead {
+    pub(crate) list: WakeList,
+}
+
+/// Everything one CPU has.
+pub(crate) struct PerCpu {
+    pub(crate) rq: RqLock,
+    pub(crate) hot: CpuHot,
+    pub(crate) wake: WakeListHead,
+    pub(crate) stats: CpuStats,
+}
+
+impl PerCpu {
+    pub(crate) fn new(cpu: u32) -> Self {
+        Self {
+            rq: RqLock {
+                lock: Mutex::new(Rq::new(cpu)),
+            },
+            hot: CpuHot::new(),
+            wake: WakeListHead {
+                list: WakeList::new(),
+            },
+            stats: CpuStats::default(),
+        }
+    }
+}
