@@ -24,7 +24,7 @@
 #     --timeout S         give up after S seconds (default 600)
 #     --no-build          do not run guest/build.sh first
 #     --no-check          only boot and report timings
-# The console log is kept in .cache/guest/qemu-check/<accel>-<shape>.log.
+# The console log is kept in .cache/guest/qemu-check/<accel>-<shape>-<kernel>.log.
 # Exit status: 0 when every check passed, 1 otherwise.
 set -euo pipefail
 # shellcheck source=lib.sh
@@ -99,7 +99,9 @@ cmdline="console=ttyS0 reboot=k panic=-1 noxsave loglevel=8 sched_verbose"
 
 outdir=$GUEST_CACHE/qemu-check
 mkdir -p "$outdir"
-name="$accel-${sockets}x${cores}x${threads}"
+kname=$(basename "$kernel")
+[[ $kernel == */stock/* ]] && kname="stock-$kname"
+name="$accel-${sockets}x${cores}x${threads}-$kname"
 logf=$outdir/$name.log
 pidf=$outdir/$name.pid
 rm -f "$pidf"
