@@ -16,7 +16,7 @@
 #
 # Cache key: hashes of guest/init, the busybox binary and this recipe.
 set -euo pipefail
-# shellcheck source=lib.sh
+# shellcheck source=guest/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 RECIPE=1

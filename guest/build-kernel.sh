@@ -18,7 +18,7 @@
 #   --force   rebuild even when the cache key matches
 #   --clean   also wipe the object directory (.cache/guest/build) first
 set -euo pipefail
-# shellcheck source=lib.sh
+# shellcheck source=guest/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # Bump when a change to this script changes what gets built.

@@ -27,7 +27,7 @@
 # The console log is kept in .cache/guest/qemu-check/<accel>-<shape>-<kernel>.log.
 # Exit status: 0 when every check passed, 1 otherwise.
 set -euo pipefail
-# shellcheck source=lib.sh
+# shellcheck source=guest/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 accel=tcg sockets=2 cores=2 threads=2 memory=1024 distance=21 timeout_s=600
@@ -111,7 +111,6 @@ log "qemu-system-x86_64 ${args[*]}"
 log "console log: $logf"
 
 # Time-stamp each console line with the host seconds since QEMU started.
-declare -A first=()
 milestones=(
     "smp: Brought up"
     "attaching sched-domain"
@@ -212,7 +211,7 @@ else
         got=$(awk -v c="$c" '$1 == c { print $2, $3 }' <<<"$doms")
         if [[ $got != "$(printf '%s\n' "${want[@]}")" ]]; then
             dom_ok=0
-            bad "CPU$c sched domains: got [$(echo $got)], want [$(echo "${want[@]}")]"
+            bad "CPU$c sched domains: got [${got//$'\n'/; }], want [$(printf '%s; ' "${want[@]}")]"
         fi
     done
     ((dom_ok)) && ok "sched domains of all $ncpus CPUs: $(awk '$1 == 0 { printf "%s span=%s; ", $2, $3 }' <<<"$doms")(CPU0)"
@@ -225,10 +224,16 @@ if ! grep -q '^VMMTOPO END' <<<"$block"; then
 else
     field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
     nrec=$(grep -c '^VMMTOPO \(system\|cpu\|node\) ' <<<"$block")
-    [[ $(grep '^VMMTOPO END' <<<"$block" | field records) == "$nrec" ]] &&
-        ok "/init block complete ($nrec records)" || bad "/init END records= does not match $nrec records"
-    [[ $(grep '^VMMTOPO system' <<<"$block" | field cpus) == "$ncpus" ]] &&
-        ok "/init: cpus=$ncpus" || bad "/init: cpus is not $ncpus"
+    if [[ $(grep '^VMMTOPO END' <<<"$block" | field records) == "$nrec" ]]; then
+        ok "/init block complete ($nrec records)"
+    else
+        bad "/init END records= does not match $nrec records"
+    fi
+    if [[ $(grep '^VMMTOPO system' <<<"$block" | field cpus) == "$ncpus" ]]; then
+        ok "/init: cpus=$ncpus"
+    else
+        bad "/init: cpus is not $ncpus"
+    fi
     blk_ok=1
     for ((c = 0; c < ncpus; c++)); do
         s=$((c / per_pkg))

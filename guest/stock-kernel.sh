@@ -16,7 +16,7 @@
 # The stock kernel boots with the same initramfs (.cache/guest/initramfs.cpio.gz):
 # its config has 8250 console, initramfs (gzip), ELF and script binfmt built in.
 set -euo pipefail
-# shellcheck source=lib.sh
+# shellcheck source=guest/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 META=linux-image-cloud-amd64
@@ -64,10 +64,11 @@ log "apt-get download $pkg=$version"
 # only reader of the .deb, so make the download directory writable for it.
 chmod 0777 "$work"
 (cd "$work" && apt-get download "$pkg=$version" >&2) || die "apt-get download $pkg=$version failed"
-deb=$(ls "$work"/*.deb)
+deb=$(find "$work" -maxdepth 1 -name '*.deb' | head -n1)
+[[ -n $deb ]] || die "apt-get download left no .deb in $work"
 log "dpkg-deb -x $(basename "$deb") (not installed)"
 dpkg-deb -x "$deb" "$work/root"
-vmlinuz=$(ls "$work"/root/boot/vmlinuz-* 2>/dev/null | head -n1)
+vmlinuz=$(find "$work/root/boot" -maxdepth 1 -name 'vmlinuz-*' 2>/dev/null | head -n1)
 [[ -n $vmlinuz ]] || die "$(basename "$deb") has no /boot/vmlinuz-*"
 kver=${vmlinuz##*/vmlinuz-}
 
