@@ -1,1 +1,16 @@
-//! Executors (threads executor arrives next).
+//! Executors: what drives the scheduler core.
+//!
+//! The core ([`crate::Scheduler`]) owns no threads. An executor holds, for
+//! each CPU, a *run slot*; whoever holds it calls
+//! [`Scheduler::schedule`](crate::Scheduler::schedule) when its task blocks,
+//! yields, exits or is kicked, and hands the slot to the task the core
+//! picks. [`threads`] is the one-OS-thread-per-task executor; a per-CPU
+//! worker that runs several vCPU file descriptors itself (M:N), or a
+//! deterministic simulator, drives the same core through the same calls.
+
+pub mod threads;
+
+pub use threads::{
+    allowed_host_cpus, pin_current_thread, CheckConfig, CpuMapping, ExecConfig, ExecReport,
+    FlagKick, KickHook, TaskCtx, ThreadsExecutor,
+};
