@@ -33,9 +33,7 @@ fn ping_pong_hands_the_slot_back_and_forth() {
                     while peer.load(Ordering::Acquire) == u64::MAX && !ctx.stopping() {
                         ctx.yield_now();
                     }
-                    let other = TaskId(
-                        (peer.load(Ordering::Acquire) >> (32 * (1 - i))) as u32 & 0xffff_ffff,
-                    );
+                    let other = TaskId((peer.load(Ordering::Acquire) >> (32 * (1 - i))) as u32);
                     for _ in 0..2000 {
                         if ctx.stopping() {
                             break;
