@@ -54,3 +54,56 @@ pub fn vmm(args: &[&str]) -> Output {
         .output()
         .expect("running vmm")
 }
+
+pub mod guest;
+pub mod guest_check;
+
+/// A tiny "kernel" for the VMM's error paths: an x86-64 ELF executable
+/// with the "Linux" ELF note, whose 64-bit entry at 0x100_0000 runs `code`.
+/// The VMM enters it in long mode with paging on, as it would a vmlinux.
+pub fn tiny_kernel(code: &[u8]) -> Vec<u8> {
+    const LOAD: u64 = 0x100_0000;
+    let ehdr = 64u64;
+    let phdr = 56u64;
+    let note_off = ehdr + 2 * phdr;
+    // Note: namesz=6 ("Linux\0"), descsz=4, type=0x100.
+    let mut note = Vec::new();
+    note.extend_from_slice(&6u32.to_le_bytes());
+    note.extend_from_slice(&4u32.to_le_bytes());
+    note.extend_from_slice(&0x100u32.to_le_bytes());
+    note.extend_from_slice(b"Linux\0\0\0");
+    note.extend_from_slice(&0u32.to_le_bytes());
+    let code_off = (note_off + note.len() as u64).div_ceil(16) * 16;
+    let mut f = Vec::new();
+    // ELF header.
+    f.extend_from_slice(b"\x7fELF");
+    f.extend_from_slice(&[2, 1, 1, 0]); // 64-bit, LE, version 1, SysV
+    f.extend_from_slice(&[0; 8]);
+    f.extend_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+    f.extend_from_slice(&62u16.to_le_bytes()); // x86-64
+    f.extend_from_slice(&1u32.to_le_bytes());
+    f.extend_from_slice(&LOAD.to_le_bytes()); // entry
+    f.extend_from_slice(&ehdr.to_le_bytes()); // phoff
+    f.extend_from_slice(&0u64.to_le_bytes()); // shoff
+    f.extend_from_slice(&0u32.to_le_bytes()); // flags
+    f.extend_from_slice(&(ehdr as u16).to_le_bytes());
+    f.extend_from_slice(&(phdr as u16).to_le_bytes());
+    f.extend_from_slice(&2u16.to_le_bytes()); // phnum
+    f.extend_from_slice(&[0; 6]); // shentsize, shnum, shstrndx
+    let ph = |f: &mut Vec<u8>, ty: u32, off: u64, addr: u64, size: u64| {
+        f.extend_from_slice(&ty.to_le_bytes());
+        f.extend_from_slice(&5u32.to_le_bytes()); // R+X
+        f.extend_from_slice(&off.to_le_bytes());
+        f.extend_from_slice(&addr.to_le_bytes()); // vaddr
+        f.extend_from_slice(&addr.to_le_bytes()); // paddr
+        f.extend_from_slice(&size.to_le_bytes());
+        f.extend_from_slice(&size.to_le_bytes());
+        f.extend_from_slice(&16u64.to_le_bytes());
+    };
+    ph(&mut f, 1, code_off, LOAD, code.len() as u64);
+    ph(&mut f, 4, note_off, 0, note.len() as u64);
+    f.extend_from_slice(&note);
+    f.resize(code_off as usize, 0);
+    f.extend_from_slice(code);
+    f
+}

@@ -342,8 +342,14 @@ impl RunConfig {
         };
         let until = match pick(flags.until, f.until) {
             Some((v, fl)) => {
-                regex::Regex::new(&v)
-                    .map_err(|e| err(name("until", fl), format!("not a valid regex: {e}")))?;
+                regex::Regex::new(&v).map_err(|e| {
+                    // The regex crate's message spans several lines (the
+                    // pattern, a caret, the error); keep the error.
+                    let text = e.to_string();
+                    let last = text.lines().last().unwrap_or("").trim();
+                    let last = last.strip_prefix("error: ").unwrap_or(last);
+                    err(name("until", fl), format!("not a valid regex: {last}"))
+                })?;
                 Some(v)
             }
             None => None,
