@@ -995,7 +995,17 @@ impl Scheduler {
                     if self.try_block(c) {
                         self.put_gone(&mut rq, c, now, ST_BLOCKED);
                     } else {
-                        keep = true;
+                        // A pending wake cancels the block; it runs on,
+                        // unless its affinity changed meanwhile.
+                        let aff = t.affinity();
+                        if aff.contains(cpu) {
+                            keep = true;
+                        } else {
+                            t.set_state(ST_WAKING, false);
+                            t.acct.preemptions.fetch_add(1, Ordering::Relaxed);
+                            self.put_gone(&mut rq, c, now, ST_WAKING);
+                            forward = Some((c, aff));
+                        }
                     }
                 }
                 Prev::Exit => {

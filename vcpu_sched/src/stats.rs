@@ -209,3 +209,170 @@ cpu_counters! {
     /// Ticks that took the slow path.
     ticks_slow,
 }
+
+/// Sub-buckets per power of two in a [`LatencyHistogram`] (relative error
+/// below 1/16).
+const LAT_SUB: usize = 16;
+const LAT_OCTAVES: usize = 40;
+
+/// A log-linear histogram for workload latencies: 16 buckets per power of
+/// two from 16 ns to ~18 minutes, so percentiles are within ~6%. Cheap to
+/// record into, mergeable, serialisable.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatencyHistogram {
+    counts: Vec<u32>,
+    n: u64,
+    max: u64,
+    sum: u128,
+}
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LatencyHistogram {
+    /// Empty.
+    pub fn new() -> Self {
+        Self {
+            counts: vec![0; LAT_SUB * LAT_OCTAVES],
+            n: 0,
+            max: 0,
+            sum: 0,
+        }
+    }
+
+    #[inline]
+    fn index(v: u64) -> usize {
+        if v < LAT_SUB as u64 {
+            return v as usize;
+        }
+        let oct = 63 - v.leading_zeros() as usize; // >= 4
+        let sub = ((v >> (oct - 4)) as usize) & (LAT_SUB - 1);
+        ((oct - 3) * LAT_SUB + sub).min(LAT_SUB * LAT_OCTAVES - 1)
+    }
+
+    /// The smallest value of bucket `i`.
+    fn lower(i: usize) -> u64 {
+        if i < LAT_SUB {
+            return i as u64;
+        }
+        let oct = i / LAT_SUB + 3;
+        let sub = (i % LAT_SUB) as u64;
+        (1u64 << oct) + (sub << (oct - 4))
+    }
+
+    /// Records one value (ns).
+    #[inline]
+    pub fn record(&mut self, v: u64) {
+        self.counts[Self::index(v)] = self.counts[Self::index(v)].saturating_add(1);
+        self.n += 1;
+        self.max = self.max.max(v);
+        self.sum += v as u128;
+    }
+
+    /// Adds `o`.
+    pub fn merge(&mut self, o: &LatencyHistogram) {
+        for (a, b) in self.counts.iter_mut().zip(o.counts.iter()) {
+            *a = a.saturating_add(*b);
+        }
+        self.n += o.n;
+        self.max = self.max.max(o.max);
+        self.sum += o.sum;
+    }
+
+    /// Number of values.
+    pub fn count(&self) -> u64 {
+        self.n
+    }
+
+    /// Largest value.
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// Mean, 0 when empty.
+    pub fn mean(&self) -> f64 {
+        if self.n == 0 {
+            0.0
+        } else {
+            self.sum as f64 / self.n as f64
+        }
+    }
+
+    /// The `q` quantile (0..=1): the middle of the bucket holding it,
+    /// capped at the maximum; 0 when empty.
+    pub fn quantile(&self, q: f64) -> u64 {
+        if self.n == 0 {
+            return 0;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * self.n as f64).ceil() as u64).max(1);
+        let mut acc = 0u64;
+        for (i, &c) in self.counts.iter().enumerate() {
+            acc += c as u64;
+            if acc >= rank {
+                let lo = Self::lower(i);
+                let hi = Self::lower(i + 1);
+                return (lo + (hi - lo) / 2).min(self.max);
+            }
+        }
+        self.max
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log2_histogram() {
+        let mut h = Histogram::default();
+        assert_eq!(h.quantile(0.5), None);
+        for v in [0, 1, 2, 3, 1000, 1023, 1024] {
+            h.record(v);
+        }
+        assert_eq!(h.count(), 7);
+        assert_eq!(h.buckets[0], 2);
+        assert_eq!(h.buckets[1], 2);
+        assert_eq!(h.buckets[9], 2);
+        assert_eq!(h.buckets[10], 1);
+        assert_eq!(h.quantile(1.0), Some(2047));
+        assert_eq!(h.quantile(0.0), Some(1));
+        let mut g = Histogram::default();
+        g.merge(&h);
+        g.merge(&h);
+        assert_eq!(g.count(), 14);
+        h.record(u64::MAX);
+        assert_eq!(h.buckets.len(), HIST_BUCKETS);
+    }
+
+    #[test]
+    fn latency_histogram_is_accurate_to_a_sixteenth() {
+        let mut h = LatencyHistogram::new();
+        assert_eq!(h.quantile(0.99), 0);
+        for v in 1..=100_000u64 {
+            h.record(v * 10);
+        }
+        for (q, want) in [(0.5, 500_000.0), (0.9, 900_000.0), (0.99, 990_000.0)] {
+            let got = h.quantile(q) as f64;
+            assert!((got - want).abs() / want < 0.07, "q{q}: {got} vs {want}");
+        }
+        assert_eq!(h.quantile(1.0), 1_000_000);
+        assert_eq!(h.max(), 1_000_000);
+        assert!((h.mean() - 500_005.0).abs() < 1.0);
+        let mut small = LatencyHistogram::new();
+        for v in 0..16 {
+            small.record(v);
+        }
+        assert_eq!(small.quantile(1.0), 15);
+        let mut m = LatencyHistogram::new();
+        m.merge(&h);
+        m.merge(&small);
+        assert_eq!(m.count(), 100_016);
+        for i in 0..LAT_SUB * LAT_OCTAVES - 1 {
+            assert!(LatencyHistogram::lower(i) < LatencyHistogram::lower(i + 1));
+            assert_eq!(LatencyHistogram::index(LatencyHistogram::lower(i)), i);
+        }
+    }
+}

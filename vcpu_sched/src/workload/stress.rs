@@ -1,0 +1,195 @@
+//! `stress`: the invariant-checked stress mix. RT (FIFO and RR, priorities
+//! 1..99) and fair tasks (several weights) in several groups, some pinned,
+//! that compute, sleep on timers, wake each other, yield, and change their
+//! own and each other's affinity; the runner adds and retires short-lived
+//! tasks and reshuffles affinities from outside while it runs.
+//!
+//! Defaults: 3 tasks per CPU, at least 16 and at most 600 (so an emulated
+//! `genoa-2s` runs 600). Metric: operations per second.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::{work, Metric, Rng, Running, Tally, Window, WorkloadParams, WorkloadResult};
+use crate::cpumask::CpuMask;
+use crate::error::Result;
+use crate::exec::{TaskCtx, ThreadsExecutor};
+use crate::task::{GroupId, Policy, TaskId, TaskSpec};
+use crate::tasks::lock;
+
+struct Stress {
+    w: Window,
+    t: Tally,
+    ids: Vec<AtomicU32>,
+    ncpus: u32,
+    period_ns: u64,
+    burst_us: u64,
+    groups: Vec<GroupId>,
+    spawned: AtomicUsize,
+    pokes: AtomicU64,
+    extra: Mutex<Vec<TaskId>>,
+}
+
+impl Running for Stress {
+    fn window(&self) -> &Window {
+        &self.w
+    }
+
+    fn poke(&self, ex: &ThreadsExecutor) {
+        let k = self.pokes.fetch_add(1, Ordering::Relaxed);
+        let mut rng = Rng::new(k + 77);
+        // reshuffle a few affinities from outside the managed CPUs
+        for _ in 0..8 {
+            let i = rng.below(self.ids.len() as u64) as usize;
+            let id = TaskId(self.ids[i].load(Ordering::Acquire));
+            let _ = ex.set_affinity(id, &random_mask(&mut rng, self.ncpus));
+        }
+        // retire finished short-lived tasks, start new ones
+        lock(&self.extra).retain(|id| ex.scheduler().task_state(*id).is_ok());
+        if lock(&self.extra).len() < 8 {
+            let pol = random_policy(&mut rng);
+            let g = self.groups[rng.below(self.groups.len() as u64) as usize];
+            let n = self.spawned.fetch_add(1, Ordering::Relaxed);
+            let burst = self.burst_us;
+            if let Ok(id) = ex.spawn(
+                &TaskSpec::new(format!("short{n}")).policy(pol).group(g),
+                move |ctx| {
+                    for _ in 0..20 {
+                        if ctx.stopping() {
+                            break;
+                        }
+                        work(ctx, burst);
+                        ctx.sleep_until(ctx.now() + 50_000);
+                    }
+                },
+            ) {
+                lock(&self.extra).push(id);
+            }
+        }
+    }
+
+    fn finish(&self) -> WorkloadResult {
+        let secs = self.w.len() as f64 / 1e9;
+        let ops = self.t.count("ops") as f64;
+        let mut extra = BTreeMap::new();
+        for k in ["ops", "wakes", "affinity_changes", "yields", "sleeps"] {
+            extra.insert(k.to_string(), self.t.count(k) as f64);
+        }
+        extra.insert(
+            "short_lived_tasks".into(),
+            self.spawned.load(Ordering::Relaxed) as f64,
+        );
+        WorkloadResult {
+            metric: Metric {
+                name: "ops_per_s".into(),
+                unit: "ops/s".into(),
+                value: if secs > 0.0 { ops / secs } else { 0.0 },
+                higher_is_better: true,
+            },
+            extra,
+            tasks: self.ids.len(),
+        }
+    }
+}
+
+fn random_policy(rng: &mut Rng) -> Policy {
+    match rng.below(6) {
+        0 => Policy::Fifo(rng.below(99) as u8 + 1),
+        1 => Policy::Rr(rng.below(99) as u8 + 1),
+        _ => Policy::Fair([256, 1024, 1024, 4096][rng.below(4) as usize]),
+    }
+}
+
+fn random_mask(rng: &mut Rng, n: u32) -> CpuMask {
+    match rng.below(4) {
+        0 => CpuMask::first_n(n as usize),
+        1 => CpuMask::single(rng.below(n as u64) as u32),
+        _ => {
+            let a = rng.below(n as u64) as u32;
+            let len = 1 + rng.below(16.min(n as u64)) as u32;
+            CpuMask::from_cpus((a..a + len).map(|c| c % n))
+        }
+    }
+}
+
+pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn Running>> {
+    let n = ex.scheduler().num_cpus();
+    let tasks = p.tasks.unwrap_or((3 * n).clamp(16, 600));
+    let groups: Vec<GroupId> = (0..4)
+        .map(|g| ex.scheduler().create_group(&format!("stress{g}")))
+        .collect::<Result<_>>()?;
+    let me = Arc::new(Stress {
+        w: Window::default(),
+        t: Tally::default(),
+        ids: (0..tasks).map(|_| AtomicU32::new(0)).collect(),
+        ncpus: n as u32,
+        period_ns: p.period_us.unwrap_or(300) * 1000,
+        burst_us: p.burst_us.unwrap_or(10),
+        groups: groups.clone(),
+        spawned: AtomicUsize::new(0),
+        pokes: AtomicU64::new(0),
+        extra: Mutex::new(Vec::new()),
+    });
+    let mut rng = Rng::new(12345);
+    for i in 0..tasks {
+        let pol = random_policy(&mut rng);
+        let mut spec = TaskSpec::new(format!("stress{i}"))
+            .policy(pol)
+            .group(groups[i % groups.len()]);
+        if rng.below(5) == 0 {
+            spec = spec.affinity(random_mask(&mut rng, n as u32));
+        }
+        let m = me.clone();
+        let id = ex.spawn(&spec, move |ctx| body(ctx, &m, i as u64))?;
+        me.ids[i].store(id.0, Ordering::Release);
+    }
+    Ok(me)
+}
+
+fn body(ctx: &TaskCtx, m: &Stress, seed: u64) {
+    let mut rng = Rng::new(seed + 1);
+    let (mut ops, mut wakes, mut aff, mut yields, mut sleeps) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    while !ctx.stopping() {
+        let inside = m.w.inside(ctx.now());
+        match rng.below(10) {
+            0..=2 => work(ctx, 1 + rng.below(m.burst_us)),
+            3..=5 => {
+                ctx.sleep_until(ctx.now() + m.period_ns / 4 + rng.below(m.period_ns));
+                sleeps += inside as u64;
+            }
+            6 | 7 => {
+                let peer =
+                    TaskId(m.ids[rng.below(m.ids.len() as u64) as usize].load(Ordering::Acquire));
+                ctx.wake(peer);
+                wakes += inside as u64;
+                // and wait a little to be woken by someone (or the timer)
+                ctx.sleep_until(ctx.now() + m.period_ns / 2);
+            }
+            8 => {
+                ctx.yield_now();
+                yields += inside as u64;
+            }
+            _ => {
+                let target = if rng.below(2) == 0 {
+                    ctx.id()
+                } else {
+                    TaskId(m.ids[rng.below(m.ids.len() as u64) as usize].load(Ordering::Acquire))
+                };
+                let _ = ctx.set_affinity(target, &random_mask(&mut rng, m.ncpus));
+                aff += inside as u64;
+            }
+        }
+        ops += inside as u64;
+    }
+    m.t.publish(
+        &[
+            ("ops", ops),
+            ("wakes", wakes),
+            ("affinity_changes", aff),
+            ("yields", yields),
+            ("sleeps", sleeps),
+        ],
+        None,
+    );
+}
