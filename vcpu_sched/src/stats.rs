@@ -302,12 +302,15 @@ impl LatencyHistogram {
     }
 
     /// The `q` quantile (0..=1): the middle of the bucket holding it,
-    /// capped at the maximum; 0 when empty.
+    /// capped at the maximum (the top rank is the maximum); 0 when empty.
     pub fn quantile(&self, q: f64) -> u64 {
         if self.n == 0 {
             return 0;
         }
         let rank = ((q.clamp(0.0, 1.0) * self.n as f64).ceil() as u64).max(1);
+        if rank >= self.n {
+            return self.max;
+        }
         let mut acc = 0u64;
         for (i, &c) in self.counts.iter().enumerate() {
             acc += c as u64;
