@@ -54,6 +54,9 @@ pub const KVM_FEATURES: &[(u32, &str)] = &[
 
 /// `KVM_FEATURE_PV_UNHALT`: PV spinlocks' kick.
 pub const KVM_FEATURE_PV_UNHALT: u32 = 7;
+/// `KVM_FEATURE_MSI_EXT_DEST_ID`: interrupts may target APIC IDs above
+/// 255 without an IOMMU.
+pub const KVM_FEATURE_MSI_EXT_DEST_ID: u32 = 15;
 
 /// Names of the KVM paravirtual features set in `eax`.
 pub fn pv_feature_names(eax: u32) -> Vec<&'static str> {
@@ -112,6 +115,11 @@ pub fn to_kvm(set: &CpuidSet) -> Result<CpuId, vmm_sys_util::fam::Error> {
 pub struct CpuidCaps {
     /// The in-kernel LAPIC supports the TSC-deadline timer.
     pub tsc_deadline: bool,
+    /// The guest has APIC IDs above 254: advertise the extended
+    /// destination ID, without which Linux (no interrupt remapping here)
+    /// refuses CPUs whose x2APIC ID does not fit in 8 bits. KVM's in-kernel
+    /// IOAPIC and MSI routing decode it.
+    pub ext_dest_id: bool,
 }
 
 impl CpuidCaps {
@@ -119,6 +127,7 @@ impl CpuidCaps {
     pub fn probe(kvm: &Kvm) -> Self {
         Self {
             tsc_deadline: kvm.check_extension(Cap::TscDeadlineTimer),
+            ext_dest_id: false,
         }
     }
 }
@@ -139,7 +148,10 @@ pub fn finish(set: &mut CpuidSet, caps: CpuidCaps) {
     sig.edx = u32::from_le_bytes(*b"M\0\0\0");
     // The features leaf is kept as KVM reported it (created empty if KVM
     // reported none).
-    let _ = set.entry(KVM_FEATURES_LEAF, 0);
+    let f = set.entry(KVM_FEATURES_LEAF, 0);
+    if caps.ext_dest_id {
+        f.eax |= 1 << KVM_FEATURE_MSI_EXT_DEST_ID;
+    }
     set.sort();
 }
 
@@ -196,7 +208,13 @@ mod tests {
         assert_eq!(k.as_slice().len(), 4);
         assert_eq!(from_kvm(&k), set);
         let mut s = set.clone();
-        finish(&mut s, CpuidCaps { tsc_deadline: true });
+        finish(
+            &mut s,
+            CpuidCaps {
+                tsc_deadline: true,
+                ext_dest_id: false,
+            },
+        );
         let l1 = s.get(1, 0).unwrap();
         assert_ne!(l1.ecx & (1 << 31), 0);
         assert_ne!(l1.ecx & (1 << 24), 0);
@@ -217,6 +235,16 @@ mod tests {
         );
         clear_bit(&mut s, KVM_FEATURES_LEAF, 0, 0, KVM_FEATURE_PV_UNHALT);
         assert_eq!(pv_features(&s) & (1 << 7), 0);
+        let mut t = set.clone();
+        finish(
+            &mut t,
+            CpuidCaps {
+                tsc_deadline: false,
+                ext_dest_id: true,
+            },
+        );
+        assert!(pv_feature_names(pv_features(&t)).contains(&"msi-ext-dest-id"));
+        assert_eq!(t.get(1, 0).unwrap().ecx & (1 << 24), 0);
         // Clearing a bit of a missing leaf creates nothing.
         clear_bit(&mut s, 7, 0, 1, 20);
         assert!(s.get(7, 0).is_none());

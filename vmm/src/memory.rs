@@ -177,7 +177,7 @@ impl MemoryPlan {
         for (node, &size) in node_sizes.iter().enumerate() {
             let mut left = size;
             while left > 0 {
-                if addr >= MMIO_HOLE_START && addr < MMIO_HOLE_END {
+                if (MMIO_HOLE_START..MMIO_HOLE_END).contains(&addr) {
                     addr = MMIO_HOLE_END;
                 }
                 let limit = if addr < MMIO_HOLE_START {
@@ -564,8 +564,8 @@ mod tests {
 
     #[test]
     fn hole_splits_a_node() {
-        // 8 GiB over 2 nodes: node 1 = 3G..4G hole, so 3G-3G? no: node 0 is
-        // 0..3G + 4G..5G, node 1 is 5G..9G.
+        // 8 GiB over 2 nodes: node 0 is 0..3G + 4G..5G (the hole cuts
+        // it), node 1 is 5G..9G.
         let p = MemoryPlan::new(8 * GIB, 2).unwrap();
         let r = p.ranges();
         assert_eq!(r.len(), 3);

@@ -517,7 +517,10 @@ impl LinuxVm {
             .vendor
             .or_else(|| base.vendor())
             .unwrap_or(Vendor::Intel);
-        let caps = CpuidCaps::probe(kvm);
+        let caps = CpuidCaps {
+            ext_dest_id: x2apic_boot,
+            ..CpuidCaps::probe(kvm)
+        };
         let mut vcpus = Vec::with_capacity(n);
         for i in 0..n {
             let apic = guest.cpu(i).apic_id;
