@@ -29,6 +29,8 @@ struct Stress {
     spawned: AtomicUsize,
     pokes: AtomicU64,
     extra: Mutex<Vec<TaskId>>,
+    /// Operations of each long-lived body over the whole run.
+    per_task_ops: Mutex<Vec<u64>>,
 }
 
 impl Running for Stress {
@@ -76,6 +78,17 @@ impl Running for Stress {
         for k in ["ops", "wakes", "affinity_changes", "yields", "sleeps"] {
             extra.insert(k.to_string(), self.t.count(k) as f64);
         }
+        let per = lock(&self.per_task_ops);
+        extra.insert(
+            "tasks_without_progress".into(),
+            per.iter().filter(|&&x| x == 0).count() as f64,
+        );
+        extra.insert("bodies_returned".into(), per.len() as f64);
+        extra.insert(
+            "min_task_ops".into(),
+            per.iter().copied().min().unwrap_or(0) as f64,
+        );
+        drop(per);
         extra.insert(
             "short_lived_tasks".into(),
             self.spawned.load(Ordering::Relaxed) as f64,
@@ -130,6 +143,7 @@ pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn 
         spawned: AtomicUsize::new(0),
         pokes: AtomicU64::new(0),
         extra: Mutex::new(Vec::new()),
+        per_task_ops: Mutex::new(Vec::new()),
     });
     let mut rng = Rng::new(12345);
     for i in 0..tasks {
@@ -150,7 +164,9 @@ pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn 
 fn body(ctx: &TaskCtx, m: &Stress, seed: u64) {
     let mut rng = Rng::new(seed + 1);
     let (mut ops, mut wakes, mut aff, mut yields, mut sleeps) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut all_ops = 0u64;
     while !ctx.stopping() {
+        all_ops += 1;
         let inside = m.w.inside(ctx.now());
         match rng.below(10) {
             0..=2 => work(ctx, 1 + rng.below(m.burst_us)),
@@ -182,6 +198,7 @@ fn body(ctx: &TaskCtx, m: &Stress, seed: u64) {
         }
         ops += inside as u64;
     }
+    lock(&m.per_task_ops).push(all_ops);
     m.t.publish(
         &[
             ("ops", ops),
