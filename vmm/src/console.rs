@@ -32,6 +32,9 @@ pub struct ConsoleSink {
     panic_message: Option<String>,
     events: Arc<dyn ConsoleEvents>,
     capture: Option<Arc<Mutex<Vec<u8>>>>,
+    /// The output failed once (a closed pipe, a full disk): stop writing,
+    /// keep watching.
+    out_failed: bool,
 }
 
 impl std::fmt::Debug for ConsoleSink {
@@ -58,6 +61,7 @@ impl ConsoleSink {
             panic_message: None,
             events,
             capture: None,
+            out_failed: false,
         }
     }
 
@@ -67,9 +71,27 @@ impl ConsoleSink {
         self
     }
 
+    /// Writes `line[written..]` out; a failure is reported once and then
+    /// output stops, so that `vmm run | head` does not flood the log.
+    fn emit(&mut self) {
+        if self.out_failed {
+            return;
+        }
+        let r = self
+            .out
+            .write_all(&self.line[self.written..])
+            .and_then(|_| self.out.flush());
+        if let Err(e) = r {
+            self.out_failed = true;
+            tracing::warn!(
+                "console output failed ({e}); the guest's console is discarded from now on"
+            );
+        }
+        self.written = self.line.len();
+    }
+
     fn end_line(&mut self) -> io::Result<()> {
-        self.out.write_all(&self.line[self.written..])?;
-        self.out.flush()?;
+        self.emit();
         let text = String::from_utf8_lossy(&self.line);
         let text = text.trim_end_matches(['\n', '\r']);
         if let Some(msg) = text.find("Kernel panic - not syncing") {
@@ -117,9 +139,8 @@ impl Write for ConsoleSink {
     /// Pushes a partial line out (a prompt shows up at once) but keeps it
     /// for matching: the serial device flushes after every byte.
     fn flush(&mut self) -> io::Result<()> {
-        self.out.write_all(&self.line[self.written..])?;
-        self.written = self.line.len();
-        self.out.flush()
+        self.emit();
+        Ok(())
     }
 }
 
@@ -172,6 +193,29 @@ mod tests {
             String::from_utf8_lossy(&out.0.lock().unwrap()),
             "hello\r\nroot domain span: 0-7 (max)\nroot domain span: 0-3\npartial"
         );
+    }
+
+    struct Broken;
+    impl Write for Broken {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::Error::from(io::ErrorKind::BrokenPipe))
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_broken_output_still_matches() {
+        let seen = Arc::new(Seen::default());
+        let mut s = ConsoleSink::new(
+            Box::new(Broken),
+            Some(Regex::new("b").unwrap()),
+            seen.clone(),
+        );
+        s.write_all(b"a\nb\n").unwrap();
+        s.flush().unwrap();
+        assert_eq!(*seen.0.lock().unwrap(), vec!["until:b".to_string()]);
     }
 
     #[test]
