@@ -416,3 +416,54 @@ fn real_kernel_timeout() {
     assert_eq!(r.status, Some(124), "{}", r.context());
     assert!(!r.stderr.contains("panicked"), "{}", r.context());
 }
+
+/// ACPI poweroff (the FADT's sleep control register, S5) and the 0xcf9
+/// reset register both end the VM cleanly.
+#[test]
+fn acpi_poweroff_and_pci_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    // mov dx, 0x600; mov al, SLP_EN | SLP_TYP=5; out dx, al; hlt
+    let off = write(
+        dir.path(),
+        "off",
+        &tiny_kernel(&[0x66, 0xba, 0x00, 0x06, 0xb0, 0x34, 0xee, 0xf4]),
+    );
+    let r = run(&[
+        "run",
+        "--kernel",
+        s(&off),
+        "--memory",
+        "128M",
+        "--guest",
+        SHAPE,
+        "-v",
+    ]);
+    assert_eq!(r.status, Some(0), "{}", r.context());
+    assert!(
+        r.stderr.contains("the guest powered off"),
+        "{}",
+        r.context()
+    );
+    // mov dx, 0xcf9; mov al, 6; out dx, al; hlt
+    let rst = write(
+        dir.path(),
+        "rst",
+        &tiny_kernel(&[0x66, 0xba, 0xf9, 0x0c, 0xb0, 0x06, 0xee, 0xf4]),
+    );
+    let r = run(&[
+        "run",
+        "--kernel",
+        s(&rst),
+        "--memory",
+        "128M",
+        "--guest",
+        SHAPE,
+        "-v",
+    ]);
+    assert_eq!(r.status, Some(0), "{}", r.context());
+    assert!(
+        r.stderr.contains("the guest reset the machine"),
+        "{}",
+        r.context()
+    );
+}
