@@ -84,7 +84,7 @@ impl RtRq {
     }
 
     /// Removes and returns the first task of the highest priority.
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn pop(&mut self) -> Option<(u32, u8)> {
         let (t, p) = self.peek()?;
         self.dequeue(t, p);

@@ -42,6 +42,11 @@ impl WakeList {
     /// Pushes `task`, whose link is `link`. Returns true if the list was
     /// empty: only then does the owner need a kick, as an earlier pusher
     /// already sent one that has not been acted on.
+    ///
+    /// Orderings: the successful CAS acquires what the owner's draining swap
+    /// released, so everything the owner did before draining (such as
+    /// clearing its "kicked" flag) happens before this pusher's kick; loom
+    /// found the kick lost with a release-only CAS and an acquire-only swap.
     #[inline]
     pub fn push(&self, task: u32, link: &AtomicU32) -> bool {
         let mut head = self.head.load(Ordering::Relaxed);
@@ -49,7 +54,7 @@ impl WakeList {
             link.store(head, Ordering::Relaxed);
             match self
                 .head
-                .compare_exchange_weak(head, task, Ordering::Release, Ordering::Relaxed)
+                .compare_exchange_weak(head, task, Ordering::AcqRel, Ordering::Relaxed)
             {
                 Ok(_) => return head == NIL,
                 Err(h) => head = h,
@@ -63,7 +68,7 @@ impl WakeList {
     where
         F: Fn(u32) -> &'a AtomicU32,
     {
-        let mut cur = self.head.swap(NIL, Ordering::Acquire);
+        let mut cur = self.head.swap(NIL, Ordering::AcqRel);
         // Reverse in place, relinking through the tasks' own links: the
         // chain is ours alone now.
         let mut prev = NIL;
