@@ -24,7 +24,7 @@ use kvm_ioctls::{Kvm, VmFd};
 use regex::Regex;
 use topology::{GuestTopology, HostTopology, Vendor};
 use tracing::{debug, info, warn};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryRegion};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use vmm_sys_util::eventfd::EventFd;
 
 use crate::acpi;
@@ -394,10 +394,20 @@ fn kvm_err(op: &'static str) -> impl FnOnce(kvm_ioctls::Error) -> Error {
 /// Creates a KVM VM with the in-kernel irqchip (PIC, IOAPIC, LAPICs) and
 /// PIT, as a Linux guest wants them.
 pub fn create_vm_with_irqchip(kvm: &Kvm) -> Result<VmFd, Error> {
+    create_vm(kvm, true)
+}
+
+/// Creates a KVM VM, with the in-kernel irqchip and PIT or without them.
+/// Without, every HLT and every interrupt-controller access exits to
+/// userspace ([`VcpuExit::Halt`]): what micro-guests want.
+pub fn create_vm(kvm: &Kvm, irqchip: bool) -> Result<VmFd, Error> {
     let vm = kvm.create_vm().map_err(kvm_err("KVM_CREATE_VM"))?;
     // Intel needs a TSS area for real-mode emulation; harmless elsewhere.
     if let Err(e) = vm.set_tss_address(0xfffb_d000) {
         debug!("KVM_SET_TSS_ADDR: {e}");
+    }
+    if !irqchip {
+        return Ok(vm);
     }
     vm.create_irq_chip()
         .map_err(kvm_err("KVM_CREATE_IRQCHIP"))?;
@@ -409,11 +419,11 @@ pub fn create_vm_with_irqchip(kvm: &Kvm) -> Result<VmFd, Error> {
     Ok(vm)
 }
 
-/// Registers every region of `ram` as a KVM memory slot.
-pub fn register_memory(vm: &VmFd, ram: &GuestRam) -> Result<(), Error> {
-    for (slot, region) in ram.memory().iter().enumerate() {
-        let host = ram
-            .memory()
+/// Registers every region of `memory` as a KVM memory slot. The caller
+/// keeps `memory` alive as long as `vm`.
+pub fn register_memory(vm: &VmFd, memory: &GuestMemoryMmap) -> Result<(), Error> {
+    for (slot, region) in memory.iter().enumerate() {
+        let host = memory
             .get_host_address(region.start_addr())
             .map_err(|e| Error::Other(format!("guest memory: {e}")))?;
         let r = kvm_userspace_memory_region {
@@ -423,9 +433,9 @@ pub fn register_memory(vm: &VmFd, ram: &GuestRam) -> Result<(), Error> {
             memory_size: region.len(),
             userspace_addr: host as u64,
         };
-        // SAFETY: the region's host mapping is owned by `ram`, which the VM
-        // keeps alive as long as the VM fd exists (both live in LinuxVm,
-        // and the fd is dropped first).
+        // SAFETY: the region's host mapping is owned by `memory`, which
+        // the caller keeps alive as long as the VM fd (LinuxVm holds both
+        // and drops the fd first).
         unsafe { vm.set_user_memory_region(r) }.map_err(kvm_err("KVM_SET_USER_MEMORY_REGION"))?;
     }
     Ok(())
@@ -478,7 +488,7 @@ impl LinuxVm {
             None => Vec::new(),
         };
         let ram = GuestRam::allocate(plan, &policies)?;
-        register_memory(&vm, &ram)?;
+        register_memory(&vm, ram.memory())?;
 
         let control = VmControl::new();
         let serial_irq = EventFd::new(libc::EFD_NONBLOCK)
