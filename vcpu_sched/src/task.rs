@@ -62,12 +62,12 @@ impl Default for Policy {
     }
 }
 
-/// cpupri index of an idle CPU.
-pub(crate) const PRI_IDLE: u32 = 0;
-/// cpupri index of a CPU running a fair task.
-pub(crate) const PRI_FAIR: u32 = 1;
-/// Number of cpupri indices: idle, fair, RT 1..=99.
-pub(crate) const NR_PRI: usize = 101;
+/// cpupri level of an idle CPU.
+pub const PRI_IDLE: u32 = 0;
+/// cpupri level of a CPU running a fair task.
+pub const PRI_FAIR: u32 = 1;
+/// Number of cpupri levels: idle, fair, RT 1..=99.
+pub const NR_PRI: usize = 101;
 
 impl Policy {
     /// Checks the ranges: RT priority 1..=99, weight 1..=2^20.
@@ -104,8 +104,9 @@ impl Policy {
         }
     }
 
-    /// The cpupri index: 1 for fair, 1 + priority for RT. Bigger is more urgent.
-    pub(crate) fn pri_idx(&self) -> u32 {
+    /// The cpupri level: 1 for fair, 1 + priority for RT (0 is idle).
+    /// Bigger is more urgent.
+    pub fn pri_idx(&self) -> u32 {
         match *self {
             Policy::Fair(_) => PRI_FAIR,
             Policy::Fifo(p) | Policy::Rr(p) => PRI_FAIR + p as u32,

@@ -1,0 +1,38 @@
+//! Fix 3, sharded shared runqueue: writers on CPUs of one big LLC push a
+//! task and pop one, as wakeups and newly idle CPUs do, on a modelled
+//! gnr-2s (one 240-CPU LLC per socket). Baseline: one queue and lock per
+//! LLC; fix: shards of 6 CPUs.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use vcpu_sched::shared_rq::SharedRq;
+
+fn bench(c: &mut Criterion) {
+    let map = benches::map("gnr-2s");
+    let llc0: Vec<u32> = map.llc_cpus(0).to_vec();
+    let mut g = c.benchmark_group("shared_rq");
+    for (name, sharded) in [("baseline", false), ("fix", true)] {
+        let q = SharedRq::new(&map, sharded, 6);
+        for n in benches::writer_counts() {
+            g.bench_with_input(BenchmarkId::new(name, format!("{n}w")), &n, |b, &n| {
+                b.iter_custom(|iters| {
+                    benches::contended(n, iters, |w, iters| {
+                        // writers spread over the LLC, each on its own shard
+                        let cpu = llc0[(w * llc0.len() / n) % llc0.len()];
+                        for i in 0..iters {
+                            q.push(cpu, (w as u64 * 1_000_000 + i) as u32);
+                            std::hint::black_box(q.pop(cpu));
+                        }
+                    })
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(20).warm_up_time(std::time::Duration::from_secs(1)).measurement_time(std::time::Duration::from_secs(3));
+    targets = bench
+}
+criterion_main!(benches);
