@@ -687,6 +687,14 @@ mod tests {
     }
 
     #[test]
+    fn vcpus_move_between_threads_and_kickers_are_shared() {
+        fn send<T: Send>() {}
+        fn send_sync<T: Send + Sync>() {}
+        send::<Vcpu>();
+        send_sync::<Kicker>();
+    }
+
+    #[test]
     fn micro_guest_serial_io_halt_and_reset() {
         let code = [
             0xba, 0xf8, 0x03, // mov dx, 0x3f8
@@ -738,6 +746,17 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(v.stats().kicks, 21);
+        // The same vCPU run from another thread, kicked from this one.
+        let k = v.kicker();
+        let t = std::thread::spawn(move || {
+            let io = TestIo::default();
+            let exit = v.run(&io).unwrap();
+            (exit, v)
+        });
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        k.kick();
+        let (exit, v) = t.join().unwrap();
+        assert_eq!(exit, VcpuExit::Kicked);
         // A kicker outliving its vCPU does nothing harmful.
         let k = v.kicker();
         drop(v);
