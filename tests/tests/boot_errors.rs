@@ -52,6 +52,20 @@ fn missing_kernel() {
         SHAPE,
     ]);
     assert_input_error(&r, &["--kernel /nonexistent/vmlinux", "no such file"]);
+    let dir = tempfile::tempdir().unwrap();
+    let k = write(dir.path(), "k", &tiny_kernel(&[0xf4]));
+    let r = run(&[
+        "run",
+        "--kernel",
+        s(&k),
+        "--initrd",
+        "/nonexistent/initrd",
+        "--memory",
+        "256M",
+        "--guest",
+        SHAPE,
+    ]);
+    assert_input_error(&r, &["--initrd /nonexistent/initrd", "no such file"]);
 }
 
 #[test]
