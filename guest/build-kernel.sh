@@ -17,6 +17,8 @@
 # version and this script's recipe version: with all unchanged, nothing runs.
 #   --force   rebuild even when the cache key matches
 #   --clean   also wipe the object directory (.cache/guest/build) first
+# Environment: GUEST_KERNEL_FRAGMENT=FILE uses another fragment; see lib.sh
+# for GUEST_CACHE, LINUX_SOURCE_TAR, GUEST_NO_APT and GUEST_JOBS.
 set -euo pipefail
 # shellcheck source=guest/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
