@@ -10,6 +10,9 @@ step() { printf '\n== %s ==\n' "$*"; }
 step "setup (apt packages)"
 scripts/setup.sh
 
+step "guest images (minimal kernel + initramfs, cached)"
+guest/build.sh
+
 step "format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
