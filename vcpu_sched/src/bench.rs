@@ -145,6 +145,9 @@ pub fn run_workload_with(opts: &RunOptions, progress: &mut dyn FnMut(f64)) -> Re
         return Err(SchedError::Workload("the duration must be positive".into()));
     }
     let topo = Arc::new(topology::load(&opts.topology)?);
+    // Calibrate the unit of work here, on an otherwise quiet thread, not
+    // inside the first body that needs it while other tasks run.
+    workload::work_unit_ns();
     let emulated = opts.topology.trim() != "host";
     let mapping = if emulated {
         CpuMapping::emulated_on_allowed()?
@@ -340,7 +343,8 @@ pub struct Comparison {
 
 /// Runs every variant `repetitions` times, interleaved (each repetition
 /// runs every variant once, starting one further along the list each
-/// time, so that slow drift of the host does not favour a variant).
+/// time, so that slow drift of the host does not favour a variant), after
+/// one unrecorded warm-up run of the baseline (at most 1 s).
 // `rep` indexes the second dimension of a variant-major table.
 #[allow(clippy::needless_range_loop)]
 pub fn compare(
@@ -357,6 +361,24 @@ pub fn compare(
     }
     let nv = opts.variants.len();
     let total = nv * opts.repetitions;
+    // One unrecorded run first, so that no variant pays for the process
+    // warming up (thread stacks, page faults, calibration).
+    {
+        let mut warm = opts.run.clone();
+        warm.mitigations = opts.variants[0];
+        warm.duration = warm.duration.min(Duration::from_secs(1));
+        warm.check = false;
+        let name = format!("warm-up ({})", warm.mitigations);
+        run_workload_with(&warm, &mut |f| {
+            progress(&CompareProgress {
+                done: 0,
+                total,
+                variant: name.clone(),
+                repetition: 0,
+                run_fraction: f,
+            })
+        })?;
+    }
     let mut values = vec![vec![f64::NAN; opts.repetitions]; nv];
     let mut per_call = vec![0.0; nv];
     let mut runs = Vec::with_capacity(total);

@@ -2,10 +2,11 @@
 //!
 //! Each task sleeps until its next deadline, records how late it runs
 //! (wakeup latency: timer, wakeup path, placement, preemption), does a few
-//! microseconds of work and sleeps again. Defaults: one task per CPU at
-//! FIFO 99, a 1 ms period stretched on big topologies so that the total
-//! wakeup rate stays near 16 per millisecond (a 2-CPU host emulating 384
-//! CPUs cannot deliver more), 5 us of work.
+//! microseconds of work and sleeps again. Defaults: one task per CPU (at
+//! least 8, for enough samples on small hosts) at FIFO 99, a 1 ms period
+//! stretched on big topologies so that the total wakeup rate stays near 16
+//! per millisecond (a 2-CPU host emulating 384 CPUs cannot deliver more),
+//! 5 us of work.
 //!
 //! Metric: p99 wakeup latency, lower is better. Extras: other percentiles,
 //! cycles per second, overruns (a deadline already past when the previous
@@ -64,7 +65,7 @@ impl Running for Cyclic {
 
 pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn Running>> {
     let n = ex.scheduler().num_cpus();
-    let tasks = p.tasks.unwrap_or(n);
+    let tasks = p.tasks.unwrap_or(n.max(8));
     let period = p
         .period_us
         .unwrap_or_else(|| 1000u64.max(tasks as u64 * 1000 / 16))
