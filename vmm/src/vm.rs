@@ -279,6 +279,9 @@ impl VmControl {
     }
 
     fn vcpu_exited(&self) {
+        // Under the lock `wait_exited` waits with, so the wakeup cannot
+        // fall between its check and its wait.
+        let _g = self.reason.lock().unwrap_or_else(|e| e.into_inner());
         self.exited.fetch_add(1, Ordering::SeqCst);
         self.cond.notify_all();
     }
