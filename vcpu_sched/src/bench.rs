@@ -247,7 +247,13 @@ pub fn run_workload_with(opts: &RunOptions, progress: &mut dyn FnMut(f64)) -> Re
     if opts.check && !report.violations.is_empty() {
         return Err(SchedError::Invariant {
             count: report.violations.len(),
-            first: report.violations[0].clone(),
+            first: report
+                .violations
+                .iter()
+                .take(6)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" | "),
         });
     }
     Ok(report)

@@ -363,6 +363,7 @@ pub struct InvariantChecker {
     pub checks: u64,
     /// RT waits seen in any snapshot (transient ones included).
     pub rt_waits_seen: u64,
+    anomalies_seen: usize,
 }
 
 impl InvariantChecker {
@@ -374,6 +375,7 @@ impl InvariantChecker {
             violations: Vec::new(),
             checks: 0,
             rt_waits_seen: 0,
+            anomalies_seen: 0,
         }
     }
 
@@ -384,6 +386,10 @@ impl InvariantChecker {
         self.checks += 1;
         let before = self.violations.len();
         self.violations.extend(r.violations);
+        let an = s.anomalies();
+        self.violations
+            .extend(an.iter().skip(self.anomalies_seen).cloned());
+        self.anomalies_seen = an.len();
         self.rt_waits_seen += r.rt_waits.len() as u64;
         let mut keep = HashMap::new();
         for w in r.rt_waits {

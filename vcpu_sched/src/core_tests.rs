@@ -78,6 +78,11 @@ impl Sim {
     }
 
     pub(crate) fn strict(&self, what: &str) {
+        assert!(
+            self.s.anomalies().is_empty(),
+            "{what}: {:?}",
+            self.s.anomalies()
+        );
         let r = self.s.snapshot_check();
         assert!(r.violations.is_empty(), "{what}: {:#?}", r.violations);
         assert!(

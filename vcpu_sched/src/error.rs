@@ -94,6 +94,7 @@ pub enum SchedError {
 
     /// The invariant checker found violations.
     #[error("scheduler invariants violated ({count} violations), first: {first}")]
+    /// `first` holds the first few, separated by ` | `.
     Invariant {
         /// How many.
         count: usize,

@@ -142,6 +142,8 @@ pub struct Scheduler {
     /// (timers, I/O threads, the ticker).
     ext: CpuStats,
     spread: AtomicU32,
+    /// States the core found that must not exist (see [`Scheduler::anomalies`]).
+    anomalies: Mutex<Vec<String>>,
 }
 
 /// What to do after a runqueue lock is dropped.
@@ -179,6 +181,7 @@ impl Scheduler {
             gload: GroupLoad::new(&map, cfg.max_groups, mit.node_group_load),
             ext: CpuStats::default(),
             spread: AtomicU32::new(0),
+            anomalies: Mutex::new(Vec::new()),
             map,
             topo,
             mit,
@@ -407,6 +410,27 @@ impl Scheduler {
         pc.hot.need_resched.load(Ordering::SeqCst) || !pc.wake.list.is_empty()
     }
 
+    /// For checkers: `Some(mask)` if `id` is `cpu`'s current task although
+    /// its affinity `mask` excludes `cpu` and no reschedule is pending there
+    /// to move it. Decided under the runqueue lock, because
+    /// [`Scheduler::set_affinity`] stores a new mask and requests the
+    /// reschedule under that lock: read without it, the pair can be seen
+    /// half-done, which is not a violation.
+    pub fn running_outside_affinity(&self, cpu: CpuId, id: TaskId) -> Option<CpuMask> {
+        let t = self.task(id).ok()?;
+        let rq = self.lock_rq(cpu);
+        if rq.curr != Some(id.0) {
+            return None;
+        }
+        let m = t.affinity();
+        let pending = self.cpus[cpu as usize]
+            .hot
+            .need_resched
+            .load(Ordering::SeqCst);
+        drop(rq);
+        (!m.contains(cpu) && !pending).then_some(m)
+    }
+
     /// Counters summed over every CPU and external caller.
     pub fn counters(&self) -> SchedCounters {
         let mut c = self.ext.snapshot();
@@ -541,6 +565,24 @@ impl Scheduler {
                 ok
             }
         };
+        if !ok {
+            let found: Vec<u64> = rq
+                .fair
+                .iter()
+                .filter(|&(_, i)| i == id)
+                .map(|(v, _)| v)
+                .collect();
+            self.anomaly(format!(
+                "task {id} ({:?}) not found in CPU {}'s queues: state {} on CPU {}, vruntime {}, tree keys for it {:?}, rt {:?}",
+                t.policy(),
+                rq.cpu,
+                state_of(t.code()).name(),
+                t.cpu.load(Ordering::Relaxed),
+                t.vruntime.load(Ordering::Relaxed),
+                found,
+                rq.rt.iter_by_prio().filter(|&(i, _)| i == id).count()
+            ));
+        }
         self.sync_hot(rq);
         self.update_overload(rq);
         ok
@@ -620,6 +662,14 @@ impl Scheduler {
     fn set_curr(&self, rq: &mut Rq, id: u32, now: u64, was_curr: bool) {
         let pc = &self.cpus[rq.cpu as usize];
         let t = self.t(id);
+        if t.code() != ST_QUEUED || t.cpu.load(Ordering::Relaxed) != rq.cpu {
+            self.anomaly(format!(
+                "task {id} picked on CPU {} in state {} on CPU {}",
+                rq.cpu,
+                state_of(t.code()).name(),
+                t.cpu.load(Ordering::Relaxed)
+            ));
+        }
         let pol = t.policy();
         t.set_state(ST_RUNNING, false);
         rq.curr = Some(id);
@@ -736,31 +786,76 @@ impl Scheduler {
         t.acct.transition(to, now);
     }
 
-    /// Tries RUNNING -> BLOCKED; false if a pending wake cancels the block
-    /// (the pending bit is consumed).
-    fn try_block(&self, id: u32) -> bool {
+    /// Consumes a pending wake of running task `id`; true if there was one
+    /// (its block is cancelled).
+    fn consume_pending(&self, id: u32) -> bool {
         let t = self.t(id);
         let mut s = t.state.load(Ordering::Acquire);
-        loop {
-            let (to, blocks) = if s & PENDING != 0 {
-                (s & !PENDING, false)
-            } else {
-                (ST_BLOCKED, true)
-            };
-            match t
-                .state
-                .compare_exchange_weak(s, to, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return blocks,
+        while s & PENDING != 0 {
+            match t.state.compare_exchange_weak(
+                s,
+                s & !PENDING,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
                 Err(x) => s = x,
             }
         }
+        false
+    }
+
+    /// RUNNING -> BLOCKED, published only after the task is entirely off its
+    /// runqueue: a blocked task can be claimed by a lock-free waker at once,
+    /// and the waker must not meet runqueue bookkeeping still in progress
+    /// (Linux waits on `on_cpu` for the same reason). False if a wake
+    /// arrived in the meantime (the pending bit is left for the caller).
+    fn publish_blocked(&self, id: u32) -> bool {
+        let t = self.t(id);
+        let mut s = t.state.load(Ordering::Acquire);
+        loop {
+            if s & PENDING != 0 {
+                return false;
+            }
+            match t
+                .state
+                .compare_exchange_weak(s, ST_BLOCKED, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(x) => s = x,
+            }
+        }
+    }
+
+    /// Records a state that must not exist; the invariant checker reports
+    /// them.
+    #[cold]
+    fn anomaly(&self, what: String) {
+        tracing::error!("scheduler anomaly: {what}");
+        let mut a = lock(&self.anomalies);
+        if a.len() < 100 {
+            a.push(what);
+        }
+    }
+
+    /// Impossible states the core ran into (and refused to act on).
+    pub fn anomalies(&self) -> Vec<String> {
+        lock(&self.anomalies).clone()
     }
 
     /// Enqueues a woken task on `rq` if its affinity allows that CPU;
     /// false if not, and the caller forwards it.
     fn enqueue_woken(&self, rq: &mut Rq, id: u32, now: u64) -> bool {
         let t = self.t(id);
+        let code = t.code();
+        if code != ST_WAKING {
+            self.anomaly(format!(
+                "task {id} reached CPU {}'s runqueue from a wakeup in state {}",
+                rq.cpu,
+                state_of(code).name()
+            ));
+            return true;
+        }
         let aff = lock(&t.affinity);
         if !aff.contains(rq.cpu) {
             return false;
@@ -992,8 +1087,18 @@ impl Scheduler {
                     }
                 }
                 Prev::Block => {
-                    if self.try_block(c) {
+                    if !self.consume_pending(c) {
                         self.put_gone(&mut rq, c, now, ST_BLOCKED);
+                        if !self.publish_blocked(c) {
+                            // Woken while it was leaving: runnable again, and
+                            // this CPU is the waker.
+                            t.set_state(ST_WAKING, true);
+                            t.acct.transition(ST_WAKING, now);
+                            t.acct.wakeups.fetch_add(1, Ordering::Relaxed);
+                            if !self.enqueue_woken(&mut rq, c, now) {
+                                forward = Some((c, t.affinity()));
+                            }
+                        }
                     } else {
                         // A pending wake cancels the block; it runs on,
                         // unless its affinity changed meanwhile.
@@ -1009,8 +1114,9 @@ impl Scheduler {
                     }
                 }
                 Prev::Exit => {
-                    t.set_state(ST_EXITED, true);
+                    // off the runqueue first, then final (see publish_blocked)
                     self.put_gone(&mut rq, c, now, ST_EXITED);
+                    t.set_state(ST_EXITED, true);
                 }
             }
         }

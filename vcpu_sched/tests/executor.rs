@@ -102,11 +102,18 @@ fn rt_task_preempts_a_spinning_fair_task() {
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert!(spins.load(Ordering::Relaxed) > 0, "the hog ran too");
     let rt_stats = r.tasks.iter().find(|t| t.name == "rt").unwrap();
-    assert!(rt_stats.wakeups >= 50, "{rt_stats:?}");
-    // every timer wakeup came through the wake list and preempted the hog
-    assert!(r.counters.wake_queued >= 50, "{:?}", r.counters);
     let hog = r.tasks.iter().find(|t| t.name == "hog").unwrap();
-    assert!(hog.preemptions >= 50, "{hog:?}");
+    // (A period whose deadline had passed before the task slept again
+    // needs no wakeup, so counts are not exactly 50 on a loaded host.)
+    assert!(rt_stats.wakeups > 0 && rt_stats.runs > 1, "{rt_stats:?}");
+    // timer wakeups come from outside the managed CPUs: the wake list
+    assert!(
+        r.counters.wake_queued >= rt_stats.wakeups,
+        "{:?}",
+        r.counters
+    );
+    // on the single CPU, the RT task only ever ran by preempting the hog
+    assert!(hog.preemptions + 1 >= rt_stats.runs, "{hog:?} {rt_stats:?}");
 }
 
 #[test]

@@ -252,7 +252,12 @@ impl Shared {
             .grants
             .fetch_add(1, Ordering::Relaxed);
         let t = &self.trt[n as usize];
-        t.grant.store(cpu, Ordering::Release);
+        let old = t.grant.swap(cpu, Ordering::AcqRel);
+        if old != NONE {
+            self.violation(format!(
+                "task {n} granted CPU {cpu} while its grant of CPU {old} is still pending"
+            ));
+        }
         if let Some(th) = lock(&t.thread).as_ref() {
             th.unpark();
         }
@@ -409,6 +414,7 @@ impl TaskCtx {
         let mut switched = false;
         loop {
             let cpu = self.cpu.get();
+            self.check_holder(cpu, "switch");
             let t0 = self.sh.now();
             let pick = self.sched.schedule(cpu, prev, t0);
             let ce = &self.sh.cpu_exec[cpu as usize];
@@ -435,6 +441,21 @@ impl TaskCtx {
                 return true;
             }
             prev = Prev::Keep;
+        }
+    }
+
+    /// The core must agree that this task is `cpu`'s current task whenever
+    /// its thread holds `cpu`'s slot.
+    fn check_holder(&self, cpu: CpuId, what: &str) {
+        let cur = self.sched.current(cpu);
+        if cur != Some(self.id) {
+            self.sh.violation(format!(
+                "task {} holds CPU {cpu}'s slot ({what}) but the core runs {:?} there; the core has it {:?} on CPU {:?}",
+                self.id.0,
+                cur,
+                self.sched.task_state(self.id),
+                self.sched.task_cpu(self.id)
+            ));
         }
     }
 
@@ -493,14 +514,11 @@ impl TaskCtx {
             ));
         }
         if sh.check {
-            match self.sched.task_affinity(self.id) {
-                Ok(m) if !m.contains(cpu) && !self.sched.needs_attention(cpu) => {
-                    sh.violation(format!(
-                        "task {} runs on CPU {cpu} outside its affinity {m}",
-                        self.id.0
-                    ))
-                }
-                _ => {}
+            if let Some(m) = self.sched.running_outside_affinity(cpu, self.id) {
+                sh.violation(format!(
+                    "task {} runs on CPU {cpu} outside its affinity {m}",
+                    self.id.0
+                ))
             }
         }
         let host = slot.host_cpu;
@@ -716,8 +734,10 @@ impl ThreadsExecutor {
     /// Violations found so far.
     pub fn violations(&self) -> Vec<String> {
         let mut v = lock(&self.sh.violations).clone();
-        if let Some(c) = lock(&self.checker).as_ref() {
-            v.extend(c.violations.iter().cloned());
+        match lock(&self.checker).as_ref() {
+            // the checker reports the core's anomalies with its own findings
+            Some(c) => v.extend(c.violations.iter().cloned()),
+            None => v.extend(self.sched.anomalies()),
         }
         v
     }
@@ -748,13 +768,34 @@ impl ThreadsExecutor {
             }
             if Instant::now() > deadline {
                 let names: Vec<String> = threads.iter().map(|(i, _)| i.0.to_string()).collect();
+                let mut detail: Vec<String> = threads
+                    .iter()
+                    .take(4)
+                    .map(|(i, _)| self.describe(*i))
+                    .collect();
+                if let Some((i, _)) = threads.first() {
+                    if let Ok(cpu) = self.sched.task_cpu(*i) {
+                        let owner = self.sh.slots[cpu as usize].owner.load(Ordering::Relaxed);
+                        if owner < IDLE {
+                            detail.push(format!("owner: {}", self.describe(TaskId(owner))));
+                        }
+                    }
+                }
+                detail.extend(self.sched.anomalies().into_iter().take(4));
+                detail.extend(lock(&self.sh.violations).iter().take(8).cloned());
+                tracing::error!(
+                    "stuck task bodies at shutdown: {}\n{}",
+                    detail.join("; "),
+                    self.sched.dump()
+                );
                 self.stop_system();
                 return Err(SchedError::Workload(format!(
-                    "{} task bodies did not return within {:?} of shutdown (tasks {}); \
+                    "{} task bodies did not return within {:?} of shutdown (tasks {}; {}); \
                      bodies must return when TaskCtx::stopping() is true",
                     threads.len(),
                     timeout,
-                    names.join(",")
+                    names.join(","),
+                    detail.join("; ")
                 )));
             }
             std::thread::sleep(Duration::from_millis(2));
@@ -786,6 +827,28 @@ impl ThreadsExecutor {
             rt_waits_seen,
             pin_errors: self.sh.pin_errors.load(Ordering::Relaxed),
         })
+    }
+
+    /// Where a task is, in words (for diagnostics).
+    pub fn describe(&self, t: TaskId) -> String {
+        let s = &self.sched;
+        let rt = &self.sh.trt[t.0 as usize];
+        let grant = rt.grant.load(Ordering::Relaxed);
+        let on = rt.running_on.load(Ordering::Relaxed);
+        match (s.task_state(t), s.task_cpu(t)) {
+            (Ok(st), Ok(cpu)) => format!(
+                "task {} {:?} cpu {cpu} (cpu curr {:?}, owner {}, needs attention {}), grant {}, running_on {}, preempt {}",
+                t.0,
+                st,
+                s.current(cpu),
+                self.sh.slots[cpu as usize].owner.load(Ordering::Relaxed),
+                s.needs_attention(cpu),
+                grant,
+                on,
+                rt.preempt.load(Ordering::Relaxed)
+            ),
+            (Err(e), _) | (_, Err(e)) => format!("task {}: {e}", t.0),
+        }
     }
 
     fn stop_system(&mut self) {
@@ -828,6 +891,7 @@ where
     }
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&ctx)));
     let cpu = ctx.cpu.get();
+    ctx.check_holder(cpu, "exit");
     let t0 = sh.now();
     let pick = sched.schedule(cpu, Prev::Exit, t0);
     ctx.leave(cpu);
