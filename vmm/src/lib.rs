@@ -21,6 +21,9 @@
 //! | [`compat`] | kvm_pvm workarounds |
 //! | [`devices`], [`console`] | COM1, i8042 and reset ports; the console sink |
 //! | [`pin`], [`rt`] | vCPU placement and real-time policy |
+//! | [`sched_bench`] | `vmm sched-bench`: the scheduler alone on synthetic tasks |
+//! | [`micro`] | built-in micro-guests and their port interface |
+//! | [`vcpu_task`] | vCPUs as `vcpu_sched` tasks; the executors |
 //!
 //! The architecture is described in `docs/vmm.md`.
 
@@ -34,9 +37,12 @@ pub mod cpuid;
 pub mod devices;
 pub mod layout;
 pub mod memory;
+pub mod micro;
 pub mod pin;
 pub mod rt;
+pub mod sched_bench;
 pub mod vcpu;
+pub mod vcpu_task;
 pub mod vm;
 
 /// Errors of the VMM library.

@@ -1,0 +1,628 @@
+//! The M:N executor: one worker thread per logical CPU, pinned to that
+//! CPU's host CPU, runs whichever vCPU the scheduler picks for its CPU by
+//! calling `KVM_RUN` on that vCPU's fd itself.
+//!
+//! Compared with one thread per vCPU, switching from one vCPU to another
+//! on a CPU is a function return and a call, not a hand-over between two
+//! host threads (a futex wake, a park and two host context switches). The
+//! price is that a vCPU's fd is entered from whichever worker runs it:
+//! KVM loads the vCPU state on that thread, about 2 us the first time
+//! (KVM-NOTES). Measured both ways in `docs/results-vcpus.md`.
+//!
+//! It drives the same [`Scheduler`] core through the same calls as the
+//! threads executor:
+//! * a worker holds its CPU's run slot for good; whenever its vCPU blocks,
+//!   sleeps, yields or ends, or the CPU needs attention, it calls
+//!   `schedule(cpu, prev, now)` and runs what comes back, or parks when
+//!   the CPU goes idle;
+//! * the core's kicks land here: an idle worker is unparked; a busy one's
+//!   current vCPU is kicked out of `KVM_RUN` (`immediate_exit` + signal);
+//! * no lost kicks: a kicker sets the CPU's flag, fences, then reads the
+//!   worker's `current`; a worker publishes `current`, fences, then checks
+//!   `needs_attention`, and checks it again right before every `KVM_RUN`
+//!   (a kick after that check finds `immediate_exit`);
+//! * one clock thread ticks every CPU, fires sleep timers and, when asked,
+//!   runs the invariant checker.
+
+use std::collections::BinaryHeap;
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+use vcpu_sched::exec::pin_current_thread;
+use vcpu_sched::sched::Kicker as SchedKicker;
+use vcpu_sched::{
+    CpuId, InvariantChecker, Pick, Prev, SchedCounters, Scheduler, TaskId, TaskSpec, TaskStats,
+};
+
+use super::{enter, resumed, Action, ExecOptions, ExecOutcome, Resume, TaskError, VcpuSlot, VmSet};
+
+const IDLE: u32 = u32::MAX;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One CPU's worker, shared with kickers.
+#[repr(align(128))]
+struct WorkerCpu {
+    /// The task whose vCPU this worker runs, or [`IDLE`].
+    current: AtomicU32,
+    /// Set by a kick to an idle worker.
+    token: AtomicBool,
+    thread: OnceLock<Thread>,
+    host_cpu: u32,
+}
+
+/// One CPU's counters, written by its worker only.
+#[repr(align(128))]
+#[derive(Default)]
+struct WorkerStats {
+    sched_ns: AtomicU64,
+    sched_calls: AtomicU64,
+}
+
+/// Per-vCPU executor state.
+#[repr(align(128))]
+#[derive(Default)]
+struct TaskRt {
+    /// A sleep's due time (0: not sleeping).
+    sleep_due: AtomicU64,
+    /// When it halted (0: not halted), for the doorbell latency.
+    halt_at: AtomicU64,
+    timer_gen: AtomicU64,
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Timer {
+    at: std::cmp::Reverse<u64>,
+    slot: usize,
+    gen: u64,
+}
+
+struct Shared {
+    set: Arc<VmSet>,
+    cpus: Box<[WorkerCpu]>,
+    stats: Box<[WorkerStats]>,
+    rt: Box<[TaskRt]>,
+    /// Task id -> global vCPU index.
+    by_task: Box<[OnceLock<usize>]>,
+    timers: Mutex<BinaryHeap<Timer>>,
+    clock_thread: OnceLock<Thread>,
+    clock_next: AtomicU64,
+    quit: AtomicBool,
+    live: AtomicUsize,
+    violations: Mutex<Vec<String>>,
+    finished: Mutex<Vec<(usize, TaskStats)>>,
+    pin: bool,
+    pin_errors: AtomicU64,
+    check: bool,
+}
+
+impl Shared {
+    fn violation(&self, v: String) {
+        tracing::error!("executor invariant violated: {v}");
+        lock(&self.violations).push(v);
+    }
+
+    fn slot_of(&self, t: TaskId) -> Option<&Arc<VcpuSlot>> {
+        let g = *self.by_task.get(t.0 as usize)?.get()?;
+        self.set.slots().get(g)
+    }
+}
+
+struct WorkerKick(Arc<Shared>);
+
+impl SchedKicker for WorkerKick {
+    fn kick(&self, cpu: CpuId) {
+        let sh = &self.0;
+        fence(Ordering::SeqCst);
+        let w = &sh.cpus[cpu as usize];
+        match w.current.load(Ordering::SeqCst) {
+            IDLE => {
+                w.token.store(true, Ordering::Release);
+                if let Some(t) = w.thread.get() {
+                    t.unpark();
+                }
+            }
+            t => {
+                if let Some(s) = sh.slot_of(TaskId(t)) {
+                    s.kicker().kick();
+                }
+            }
+        }
+    }
+}
+
+/// The M:N executor.
+pub struct WorkerExecutor {
+    sh: Arc<Shared>,
+    sched: Arc<Scheduler>,
+    threads: Vec<JoinHandle<()>>,
+    checker: Arc<Mutex<Option<InvariantChecker>>>,
+}
+
+impl WorkerExecutor {
+    pub(crate) fn start(opts: &ExecOptions, set: &Arc<VmSet>) -> Result<Self, TaskError> {
+        let max = opts.sched.max_tasks;
+        let nslots = set.slots().len();
+        if nslots > max {
+            return Err(TaskError::Input(format!(
+                "{nslots} vCPUs, but the scheduler holds at most {max} tasks"
+            )));
+        }
+        if opts.tick.is_zero() {
+            return Err(TaskError::Input("the tick must be positive".into()));
+        }
+        let n = opts.topology.num_cpus();
+        let sh = Arc::new(Shared {
+            set: set.clone(),
+            cpus: (0..n as u32)
+                .map(|c| WorkerCpu {
+                    current: AtomicU32::new(IDLE),
+                    token: AtomicBool::new(false),
+                    thread: OnceLock::new(),
+                    host_cpu: opts.host_cpu(c),
+                })
+                .collect(),
+            stats: (0..n).map(|_| WorkerStats::default()).collect(),
+            rt: (0..nslots).map(|_| TaskRt::default()).collect(),
+            by_task: (0..max).map(|_| OnceLock::new()).collect(),
+            timers: Mutex::new(BinaryHeap::new()),
+            clock_thread: OnceLock::new(),
+            clock_next: AtomicU64::new(0),
+            quit: AtomicBool::new(false),
+            live: AtomicUsize::new(0),
+            violations: Mutex::new(Vec::new()),
+            finished: Mutex::new(Vec::new()),
+            pin: true,
+            pin_errors: AtomicU64::new(0),
+            check: opts.check.is_some(),
+        });
+        let sched = Arc::new(Scheduler::new(
+            opts.topology.clone(),
+            opts.mitigations,
+            opts.sched.clone(),
+            Arc::new(WorkerKick(sh.clone())),
+        )?);
+        let checker = Arc::new(Mutex::new(
+            opts.check
+                .as_ref()
+                .map(|c| InvariantChecker::new(c.grace.as_nanos() as u64)),
+        ));
+        let mut ex = Self {
+            sh: sh.clone(),
+            sched: sched.clone(),
+            threads: Vec::new(),
+            checker: checker.clone(),
+        };
+        // Tasks first (blocked), then the threads, then wake them all.
+        let mut ids = Vec::with_capacity(nslots);
+        let r = (|| -> Result<(), TaskError> {
+            for vm in set.vms() {
+                let g = sched.create_group(&vm.name)?;
+                let _ = vm.group.set(g);
+            }
+            for slot in set.slots() {
+                let vm = &set.vms()[slot.vm];
+                let mut spec = TaskSpec::new(super::threads::task_name(set, slot))
+                    .policy(slot.placement.policy);
+                if let Some(g) = vm.group.get() {
+                    spec = spec.group(*g);
+                }
+                if let Some(m) = slot.placement.affinity {
+                    spec = spec.affinity(m);
+                }
+                let id = sched.add_task(&spec, set.now())?;
+                let _ = sh.by_task[id.0 as usize].set(slot.global);
+                let _ = slot.task.set(id);
+                sh.live.fetch_add(1, Ordering::AcqRel);
+                ids.push(id);
+            }
+            for cpu in 0..n as u32 {
+                let (sh2, s2) = (sh.clone(), sched.clone());
+                let h = std::thread::Builder::new()
+                    .name(format!("worker/{cpu}"))
+                    .stack_size(256 << 10)
+                    .spawn(move || worker_main(sh2, s2, cpu))
+                    .map_err(|e| TaskError::Os {
+                        context: format!("cannot start the worker of CPU {cpu}"),
+                        source: e,
+                    })?;
+                let _ = sh.cpus[cpu as usize].thread.set(h.thread().clone());
+                ex.threads.push(h);
+            }
+            let (sh2, s2, ck) = (sh.clone(), sched.clone(), checker.clone());
+            let tick = opts.tick.as_nanos() as u64;
+            let interval = opts.check.as_ref().map(|c| c.interval.as_nanos() as u64);
+            let h = std::thread::Builder::new()
+                .name("worker-clock".into())
+                .spawn(move || clock_main(sh2, s2, tick, interval, ck))
+                .map_err(|e| TaskError::Os {
+                    context: "cannot start the clock thread".into(),
+                    source: e,
+                })?;
+            let _ = sh.clock_thread.set(h.thread().clone());
+            ex.threads.push(h);
+            Ok(())
+        })();
+        if let Err(e) = r {
+            set.request_stop();
+            let _ = ex.shutdown(Duration::from_secs(10));
+            return Err(e);
+        }
+        set.mark_started();
+        for id in ids {
+            let _ = sched.wake(id, None, set.now());
+        }
+        Ok(ex)
+    }
+
+    pub(crate) fn counters(&self) -> SchedCounters {
+        self.sched.counters()
+    }
+
+    /// The scheduler core.
+    pub fn scheduler(&self) -> &Arc<Scheduler> {
+        &self.sched
+    }
+
+    pub(crate) fn wake_slot(&self, s: &VcpuSlot, waker: Option<CpuId>) {
+        if let Some(t) = s.task.get() {
+            let _ = self.sched.wake(*t, waker, self.sh.set.now());
+        }
+    }
+
+    pub(crate) fn shutdown(mut self, timeout: Duration) -> Result<ExecOutcome, TaskError> {
+        let set = self.sh.set.clone();
+        set.request_stop();
+        let deadline = Instant::now() + timeout;
+        let mut stuck = None;
+        while self.sh.live.load(Ordering::Acquire) > 0 {
+            for s in set.slots() {
+                if !s.exited() {
+                    self.wake_slot(s, None);
+                    s.kicker().kick();
+                }
+            }
+            if Instant::now() > deadline {
+                let left: Vec<String> = set
+                    .slots()
+                    .iter()
+                    .filter(|s| !s.exited())
+                    .take(8)
+                    .map(|s| {
+                        let t = s.task.get().copied();
+                        format!(
+                            "{} ({:?}, {:?})",
+                            super::threads::task_name(&set, s),
+                            t.map(|t| self.sched.task_state(t)),
+                            t.map(|t| self.sched.task_cpu(t))
+                        )
+                    })
+                    .collect();
+                stuck = Some(TaskError::Stuck(format!(
+                    "{} vCPUs did not end within {timeout:?} of the stop: {}",
+                    self.sh.live.load(Ordering::Acquire),
+                    left.join(", ")
+                )));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if let Some(c) = lock(&self.checker).as_mut() {
+            if stuck.is_none() {
+                c.observe(&self.sched, set.now());
+            }
+        }
+        self.stop_threads();
+        if let Some(e) = stuck {
+            return Err(e);
+        }
+        let n = self.sched.num_cpus();
+        let st = &self.sh.stats;
+        let mut tasks = vec![None; set.slots().len()];
+        for (g, s) in std::mem::take(&mut *lock(&self.sh.finished)) {
+            tasks[g] = Some(s);
+        }
+        let (checks, mut violations) = match lock(&self.checker).as_ref() {
+            Some(c) => (c.checks, c.violations.clone()),
+            None => (0, Vec::new()),
+        };
+        violations.extend(lock(&self.sh.violations).iter().cloned());
+        Ok(ExecOutcome {
+            tasks,
+            host_schedstat: Vec::new(),
+            counters: self.sched.counters(),
+            sched_ns_per_cpu: (0..n)
+                .map(|c| st[c].sched_ns.load(Ordering::Relaxed))
+                .collect(),
+            sched_calls_per_cpu: (0..n)
+                .map(|c| st[c].sched_calls.load(Ordering::Relaxed))
+                .collect(),
+            violations,
+            checks,
+            pin_errors: self.sh.pin_errors.load(Ordering::Relaxed),
+        })
+    }
+
+    fn stop_threads(&mut self) {
+        self.sh.quit.store(true, Ordering::SeqCst);
+        for w in self.sh.cpus.iter() {
+            w.token.store(true, Ordering::Release);
+            if let Some(t) = w.thread.get() {
+                t.unpark();
+            }
+        }
+        if let Some(t) = self.sh.clock_thread.get() {
+            t.unpark();
+        }
+        for h in self.threads.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for WorkerExecutor {
+    fn drop(&mut self) {
+        if !self.threads.is_empty() {
+            self.sh.set.request_stop();
+            self.stop_threads();
+        }
+    }
+}
+
+fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
+    let w = &sh.cpus[cpu as usize];
+    if sh.pin && pin_current_thread(w.host_cpu).is_err() {
+        sh.pin_errors.fetch_add(1, Ordering::Relaxed);
+    }
+    let set = sh.set.clone();
+    let stats = &sh.stats[cpu as usize];
+    let mut cur: Option<TaskId> = None;
+    let mut prev = Prev::Keep;
+    let mut resched = true;
+    loop {
+        if resched || sched.needs_attention(cpu) {
+            let t0 = set.now();
+            let exiting = prev == Prev::Exit;
+            let pick = sched.schedule(cpu, prev, t0);
+            stats
+                .sched_ns
+                .fetch_add(set.now().saturating_sub(t0), Ordering::Relaxed);
+            stats.sched_calls.fetch_add(1, Ordering::Relaxed);
+            if exiting {
+                if let Some(t) = cur.take() {
+                    finish_task(&sh, &sched, t);
+                }
+            }
+            cur = match pick {
+                Pick::Same => {
+                    if exiting {
+                        sh.violation(format!("CPU {cpu}: schedule kept an exiting task"));
+                    }
+                    cur
+                }
+                Pick::Switch(n) => Some(n),
+                Pick::Idle => None,
+            };
+            prev = Prev::Keep;
+            resched = false;
+            w.current.store(cur.map_or(IDLE, |t| t.0), Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            if sched.needs_attention(cpu) {
+                resched = true;
+                continue;
+            }
+        }
+        let Some(t) = cur else {
+            // Idle: park until kicked.
+            while !w.token.swap(false, Ordering::AcqRel) {
+                if sh.quit.load(Ordering::Acquire) {
+                    return;
+                }
+                std::thread::park();
+            }
+            if sh.quit.load(Ordering::Acquire) {
+                return;
+            }
+            resched = true;
+            continue;
+        };
+        let Some(&g) = sh.by_task.get(t.0 as usize).and_then(|x| x.get()) else {
+            sh.violation(format!("CPU {cpu} picked task {} that is no vCPU", t.0));
+            prev = Prev::Exit;
+            resched = true;
+            continue;
+        };
+        let slot = &set.slots()[g];
+        let vm = &set.vms()[slot.vm];
+        let rt = &sh.rt[g];
+        let stopping = set.stopping() || vm.control.is_stopping();
+        // A sleeper picked early (another wake) goes back to sleep.
+        let due = rt.sleep_due.load(Ordering::Acquire);
+        if due != 0 && !stopping && set.now() < due {
+            prev = Prev::Block;
+            resched = true;
+            continue;
+        }
+        let Some(mut st) = slot.try_lock() else {
+            sh.violation(format!(
+                "CPU {cpu}: vCPU {} is being run elsewhere",
+                super::threads::task_name(&set, slot)
+            ));
+            prev = Prev::Keep;
+            resched = true;
+            std::thread::yield_now();
+            continue;
+        };
+        if sh.check {
+            if sched.current(cpu) != Some(t) {
+                sh.violation(format!(
+                    "CPU {cpu} runs task {} but the core has {:?} current",
+                    t.0,
+                    sched.current(cpu)
+                ));
+            }
+            if let Ok(m) = sched.task_affinity(t) {
+                if !m.contains(cpu) && !sched.needs_attention(cpu) {
+                    sh.violation(format!(
+                        "task {} runs on CPU {cpu} outside its affinity {m}",
+                        t.0
+                    ));
+                }
+            }
+        }
+        // The check right before KVM_RUN (a later kick finds immediate_exit).
+        if sched.needs_attention(cpu) {
+            resched = true;
+            continue;
+        }
+        if due != 0 {
+            rt.sleep_due.store(0, Ordering::Release);
+            rt.timer_gen.fetch_add(1, Ordering::AcqRel);
+            resumed(&set, slot, &mut st.m, Resume::Timer(due));
+        }
+        let h = rt.halt_at.swap(0, Ordering::AcqRel);
+        if h != 0 {
+            resumed(&set, slot, &mut st.m, Resume::Halt(h));
+        }
+        match enter(&set, vm, &mut st) {
+            Action::Continue => {}
+            Action::Block => {
+                rt.halt_at.store(set.now(), Ordering::Release);
+                prev = Prev::Block;
+                resched = true;
+            }
+            Action::Sleep(ns) => {
+                let now = set.now();
+                let at = now + ns;
+                rt.sleep_due.store(at, Ordering::Release);
+                let gen = rt.timer_gen.fetch_add(1, Ordering::AcqRel) + 1;
+                lock(&sh.timers).push(Timer {
+                    at: std::cmp::Reverse(at),
+                    slot: g,
+                    gen,
+                });
+                if at < sh.clock_next.load(Ordering::Acquire) {
+                    if let Some(c) = sh.clock_thread.get() {
+                        c.unpark();
+                    }
+                }
+                prev = Prev::Block;
+                resched = true;
+            }
+            Action::Yield => {
+                prev = Prev::Yield;
+                resched = true;
+            }
+            Action::Wake(k) => {
+                if let Some(s) = set.doorbell(slot.vm, k, set.now()) {
+                    if let Some(&tk) = s.task.get() {
+                        let _ = sched.wake(tk, Some(cpu), set.now());
+                    }
+                }
+            }
+            Action::Exit => {
+                set.vcpu_exited(slot, &mut st);
+                prev = Prev::Exit;
+                resched = true;
+            }
+            Action::Fail(r) => {
+                set.fail_vm(slot.vm, r, &|s: &VcpuSlot| {
+                    if let Some(&tk) = s.task.get() {
+                        let _ = sched.wake(tk, Some(cpu), set.now());
+                    }
+                });
+                set.vcpu_exited(slot, &mut st);
+                prev = Prev::Exit;
+                resched = true;
+            }
+        }
+    }
+}
+
+fn finish_task(sh: &Shared, sched: &Scheduler, t: TaskId) {
+    let g = sh.by_task.get(t.0 as usize).and_then(|x| x.get()).copied();
+    if let Some(g) = g {
+        sh.rt[g].timer_gen.fetch_add(1, Ordering::AcqRel);
+    }
+    match sched.remove_task(t) {
+        Ok(st) => {
+            if let Some(g) = g {
+                lock(&sh.finished).push((g, st));
+            }
+        }
+        Err(e) => sh.violation(format!("task {} could not be removed after exit: {e}", t.0)),
+    }
+    sh.live.fetch_sub(1, Ordering::AcqRel);
+}
+
+fn clock_main(
+    sh: Arc<Shared>,
+    sched: Arc<Scheduler>,
+    tick: u64,
+    check_interval: Option<u64>,
+    checker: Arc<Mutex<Option<InvariantChecker>>>,
+) {
+    let set = sh.set.clone();
+    let n = sched.num_cpus() as u32;
+    let mut next_tick = set.now() + tick;
+    let mut next_check = check_interval.map(|i| set.now() + i);
+    loop {
+        if sh.quit.load(Ordering::Acquire) {
+            return;
+        }
+        let now = set.now();
+        if now >= next_tick {
+            for c in 0..n {
+                sched.tick(c, now);
+            }
+            next_tick += tick;
+            if next_tick < now {
+                next_tick = now + tick;
+            }
+        }
+        loop {
+            let due = {
+                let mut q = lock(&sh.timers);
+                match q.peek() {
+                    Some(t) if t.at.0 <= now => q.pop(),
+                    _ => None,
+                }
+            };
+            let Some(t) = due else { break };
+            if sh.rt[t.slot].timer_gen.load(Ordering::Acquire) == t.gen {
+                if let Some(&tk) = set.slots()[t.slot].task.get() {
+                    let _ = sched.wake(tk, None, now);
+                }
+            }
+        }
+        if let (Some(nc), Some(iv)) = (next_check, check_interval) {
+            if now >= nc && !set.stopping() {
+                if let Some(c) = lock(&checker).as_mut() {
+                    c.observe(&sched, set.now());
+                }
+                next_check = Some(set.now() + iv);
+            }
+        }
+        let mut wake_at = next_tick;
+        if let Some(t) = lock(&sh.timers).peek() {
+            wake_at = wake_at.min(t.at.0);
+        }
+        if let Some(nc) = next_check {
+            wake_at = wake_at.min(nc);
+        }
+        sh.clock_next.store(wake_at, Ordering::Release);
+        let now = set.now();
+        if let Some(t) = lock(&sh.timers).peek() {
+            if t.at.0 <= now {
+                continue;
+            }
+        }
+        if wake_at > now {
+            std::thread::park_timeout(Duration::from_nanos(wake_at - now));
+        }
+    }
+}
