@@ -36,6 +36,10 @@ pub enum Command {
     Demo,
     /// Boot a Linux guest with a chosen CPU topology.
     Run(Box<RunArgs>),
+    /// Benchmark the vCPU scheduler alone on synthetic tasks: one
+    /// mitigation set, or a comparison (`--compare seeds`: baseline, each
+    /// fix alone, all).
+    SchedBench(crate::sched_bench::SchedBenchArgs),
 }
 
 /// `vmm run`: every flag can also come from `--config FILE` (TOML, same
@@ -215,6 +219,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Topology(cmd) => topology_cmd(cmd)?,
         Command::Demo => demo()?,
         Command::Run(args) => return run_vm(*args),
+        Command::SchedBench(args) => crate::sched_bench::run(args)?,
     }
     Ok(ExitCode::SUCCESS)
 }

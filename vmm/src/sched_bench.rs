@@ -1,0 +1,200 @@
+//! `vmm sched-bench`: the scheduler alone, on synthetic tasks (no KVM).
+//!
+//! One command compares `none` against `all`, or any single fix, on any
+//! workload and any topology (real CPUs, or a big preset emulated onto
+//! them). It drives [`vcpu_sched::bench`], which owns the measurement
+//! (calibration, warm-up, interleaved repetitions, the seeds' table); this
+//! module only parses arguments, shows progress and writes the outputs.
+//! For real KVM vCPUs under the scheduler, see `vmm bench`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use vcpu_sched::bench::{compare, run_workload_with, CompareOptions, RunOptions};
+use vcpu_sched::workload::WorkloadKind;
+use vcpu_sched::{Mitigations, SchedError};
+
+use crate::cli::InputError;
+
+/// `vmm sched-bench WORKLOAD ...`.
+#[derive(Debug, Args)]
+pub struct SchedBenchArgs {
+    /// cyclic, messaging, runq, transcode or stress.
+    pub workload: String,
+    /// Topology: `host` (the real CPUs), a preset (genoa-2s, gnr-2s, ...),
+    /// an hwloc synthetic string or XML file. Anything but `host` is
+    /// emulated onto the CPUs this process may use.
+    #[arg(long, short, default_value = "host", value_name = "SPEC")]
+    pub topology: String,
+    /// One mitigation set: none, all, only:FIX[,FIX..] or all-but:FIX[,..]
+    /// (fixes: cpupri, rto, shardrq, llcidle, l2wake, grpload).
+    #[arg(long, short, default_value = "all", value_name = "SET")]
+    pub mitigations: String,
+    /// Compare sets instead: `seeds` (baseline, each fix alone, all), or a
+    /// list `none;all;only:l2wake` whose first entry is the baseline.
+    #[arg(long, value_name = "seeds|SET;SET..", conflicts_with = "mitigations")]
+    pub compare: Option<String>,
+    /// Measured seconds per run (after a warm-up).
+    #[arg(long, short, default_value_t = 3.0, value_name = "SECS")]
+    pub duration: f64,
+    /// Repetitions of every set when comparing.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub reps: usize,
+    /// Run the invariant checker; a violation fails the run.
+    #[arg(long)]
+    pub check: bool,
+    /// Also write the full result as JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Tasks (cyclic, stress) or workers per message task (runq).
+    #[arg(long, value_name = "N")]
+    pub tasks: Option<usize>,
+    /// Groups (messaging), message tasks (runq), VMs (transcode).
+    #[arg(long, value_name = "N")]
+    pub groups: Option<usize>,
+    /// Senders and receivers per group (messaging), tasks per VM (transcode).
+    #[arg(long, value_name = "N")]
+    pub group_size: Option<usize>,
+    /// Timer period in microseconds (cyclic, stress sleeps).
+    #[arg(long, value_name = "US")]
+    pub period_us: Option<u64>,
+    /// Compute per operation in microseconds.
+    #[arg(long, value_name = "US")]
+    pub burst_us: Option<u64>,
+    /// RT priority (cyclic, transcode), 1..=99.
+    #[arg(long, value_name = "PRIO")]
+    pub prio: Option<u8>,
+}
+
+/// Bad requests are input errors (exit 2); the rest are failures (exit 1).
+fn classify(e: SchedError) -> anyhow::Error {
+    match e {
+        SchedError::Topology(topology::TopologyError::Io { .. })
+        | SchedError::Topology(topology::TopologyError::Host(_))
+        | SchedError::Invariant { .. } => anyhow::Error::new(e),
+        SchedError::Topology(_)
+        | SchedError::Workload(_)
+        | SchedError::Config(_)
+        | SchedError::Mitigations { .. }
+        | SchedError::Policy(_)
+        | SchedError::TooManyTasks(_)
+        | SchedError::TooManyGroups(_)
+        | SchedError::TooManyCpus { .. } => InputError(e.to_string()).into(),
+        other => anyhow::Error::new(other),
+    }
+}
+
+fn input<T>(r: std::result::Result<T, SchedError>, what: &str) -> Result<T> {
+    r.map_err(|e| InputError(format!("{what}: {e}")).into())
+}
+
+/// Runs the command.
+pub fn run(a: SchedBenchArgs) -> Result<()> {
+    let workload: WorkloadKind = input(a.workload.parse(), "workload")?;
+    if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 3600.0) {
+        return Err(InputError(format!(
+            "--duration {}: give seconds between 0 and 3600, e.g. --duration 3",
+            a.duration
+        ))
+        .into());
+    }
+    if a.reps == 0 || a.reps > 100 {
+        return Err(InputError(format!("--reps {}: give 1..=100", a.reps)).into());
+    }
+    if let Some(p) = a.prio {
+        if !(1..=99).contains(&p) {
+            return Err(InputError(format!("--prio {p}: RT priorities are 1..=99")).into());
+        }
+    }
+    let mut run = RunOptions::new(workload, &a.topology);
+    run.duration = Duration::from_secs_f64(a.duration);
+    run.check = a.check;
+    run.params.tasks = a.tasks;
+    run.params.groups = a.groups;
+    run.params.group_size = a.group_size;
+    run.params.period_us = a.period_us;
+    run.params.burst_us = a.burst_us;
+    run.params.prio = a.prio;
+    // Fail on a bad topology before any progress bar appears.
+    topology::load(&a.topology)
+        .map_err(SchedError::from)
+        .map_err(classify)
+        .with_context(|| format!("--topology {}", a.topology))?;
+
+    let bar = ProgressBar::new(1000);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {percent:>3}% {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let json = match &a.compare {
+        Some(list) => {
+            let variants = if list.trim() == "seeds" {
+                Mitigations::seeds_variants()
+            } else {
+                list.split(';')
+                    .filter(|s| !s.trim().is_empty())
+                    .map(|s| input(s.parse::<Mitigations>(), "--compare"))
+                    .collect::<Result<Vec<_>>>()?
+            };
+            if variants.len() < 2 {
+                return Err(InputError(format!(
+                    "--compare {list:?}: give at least two sets, e.g. \"none;all\", or seeds"
+                ))
+                .into());
+            }
+            let c = compare(
+                &CompareOptions {
+                    run,
+                    variants,
+                    repetitions: a.reps,
+                },
+                &mut |p| {
+                    let f = (p.done as f64 + p.run_fraction) / p.total.max(1) as f64;
+                    bar.set_position((f * 1000.0) as u64);
+                    bar.set_message(format!("{} rep {}", p.variant, p.repetition + 1));
+                },
+            )
+            .map_err(classify)?;
+            bar.finish_and_clear();
+            println!("{}", c.render_table());
+            c.to_json()
+        }
+        None => {
+            run.mitigations = input(a.mitigations.parse(), "--mitigations")?;
+            bar.set_message(run.mitigations.to_string());
+            let r = run_workload_with(&run, &mut |f| bar.set_position((f * 1000.0) as u64))
+                .map_err(classify)?;
+            bar.finish_and_clear();
+            println!(
+                "{} on {} [{}]: {} = {:.3} {} ({} tasks on {} CPUs, {:.1} s, {:.0} ns per schedule call, {} migrations{})",
+                r.workload,
+                r.topology,
+                r.mitigations,
+                r.metric.name,
+                r.metric.value,
+                r.metric.unit,
+                r.tasks,
+                r.cpus,
+                r.duration_s,
+                r.sched_ns_per_call,
+                r.task_summary.migrations,
+                if run.check {
+                    format!(", {} checker snapshots clean", r.checks)
+                } else {
+                    String::new()
+                }
+            );
+            serde_json::to_string_pretty(&r).context("serialising the report")?
+        }
+    };
+    if let Some(path) = &a.json {
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("JSON written to {}", path.display());
+    }
+    Ok(())
+}
