@@ -9,7 +9,8 @@
 //!
 //! # The machine
 //! * 64-bit long mode from the first instruction: paging on, an identity
-//!   map of all RAM with 2 MiB pages, flat code (selector 0x10) and data
+//!   map of the first GiB with 2 MiB pages (RAM, then nothing: an access
+//!   there is reported as a bad MMIO access), flat code (selector 0x10) and data
 //!   (0x18) segments, interrupts off, and an empty IDT, so that any
 //!   exception ends in a triple fault (reported, VM torn down).
 //! * RAM from guest-physical 0, 2 MiB by default (up to 1 GiB):
@@ -408,7 +409,10 @@ impl MicroVm {
         }
         w(PDPT_ADDR | 0x3, PML4_ADDR)?;
         w(PD_ADDR | 0x3, PDPT_ADDR)?;
-        for i in 0..spec.memory / MIN_MEMORY {
+        // The whole first GiB, RAM or not: an access past the end of RAM
+        // is then an MMIO exit the VMM reports by address, not a page
+        // fault that ends in a triple fault.
+        for i in 0..MAX_MEMORY / MIN_MEMORY {
             w((i << 21) | 0x83, PD_ADDR + i * 8)?;
         }
         memory
@@ -487,4 +491,25 @@ impl MicroVm {
 /// Reads an aligned `u64` of guest memory atomically.
 pub fn read_u64(mem: &GuestMemoryMmap, addr: u64) -> Option<u64> {
     mem.load::<u64>(GuestAddress(addr), Ordering::Acquire).ok()
+}
+
+impl MicroVm {
+    /// Hands the VM to an executor: its vCPUs, its exit mapper, its
+    /// control block, and everything else (VM fd, memory) to drop when its
+    /// last vCPU ends. `placement` has one entry for all vCPUs, or one per
+    /// vCPU.
+    pub fn into_guest(
+        mut self,
+        placement: Vec<crate::vcpu_task::Placement>,
+    ) -> crate::vcpu_task::GuestVm {
+        let vcpus = std::mem::take(&mut self.vcpus);
+        crate::vcpu_task::GuestVm {
+            name: self.name.clone(),
+            vcpus,
+            mapper: self.io.clone(),
+            control: self.control.clone(),
+            placement,
+            keep: Box::new(self),
+        }
+    }
 }

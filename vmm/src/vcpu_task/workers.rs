@@ -330,6 +330,7 @@ impl WorkerExecutor {
             Some(c) => (c.checks, c.violations.clone()),
             None => (0, Vec::new()),
         };
+        violations.extend(self.sched.anomalies());
         violations.extend(lock(&self.sh.violations).iter().cloned());
         Ok(ExecOutcome {
             tasks,
