@@ -22,3 +22,8 @@ cargo build --workspace --quiet
 
 step "tests"
 cargo test --workspace
+
+step "loom model checks (wake list, per-LLC idle accounting)"
+# A separate target dir: --cfg loom rebuilds every dependency.
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
+    cargo test -p vcpu_sched --release --lib loom

@@ -1,0 +1,108 @@
+//! `vmm sched-bench` through the real binary: a checked run and a two-set
+//! comparison produce the table and JSON a user reads; bad requests get one
+//! line and exit status 2.
+
+use std::time::Duration;
+
+use integration_tests::guest::{run_vmm, VmmRun};
+
+fn run(args: &[&str]) -> VmmRun {
+    run_vmm(args, Duration::from_secs(300))
+}
+
+fn assert_input_error(r: &VmmRun, needles: &[&str]) {
+    assert_eq!(r.status, Some(2), "{}", r.context());
+    assert!(!r.stderr.contains("panicked"), "{}", r.context());
+    let lines: Vec<&str> = r.stderr.trim().lines().collect();
+    assert_eq!(lines.len(), 1, "one line expected:\n{}", r.context());
+    for n in needles {
+        assert!(lines[0].contains(n), "missing {n:?}:\n{}", r.context());
+    }
+}
+
+#[test]
+fn bad_requests_name_the_problem() {
+    assert_input_error(
+        &run(&["sched-bench", "hackbench"]),
+        &["unknown workload", "messaging"],
+    );
+    assert_input_error(
+        &run(&["sched-bench", "runq", "--topology", "package:two"]),
+        &["--topology"],
+    );
+    assert_input_error(
+        &run(&["sched-bench", "runq", "--mitigations", "only:turbo"]),
+        &["turbo", "l2wake"],
+    );
+    assert_input_error(
+        &run(&["sched-bench", "runq", "--compare", "all"]),
+        &["at least two"],
+    );
+    assert_input_error(
+        &run(&["sched-bench", "runq", "--duration", "0"]),
+        &["--duration"],
+    );
+    assert_input_error(
+        &run(&["sched-bench", "cyclic", "--prio", "120"]),
+        &["1..=99"],
+    );
+}
+
+#[test]
+fn checked_run_on_emulated_genoa_writes_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let r = run(&[
+        "sched-bench",
+        "messaging",
+        "--topology",
+        "genoa-2s",
+        "--mitigations",
+        "all",
+        "--duration",
+        "0.5",
+        "--check",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(r.status, Some(0), "{}", r.context());
+    assert!(
+        r.console.contains("messaging on genoa-2s [all]") && r.console.contains("384 CPUs"),
+        "{}",
+        r.context()
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["cpus"], 384);
+    assert!(v["metric"]["value"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["checks"].as_u64().unwrap() > 0, "{v}");
+    assert_eq!(v["violations"].as_array().unwrap().len(), 0, "{v}");
+}
+
+#[test]
+fn comparison_prints_the_seeds_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("c.json");
+    let r = run(&[
+        "sched-bench",
+        "runq",
+        "--compare",
+        "none;only:l2wake;all",
+        "--reps",
+        "2",
+        "--duration",
+        "0.3",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(r.status, Some(0), "{}", r.context());
+    for row in ["none", "only:l2wake", "all", "100"] {
+        assert!(r.console.contains(row), "missing {row}: {}", r.context());
+    }
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 3, "{v}");
+    for row in rows {
+        assert_eq!(row["values"].as_array().unwrap().len(), 2, "{row}");
+    }
+    assert!((rows[0]["relative_pct"].as_f64().unwrap() - 100.0).abs() < 1e-6);
+}
