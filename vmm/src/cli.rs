@@ -40,6 +40,10 @@ pub enum Command {
     /// mitigation set, or a comparison (`--compare seeds`: baseline, each
     /// fix alone, all).
     SchedBench(crate::sched_bench::SchedBenchArgs),
+    /// Benchmark real KVM vCPUs (micro-guests) under the scheduler: one
+    /// run, or the seeds' comparison with the host 1:1 baseline
+    /// (`--compare seeds`).
+    Bench(Box<crate::bench::cli::BenchArgs>),
 }
 
 /// `vmm run`: every flag can also come from `--config FILE` (TOML, same
@@ -220,6 +224,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Demo => demo()?,
         Command::Run(args) => return run_vm(*args),
         Command::SchedBench(args) => crate::sched_bench::run(args)?,
+        Command::Bench(args) => crate::bench::cli::run_cli(*args)?,
     }
     Ok(ExitCode::SUCCESS)
 }

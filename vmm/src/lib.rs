@@ -24,10 +24,12 @@
 //! | [`sched_bench`] | `vmm sched-bench`: the scheduler alone on synthetic tasks |
 //! | [`micro`] | built-in micro-guests and their port interface |
 //! | [`vcpu_task`] | vCPUs as `vcpu_sched` tasks; the executors |
+//! | [`bench`] | `vmm bench`: the seeds' workloads as micro-guests |
 //!
 //! The architecture is described in `docs/vmm.md`.
 
 pub mod acpi;
+pub mod bench;
 pub mod boot;
 pub mod cli;
 pub mod compat;

@@ -184,6 +184,8 @@ pub struct VcpuSlot {
     /// Set (first one wins) by a doorbell, taken when the vCPU runs again.
     doorbell_at: AtomicU64,
     exited: AtomicBool,
+    /// Exits from `KVM_RUN` so far (readable while the vCPU runs).
+    progress: AtomicU64,
     /// A wake not yet consumed (host executor).
     pub(crate) token: AtomicBool,
     /// The thread running it (host executor).
@@ -339,6 +341,7 @@ impl VmSet {
                     task: OnceLock::new(),
                     doorbell_at: AtomicU64::new(0),
                     exited: AtomicBool::new(false),
+                    progress: AtomicU64::new(0),
                     token: AtomicBool::new(false),
                     thread: OnceLock::new(),
                 }));
@@ -411,6 +414,18 @@ impl VmSet {
         let t = self.now();
         self.window.start.store(t, Ordering::Release);
         t
+    }
+    /// When the window opened (`u64::MAX` if it has not).
+    pub fn window_start(&self) -> u64 {
+        self.window.start.load(Ordering::Acquire)
+    }
+    /// Exits from `KVM_RUN` of every vCPU so far, by global index; read
+    /// while the vCPUs run (progress checks).
+    pub fn progress_snapshot(&self) -> Vec<u64> {
+        self.slots
+            .iter()
+            .map(|s| s.progress.load(Ordering::Relaxed))
+            .collect()
     }
     /// Closes it now.
     pub fn close_window(&self) -> u64 {
@@ -525,7 +540,11 @@ pub(crate) fn enter(set: &VmSet, vm: &VmEntry, st: &mut VcpuState) -> Action {
         return Action::Exit;
     };
     st.m.entries += 1;
-    match vcpu.run(vm.mapper.io()) {
+    let r = vcpu.run(vm.mapper.io());
+    set.slots[vm.first + vcpu.index()]
+        .progress
+        .fetch_add(1, Ordering::Relaxed);
+    match r {
         Ok(VcpuExit::Kicked) => {
             if set.stopping() || vm.control.is_stopping() {
                 return Action::Exit;

@@ -1,0 +1,307 @@
+//! `vmm bench WORKLOAD ...`: argument parsing, progress bar, tables and
+//! JSON for [`super::run`] and [`super::compare`].
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use vcpu_sched::Mitigations;
+
+use super::{compare, run, BenchError, BenchOptions, BenchReport, CompareOptions, Workload};
+use crate::cli::InputError;
+use crate::vcpu_task::ExecutorKind;
+
+/// `vmm bench WORKLOAD --topology SPEC --vms N --vcpus M --duration D ...`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// cyclic, messaging, runq or transcode.
+    pub workload: String,
+    /// Scheduler topology: `host` (the real CPUs), a preset (gnr-2s,
+    /// genoa-2s, ...) or an hwloc synthetic string, emulated onto the CPUs
+    /// this process may use.
+    #[arg(long, short, default_value = "host", value_name = "SPEC")]
+    pub topology: String,
+    /// Micro-guest VMs (each one a task group).
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub vms: usize,
+    /// vCPUs per VM.
+    #[arg(long, default_value_t = 8, value_name = "M")]
+    pub vcpus: usize,
+    /// Measured seconds per run (after a warm-up).
+    #[arg(long, short, default_value_t = 2.0, value_name = "SECS")]
+    pub duration: f64,
+    /// One mitigation set: none, all, only:FIX[,FIX..], all-but:FIX[,..].
+    #[arg(long, short, default_value = "all", value_name = "SET")]
+    pub mitigations: String,
+    /// `seeds` (baseline, each fix alone, all) or `SET;SET;..` (the first
+    /// is the baseline); the host 1:1 baseline is added as a last row.
+    #[arg(long, value_name = "seeds|SET;SET..", conflicts_with = "mitigations")]
+    pub compare: Option<String>,
+    /// workers (M:N, a worker per CPU runs vCPU fds), threads (a thread per
+    /// vCPU hands run slots over) or host (1:1 threads, the host kernel
+    /// schedules).
+    #[arg(long, default_value = "workers", value_name = "KIND")]
+    pub executor: String,
+    /// Repetitions of every set when comparing.
+    #[arg(long, default_value_t = 3, value_name = "R")]
+    pub reps: usize,
+    /// Leave the host 1:1 baseline out of a comparison.
+    #[arg(long)]
+    pub no_host: bool,
+    /// Invariant checker on; a violation, a failed VM or a vCPU without
+    /// progress fails the run (exit 1).
+    #[arg(long)]
+    pub check: bool,
+    /// Compute per operation in microseconds.
+    #[arg(long, value_name = "US")]
+    pub burst_us: Option<u64>,
+    /// cyclic: timer period in microseconds.
+    #[arg(long, value_name = "US")]
+    pub period_us: Option<u64>,
+    /// RT priority of cyclic and transcode vCPUs (1..=99).
+    #[arg(long, default_value_t = 99, value_name = "PRIO")]
+    pub prio: u8,
+    /// Print one line per vCPU (run delay, wake-to-run, migrations, time
+    /// per state) after the summary.
+    #[arg(long)]
+    pub per_vcpu: bool,
+    /// Also write the full result as JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+fn classify(e: BenchError) -> anyhow::Error {
+    if e.is_input() {
+        InputError(e.to_string()).into()
+    } else {
+        anyhow::Error::new(e)
+    }
+}
+
+/// The summary of one run: metric, extras, per-vCPU aggregates and the
+/// scheduler's per-CPU overhead.
+pub fn render_report(r: &BenchReport, per_vcpu: bool) -> String {
+    let run = &r.run;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} on {} ({} CPUs{}), {} VMs x {} vCPUs, executor {}, mitigations {}: {} = {:.3} {} over {:.2} s",
+        run.workload,
+        run.topology,
+        run.cpus,
+        if run.emulated {
+            format!(" emulated on {} host CPUs", run.host_cpus)
+        } else {
+            String::new()
+        },
+        r.vms,
+        r.vcpus,
+        r.executor,
+        run.mitigations,
+        run.metric.name,
+        run.metric.value,
+        run.metric.unit,
+        run.duration_s
+    );
+    let extras: Vec<String> = run
+        .extra
+        .iter()
+        .map(|(k, v)| format!("{k} {v:.0}"))
+        .collect();
+    let _ = writeln!(s, "  {}", extras.join(", "));
+    let n = r.per_vcpu.len().max(1) as f64;
+    let sum = |f: fn(&super::VcpuRow) -> u64| r.per_vcpu.iter().map(f).sum::<u64>();
+    let ts = &run.task_summary;
+    let _ = writeln!(
+        s,
+        "  per vCPU (mean): {:.0} KVM_RUN entries, {:.0} halts, {:.0} sleeps, {:.0} doorbells, {:.1} preemption kicks, run delay {:.2} ms, {:.1} migrations",
+        sum(|v| v.entries) as f64 / n,
+        sum(|v| v.blocks) as f64 / n,
+        sum(|v| v.sleeps) as f64 / n,
+        sum(|v| v.wakes_sent) as f64 / n,
+        sum(|v| v.preempt_kicks) as f64 / n,
+        ts.run_delay_per_task_ns / 1e6,
+        ts.migrations as f64 / n,
+    );
+    if r.executor == ExecutorKind::Host {
+        let _ = writeln!(
+            s,
+            "  host threads: {:.1} ms on CPU, {:.1} ms waiting on a host run queue (mean per vCPU)",
+            sum(|v| v.host_run_ns) as f64 / n / 1e6,
+            sum(|v| v.host_wait_ns) as f64 / n / 1e6
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "  scheduler: wake-to-run p50 {} ns p99 {} ns; time running {:.0} ms, queued {:.0} ms, blocked {:.0} ms (all vCPUs); {} schedule calls, {:.0} ns each",
+            ts.wake_to_run_p50_ns,
+            ts.wake_to_run_p99_ns,
+            ts.running_ns as f64 / 1e6,
+            ts.queued_ns as f64 / 1e6,
+            ts.blocked_ns as f64 / 1e6,
+            run.sched_calls,
+            run.sched_ns_per_call
+        );
+        let per_cpu: Vec<String> = run
+            .sched_ns_per_cpu
+            .iter()
+            .map(|ns| format!("{:.1}", *ns as f64 / 1e6))
+            .collect();
+        let shown = per_cpu.len().min(16);
+        let _ = writeln!(
+            s,
+            "  scheduler overhead per CPU (ms in schedule, whole run): {}{}",
+            per_cpu[..shown].join(" "),
+            if per_cpu.len() > shown {
+                format!(" ... ({} CPUs)", per_cpu.len())
+            } else {
+                String::new()
+            }
+        );
+        let c: Vec<String> = run
+            .counters
+            .fields()
+            .into_iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(s, "  counters (window): {}", c.join(", "));
+    }
+    if !r.stalled.is_empty() {
+        let _ = writeln!(s, "  vCPUs without progress: {}", r.stalled.len());
+    }
+    if per_vcpu {
+        let _ = writeln!(
+            s,
+            "  {:<14} {:>8} {:>7} {:>11} {:>11} {:>11} {:>6} {:>10} {:>10} {:>10}",
+            "vcpu",
+            "entries",
+            "halts",
+            "delay_us",
+            "w2r_p50_ns",
+            "w2r_p99_ns",
+            "migr",
+            "run_ms",
+            "queue_ms",
+            "block_ms"
+        );
+        for v in &r.per_vcpu {
+            let _ = writeln!(
+                s,
+                "  {:<14} {:>8} {:>7} {:>11.1} {:>11} {:>11} {:>6} {:>10.1} {:>10.1} {:>10.1}",
+                v.name,
+                v.entries,
+                v.blocks,
+                v.run_delay_ns as f64 / 1e3,
+                v.wake_to_run_p50_ns,
+                v.wake_to_run_p99_ns,
+                v.migrations,
+                v.running_ns as f64 / 1e6,
+                v.queued_ns as f64 / 1e6,
+                v.blocked_ns as f64 / 1e6
+            );
+        }
+    }
+    s
+}
+
+/// Runs `vmm bench`.
+pub fn run_cli(a: BenchArgs) -> Result<()> {
+    let workload: Workload = a.workload.parse().map_err(classify)?;
+    if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 3600.0) {
+        return Err(InputError(format!(
+            "--duration {}: give seconds between 0 and 3600, e.g. --duration 2",
+            a.duration
+        ))
+        .into());
+    }
+    if a.reps == 0 || a.reps > 100 {
+        return Err(InputError(format!("--reps {}: give 1..=100", a.reps)).into());
+    }
+    if a.vms == 0 || a.vcpus == 0 || a.vms * a.vcpus > 4096 {
+        return Err(InputError(format!(
+            "--vms {} --vcpus {}: give at least 1 of each and at most 4096 vCPUs in all",
+            a.vms, a.vcpus
+        ))
+        .into());
+    }
+    let executor: ExecutorKind = a.executor.parse().map_err(InputError)?;
+    let mut o = BenchOptions::new(workload, &a.topology, a.vms, a.vcpus);
+    o.duration = Duration::from_secs_f64(a.duration);
+    o.executor = executor;
+    o.check = a.check;
+    o.burst_us = a.burst_us;
+    o.period_us = a.period_us;
+    o.prio = a.prio;
+    topology::load(&a.topology)
+        .map_err(|e| classify(BenchError::Topology(e)))
+        .with_context(|| format!("--topology {}", a.topology))?;
+    let bar = ProgressBar::new(1000);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {percent:>3}% {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let json = match &a.compare {
+        Some(list) => {
+            let variants = if list.trim() == "seeds" {
+                Mitigations::seeds_variants()
+            } else {
+                list.split(';')
+                    .filter(|s| !s.trim().is_empty())
+                    .map(|s| {
+                        s.parse::<Mitigations>()
+                            .map_err(|e| anyhow::Error::from(InputError(format!("--compare: {e}"))))
+                    })
+                    .collect::<Result<Vec<_>>>()?
+            };
+            if variants.is_empty() {
+                return Err(InputError(format!(
+                    "--compare {list:?}: give seeds or sets such as \"none;all\""
+                ))
+                .into());
+            }
+            let c = compare(
+                &CompareOptions {
+                    run: o,
+                    variants,
+                    repetitions: a.reps,
+                    host_baseline: !a.no_host,
+                },
+                &mut |p| {
+                    let f = (p.done as f64 + p.run_fraction) / p.total.max(1) as f64;
+                    bar.set_position((f * 1000.0) as u64);
+                    bar.set_message(format!("{} ({}/{})", p.variant, p.done + 1, p.total));
+                },
+            )
+            .map_err(classify)?;
+            bar.finish_and_clear();
+            println!(
+                "{} VMs x {} vCPUs, scheduler rows on the {} executor",
+                c.vms, c.vcpus, c.executor
+            );
+            println!("{}", c.table.render_table());
+            serde_json::to_string_pretty(&c).context("serialising the comparison")?
+        }
+        None => {
+            o.mitigations = a
+                .mitigations
+                .parse()
+                .map_err(|e| InputError(format!("--mitigations: {e}")))?;
+            bar.set_message(format!("{} {}", executor, o.mitigations));
+            let r = run(&o, &mut |f| bar.set_position((f * 1000.0) as u64)).map_err(classify)?;
+            bar.finish_and_clear();
+            print!("{}", render_report(&r, a.per_vcpu));
+            serde_json::to_string_pretty(&r).context("serialising the report")?
+        }
+    };
+    if let Some(path) = &a.json {
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("JSON written to {}", path.display());
+    }
+    Ok(())
+}
