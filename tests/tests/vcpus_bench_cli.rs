@@ -1,0 +1,101 @@
+//! `vmm bench` from the command line: a run prints its summary and writes
+//! JSON; bad input is one line on stderr and exit status 2.
+
+use integration_tests::vmm_bin;
+
+fn vmm(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(vmm_bin())
+        .args(args)
+        .output()
+        .expect("run vmm")
+}
+
+#[test]
+fn a_run_prints_metrics_and_writes_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let o = vmm(&[
+        "bench",
+        "runq",
+        "--vms",
+        "2",
+        "--vcpus",
+        "4",
+        "--duration",
+        "0.3",
+        "--check",
+        "--per-vcpu",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("requests_per_s"), "{out}");
+    assert!(out.contains("scheduler overhead per CPU"), "{out}");
+    assert!(out.contains("vm1/vcpu3"), "per-vCPU lines: {out}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["per_vcpu"].as_array().map(|a| a.len()), Some(8));
+    assert_eq!(v["run"]["workload"], "runq");
+}
+
+#[test]
+fn a_small_comparison_has_the_host_row() {
+    let o = vmm(&[
+        "bench",
+        "messaging",
+        "--vms",
+        "2",
+        "--vcpus",
+        "2",
+        "--duration",
+        "0.2",
+        "--compare",
+        "none;all",
+        "--reps",
+        "1",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for row in ["none", "all", "host 1:1", "relative"] {
+        assert!(out.contains(row), "no {row:?} in {out}");
+    }
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line() {
+    for (args, msg) in [
+        (vec!["bench", "nosuch"], "unknown workload"),
+        (vec!["bench", "messaging", "--vcpus", "3"], "even --vcpus"),
+        (vec!["bench", "runq", "--vcpus", "1"], "at least one worker"),
+        (
+            vec!["bench", "cyclic", "--topology", "no-such-machine"],
+            "--topology",
+        ),
+        (
+            vec!["bench", "cyclic", "--executor", "fibers"],
+            "unknown executor",
+        ),
+        (
+            vec!["bench", "cyclic", "--mitigations", "only:nope"],
+            "--mitigations",
+        ),
+        (vec!["bench", "cyclic", "--duration", "0"], "--duration"),
+        (vec!["bench", "cyclic", "--vms", "0"], "--vms"),
+        (vec!["bench", "cyclic", "--prio", "0"], "priority"),
+    ] {
+        let o = vmm(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(msg), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+}
