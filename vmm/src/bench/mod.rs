@@ -740,6 +740,8 @@ pub struct BenchComparison {
 /// interleaved: repetition `r` starts `r` places further along the list,
 /// so slow drift of the host favours no variant. One unrecorded warm-up
 /// run comes first.
+// `rep` indexes the second dimension of a variant-major table.
+#[allow(clippy::needless_range_loop)]
 pub fn compare(
     opts: &CompareOptions,
     progress: &mut dyn FnMut(&CompareProgress),
