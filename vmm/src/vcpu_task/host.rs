@@ -4,7 +4,8 @@
 //! Each vCPU gets a thread; an RT vCPU's thread gets `SCHED_FIFO` (or
 //! `SCHED_RR`) at the same priority, a fair one stays `SCHED_OTHER`. A
 //! vCPU with an affinity is pinned to the host CPUs its logical CPUs map
-//! to. `HLT` parks the thread until a doorbell unparks it (wakes are
+//! to. Without permission for RT policies (`EPERM`) the threads stay
+//! `SCHED_OTHER`, with a warning. `HLT` parks the thread until a doorbell unparks it (wakes are
 //! remembered one deep, as in the scheduler); `SLEEP` is a `nanosleep`;
 //! `YIELD` is `sched_yield`.
 
@@ -32,6 +33,12 @@ pub(crate) fn wake_slot(s: &VcpuSlot) {
     if let Some(t) = s.thread.get() {
         t.unpark();
     }
+}
+
+/// Logs `msg` once per process.
+fn warn_once(msg: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| tracing::warn!("{msg}"));
 }
 
 fn set_policy(p: Policy) -> std::io::Result<()> {
@@ -123,6 +130,19 @@ fn body(set: &VmSet, slot: &VcpuSlot) {
 impl HostRun {
     pub(crate) fn start(opts: &ExecOptions, set: &Arc<VmSet>) -> Result<Self, TaskError> {
         let n = set.slots().len();
+        let rt = set
+            .slots()
+            .iter()
+            .filter(|s| !matches!(s.placement.policy, Policy::Fair(_)))
+            .count();
+        let host_cpus = vcpu_sched::exec::allowed_host_cpus().map_or(0, |v| v.len());
+        if rt > host_cpus {
+            // KVM-NOTES: equal-priority FIFO threads never time-slice; a
+            // vCPU that spins in the guest starves the others on its CPU.
+            tracing::warn!(
+                "{rt} RT vCPU threads on {host_cpus} host CPUs: a vCPU that does not block starves the others on its CPU"
+            );
+        }
         let schedstat: SchedStats = Arc::new(Mutex::new(vec![None; n]));
         let (tx, rx) = mpsc::channel::<Result<(), String>>();
         let mut handles = Vec::with_capacity(n);
@@ -149,14 +169,18 @@ impl HostRun {
                     }
                     if setup.is_ok() {
                         if let Err(e) = set_policy(policy) {
-                            setup = Err(format!(
-                                "cannot give a vCPU thread the policy {policy}: {e}{}",
-                                if e.raw_os_error() == Some(libc::EPERM) {
-                                    " (needs root, CAP_SYS_NICE or a high enough RLIMIT_RTPRIO)"
-                                } else {
-                                    ""
-                                }
-                            ));
+                            if e.raw_os_error() == Some(libc::EPERM) {
+                                // Not permitted (no root, CAP_SYS_NICE or
+                                // RLIMIT_RTPRIO): run on as SCHED_OTHER.
+                                warn_once(&format!(
+                                    "vCPU threads stay SCHED_OTHER: the policy {policy} is not permitted \
+                                     (needs root, CAP_SYS_NICE or a high enough RLIMIT_RTPRIO)"
+                                ));
+                            } else {
+                                setup = Err(format!(
+                                    "cannot give a vCPU thread the policy {policy}: {e}"
+                                ));
+                            }
                         }
                     }
                     let _ = slot2.thread.set(std::thread::current());
