@@ -91,6 +91,19 @@ impl VmmRun {
     }
 }
 
+/// Asserts the way `vmm` reports bad input: exit status 2, exactly one line
+/// on stderr (`error: ...`) containing every one of `needles`, no panic.
+pub fn assert_input_error(r: &VmmRun, needles: &[&str]) {
+    assert_eq!(r.status, Some(2), "{}", r.context());
+    assert!(!r.stderr.contains("panicked"), "{}", r.context());
+    let lines: Vec<&str> = r.stderr.trim().lines().collect();
+    assert_eq!(lines.len(), 1, "one line expected:\n{}", r.context());
+    assert!(lines[0].starts_with("error: "), "{}", r.context());
+    for n in needles {
+        assert!(lines[0].contains(n), "missing {n:?}:\n{}", r.context());
+    }
+}
+
 /// Runs `vmm ARGS`, capturing stdout and stderr, killing it after `limit`
 /// (a safety net above the run's own `--timeout`).
 pub fn run_vmm(args: &[&str], limit: Duration) -> VmmRun {

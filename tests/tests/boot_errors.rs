@@ -9,25 +9,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use integration_tests::guest::{guest_images, run_vmm, VmmRun};
+use integration_tests::guest::{assert_input_error, guest_images, run_vmm, VmmRun};
 use integration_tests::tiny_kernel;
 
 const SHAPE: &str = "package:1 core:1 pu:1";
 
 fn run(args: &[&str]) -> VmmRun {
     run_vmm(args, Duration::from_secs(120))
-}
-
-/// Exit status 2, one line on stderr containing every `needles`, no panic.
-fn assert_input_error(r: &VmmRun, needles: &[&str]) {
-    assert_eq!(r.status, Some(2), "{}", r.context());
-    assert!(!r.stderr.contains("panicked"), "{}", r.context());
-    let lines: Vec<&str> = r.stderr.trim().lines().collect();
-    assert_eq!(lines.len(), 1, "one line expected:\n{}", r.context());
-    assert!(lines[0].starts_with("error: "), "{}", r.context());
-    for n in needles {
-        assert!(lines[0].contains(n), "missing {n:?}:\n{}", r.context());
-    }
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {

@@ -4,20 +4,10 @@
 
 use std::time::Duration;
 
-use integration_tests::guest::{run_vmm, VmmRun};
+use integration_tests::guest::{assert_input_error, run_vmm, VmmRun};
 
 fn run(args: &[&str]) -> VmmRun {
     run_vmm(args, Duration::from_secs(300))
-}
-
-fn assert_input_error(r: &VmmRun, needles: &[&str]) {
-    assert_eq!(r.status, Some(2), "{}", r.context());
-    assert!(!r.stderr.contains("panicked"), "{}", r.context());
-    let lines: Vec<&str> = r.stderr.trim().lines().collect();
-    assert_eq!(lines.len(), 1, "one line expected:\n{}", r.context());
-    for n in needles {
-        assert!(lines[0].contains(n), "missing {n:?}:\n{}", r.context());
-    }
 }
 
 #[test]
