@@ -99,6 +99,12 @@ pub struct RunArgs {
     /// none.
     #[arg(long, value_name = "auto|pvm|none")]
     pub compat: Option<String>,
+    /// Who schedules the vCPUs: host (a thread per vCPU, the host kernel
+    /// schedules; default) or vcpu_sched (vCPUs are tasks of the VMM's
+    /// scheduler on one worker per host CPU; halted vCPUs give up their
+    /// CPU; --pin becomes each vCPU's affinity, --rt its policy there).
+    #[arg(long, value_name = "host|vcpu_sched")]
+    pub sched: Option<String>,
 }
 
 /// Output formats of `topology show`.
@@ -249,6 +255,7 @@ fn run_vm(args: RunArgs) -> Result<ExitCode> {
         timeout: args.timeout,
         vendor: args.vendor,
         compat: args.compat,
+        sched: args.sched,
     };
     let cfg = RunConfig::resolve(flags, file)?;
     let mut guest =
@@ -327,7 +334,28 @@ fn run_vm(args: RunArgs) -> Result<ExitCode> {
         rt: cfg.rt,
         timeout: cfg.timeout,
     };
-    let reason = crate::vm::run_threads(vm, &opts)?;
+    let reason = match cfg.sched {
+        crate::config::SchedMode::Host => crate::vm::run_threads(vm, &opts)?,
+        crate::config::SchedMode::VcpuSched => {
+            let o = crate::vcpu_task::linux::LinuxSchedOptions {
+                mitigations: vcpu_sched::Mitigations::all(),
+                policy: match cfg.rt {
+                    Some(crate::rt::RtPolicy::Fifo(p)) => vcpu_sched::Policy::Fifo(p),
+                    Some(crate::rt::RtPolicy::Rr(p)) => vcpu_sched::Policy::Rr(p),
+                    None => vcpu_sched::Policy::Fair(vcpu_sched::task::NICE_0_WEIGHT),
+                },
+                pins: opts.pins.clone(),
+                timeout: opts.timeout,
+                poll: std::time::Duration::from_millis(1),
+                halt: std::time::Duration::from_millis(1),
+            };
+            info!("vCPUs scheduled by vcpu_sched (workers executor, mitigations all)");
+            crate::vcpu_task::linux::run_sched(vm, &o).map_err(|e| match e {
+                crate::vcpu_task::TaskError::Input(m) => anyhow::Error::from(InputError(m)),
+                other => anyhow::Error::new(other),
+            })?
+        }
+    };
     let status = reason.exit_status();
     if status == 0 {
         info!("stopped: {reason}");

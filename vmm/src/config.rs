@@ -81,6 +81,8 @@ pub struct FileConfig {
     pub vendor: Option<String>,
     /// `compat`.
     pub compat: Option<String>,
+    /// `sched`.
+    pub sched: Option<String>,
 }
 
 impl FileConfig {
@@ -167,6 +169,20 @@ pub struct RunConfig {
     pub vendor: VendorChoice,
     /// kvm_pvm workarounds.
     pub compat: CompatArg,
+    /// Who schedules the vCPUs.
+    pub sched: SchedMode,
+}
+
+/// `--sched`: who schedules the vCPUs of `vmm run`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SchedMode {
+    /// One thread per vCPU, scheduled by the host kernel (pinned 1:1 with
+    /// `--pin`).
+    #[default]
+    Host,
+    /// vCPUs as `vcpu_sched` tasks on the M:N worker executor, halted
+    /// vCPUs giving up their slot (see `vcpu_task::linux`).
+    VcpuSched,
 }
 
 /// The flags of `vmm run`, each optional so that a file can supply it.
@@ -198,6 +214,8 @@ pub struct RunFlags {
     pub vendor: Option<String>,
     /// `--compat`.
     pub compat: Option<String>,
+    /// `--sched`.
+    pub sched: Option<String>,
 }
 
 /// Parses a duration: `90s`, `10m`, `1h`, `500ms`, `1m30s`, or a bare
@@ -390,6 +408,19 @@ impl RunConfig {
                 }
             },
         };
+        let sched = match pick(flags.sched, f.sched) {
+            None => SchedMode::Host,
+            Some((v, fl)) => match v.to_ascii_lowercase().replace('-', "_").as_str() {
+                "host" => SchedMode::Host,
+                "vcpu_sched" => SchedMode::VcpuSched,
+                _ => {
+                    return Err(err(
+                        name("sched", fl),
+                        format!("{v:?} is not host or vcpu_sched"),
+                    ))
+                }
+            },
+        };
         Ok(RunConfig {
             kernel,
             initrd,
@@ -404,6 +435,7 @@ impl RunConfig {
             timeout,
             vendor,
             compat,
+            sched,
         })
     }
 }

@@ -45,6 +45,7 @@
 //! Why `workers` is the default is measured in `docs/results-vcpus.md`.
 
 pub mod host;
+pub mod linux;
 pub mod threads;
 pub mod workers;
 
