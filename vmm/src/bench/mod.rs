@@ -446,6 +446,12 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
         ..SchedConfig::default()
     };
     eo.check = opts.check.then(CheckConfig::default);
+    // RT workloads: the host baseline runs its vCPU threads at SCHED_FIFO,
+    // so the workers (and their clock, one above) run at it too; otherwise
+    // any host process would preempt our RT vCPUs but not the baseline's.
+    if matches!(opts.workload, Workload::Cyclic | Workload::Transcode) {
+        eo.host_rt = Some(opts.prio.min(98));
+    }
     let running = Running::start(&eo, set.clone())?;
     let warmup = opts
         .warmup

@@ -36,12 +36,12 @@ pub(crate) fn wake_slot(s: &VcpuSlot) {
 }
 
 /// Logs `msg` once per process.
-fn warn_once(msg: &str) {
+pub(crate) fn warn_once(msg: &str) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| tracing::warn!("{msg}"));
 }
 
-fn set_policy(p: Policy) -> std::io::Result<()> {
+pub(crate) fn set_policy(p: Policy) -> std::io::Result<()> {
     let (policy, prio) = match p {
         Policy::Fifo(x) => (libc::SCHED_FIFO, x),
         Policy::Rr(x) => (libc::SCHED_RR, x),

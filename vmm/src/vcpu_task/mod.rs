@@ -659,6 +659,11 @@ pub struct ExecOptions {
     pub check: Option<CheckConfig>,
     /// Tick period.
     pub tick: Duration,
+    /// `workers`: run the worker threads at host `SCHED_FIFO` with this
+    /// priority (the clock thread one above), as the host baseline runs RT
+    /// vCPU threads; `None`: `SCHED_OTHER`. Falls back to `SCHED_OTHER`
+    /// with a warning where not permitted.
+    pub host_rt: Option<u8>,
 }
 
 impl ExecOptions {
@@ -672,6 +677,7 @@ impl ExecOptions {
             sched: SchedConfig::default(),
             check: None,
             tick: Duration::from_millis(1),
+            host_rt: None,
         }
     }
 

@@ -96,6 +96,7 @@ struct Shared {
     violations: Mutex<Vec<String>>,
     finished: Mutex<Vec<(usize, TaskStats)>>,
     pin: bool,
+    host_rt: Option<u8>,
     pin_errors: AtomicU64,
     check: bool,
 }
@@ -177,6 +178,7 @@ impl WorkerExecutor {
             violations: Mutex::new(Vec::new()),
             finished: Mutex::new(Vec::new()),
             pin: true,
+            host_rt: opts.host_rt,
             pin_errors: AtomicU64::new(0),
             check: opts.check.is_some(),
         });
@@ -376,6 +378,7 @@ impl Drop for WorkerExecutor {
 
 fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
     let w = &sh.cpus[cpu as usize];
+    host_rt(&sh, 0);
     if sh.pin && pin_current_thread(w.host_cpu).is_err() {
         sh.pin_errors.fetch_add(1, Ordering::Relaxed);
     }
@@ -560,6 +563,19 @@ fn finish_task(sh: &Shared, sched: &Scheduler, t: TaskId) {
     sh.live.fetch_sub(1, Ordering::AcqRel);
 }
 
+/// Gives the calling thread host `SCHED_FIFO` at `host_rt + above`, if
+/// asked; warns once where that is not permitted.
+fn host_rt(sh: &Shared, above: u8) {
+    if let Some(p) = sh.host_rt {
+        let prio = p.saturating_add(above).clamp(1, 99);
+        if let Err(e) = super::host::set_policy(vcpu_sched::Policy::Fifo(prio)) {
+            super::host::warn_once(&format!(
+                "worker threads stay SCHED_OTHER: SCHED_FIFO {prio} is not permitted ({e})"
+            ));
+        }
+    }
+}
+
 fn clock_main(
     sh: Arc<Shared>,
     sched: Arc<Scheduler>,
@@ -567,6 +583,7 @@ fn clock_main(
     check_interval: Option<u64>,
     checker: Arc<Mutex<Option<InvariantChecker>>>,
 ) {
+    host_rt(&sh, 1);
     let set = sh.set.clone();
     let n = sched.num_cpus() as u32;
     let mut next_tick = set.now() + tick;
