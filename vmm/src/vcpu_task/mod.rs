@@ -263,29 +263,7 @@ impl VmEntry {
     }
 }
 
-/// A measurement window on the set's clock.
-#[derive(Debug)]
-pub struct Window {
-    start: AtomicU64,
-    end: AtomicU64,
-}
-
-impl Default for Window {
-    fn default() -> Self {
-        Self {
-            start: AtomicU64::new(u64::MAX),
-            end: AtomicU64::new(u64::MAX),
-        }
-    }
-}
-
-impl Window {
-    /// Is `t` inside?
-    #[inline]
-    pub fn inside(&self, t: u64) -> bool {
-        t >= self.start.load(Ordering::Relaxed) && t < self.end.load(Ordering::Relaxed)
-    }
-}
+pub use vcpu_sched::workload::Window;
 
 /// Every VM and vCPU of one run, the clock, and the stop flag. Shared by
 /// the executor's threads and the code that drives the run.
@@ -296,7 +274,8 @@ pub struct VmSet {
     started: AtomicBool,
     started_at: AtomicU64,
     stopping: AtomicBool,
-    /// Latencies are recorded inside this window only.
+    /// Latencies are recorded inside this window only (on the set's
+    /// clock).
     pub window: Window,
 }
 
@@ -413,12 +392,8 @@ impl VmSet {
     /// Opens the measurement window now.
     pub fn open_window(&self) -> u64 {
         let t = self.now();
-        self.window.start.store(t, Ordering::Release);
+        self.window.open(t);
         t
-    }
-    /// When the window opened (`u64::MAX` if it has not).
-    pub fn window_start(&self) -> u64 {
-        self.window.start.load(Ordering::Acquire)
     }
     /// Exits from `KVM_RUN` of every vCPU so far, by global index; read
     /// while the vCPUs run (progress checks).
@@ -431,7 +406,7 @@ impl VmSet {
     /// Closes it now.
     pub fn close_window(&self) -> u64 {
         let t = self.now();
-        self.window.end.store(t, Ordering::Release);
+        self.window.close(t);
         t
     }
     /// Asks every vCPU to end: sets the flag and kicks them all (blocked
