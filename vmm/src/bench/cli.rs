@@ -64,6 +64,12 @@ pub struct BenchArgs {
     /// RT priority of cyclic and transcode vCPUs (1..=99).
     #[arg(long, default_value_t = 99, value_name = "PRIO")]
     pub prio: u8,
+    /// RT workloads (cyclic, transcode) on the workers executor: keep the
+    /// worker threads SCHED_OTHER on the host instead of SCHED_FIFO (the
+    /// threads executor's are always SCHED_OTHER; the host baseline's RT
+    /// vCPU threads are SCHED_FIFO).
+    #[arg(long)]
+    pub no_host_rt: bool,
     /// Print one line per vCPU (run delay, wake-to-run, migrations, time
     /// per state) after the summary.
     #[arg(long)]
@@ -236,6 +242,7 @@ pub fn run_cli(a: BenchArgs) -> Result<()> {
     o.burst_us = a.burst_us;
     o.period_us = a.period_us;
     o.prio = a.prio;
+    o.host_rt = !a.no_host_rt;
     topology::load(&a.topology)
         .map_err(|e| classify(BenchError::Topology(e)))
         .with_context(|| format!("--topology {}", a.topology))?;

@@ -156,6 +156,9 @@ pub struct BenchOptions {
     pub period_us: Option<u64>,
     /// RT priority of cyclic and transcode vCPUs (default 99).
     pub prio: u8,
+    /// RT workloads on `workers`: run the worker threads at host
+    /// `SCHED_FIFO` (as the host baseline's vCPU threads are). Default on.
+    pub host_rt: bool,
 }
 
 impl BenchOptions {
@@ -174,6 +177,7 @@ impl BenchOptions {
             burst_us: None,
             period_us: None,
             prio: 99,
+            host_rt: true,
         }
     }
 }
@@ -449,7 +453,7 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
     // RT workloads: the host baseline runs its vCPU threads at SCHED_FIFO,
     // so the workers (and their clock, one above) run at it too; otherwise
     // any host process would preempt our RT vCPUs but not the baseline's.
-    if matches!(opts.workload, Workload::Cyclic | Workload::Transcode) {
+    if opts.host_rt && matches!(opts.workload, Workload::Cyclic | Workload::Transcode) {
         eo.host_rt = Some(opts.prio.min(98));
     }
     let running = Running::start(&eo, set.clone())?;
