@@ -454,6 +454,31 @@ mod tests {
     }
 
     #[test]
+    fn sched_mode() {
+        let c = RunConfig::resolve(flags(), None).unwrap();
+        assert_eq!(c.sched, SchedMode::Host);
+        for v in ["vcpu_sched", "vcpu-sched", "VCPU_SCHED"] {
+            let f = RunFlags {
+                sched: Some(v.into()),
+                ..flags()
+            };
+            assert_eq!(
+                RunConfig::resolve(f, None).unwrap().sched,
+                SchedMode::VcpuSched
+            );
+        }
+        let f = RunFlags {
+            sched: Some("cfs".into()),
+            ..flags()
+        };
+        let e = RunConfig::resolve(f, None).unwrap_err().to_string();
+        assert!(
+            e.contains("--sched") && e.contains("host or vcpu_sched"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
