@@ -19,6 +19,8 @@ fn check(w: Workload, topology: &str, vms: usize, m: Mitigations, exec: Executor
     o.mitigations = m;
     o.executor = exec;
     o.check = true;
+    // No host SCHED_FIFO workers in tests: CI machines are shared.
+    o.host_rt = false;
     // Short bursts: guest instructions may be emulated (kvm_pvm), and the
     // point here is correctness, not load.
     o.burst_us = Some(match w {

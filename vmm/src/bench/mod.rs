@@ -453,7 +453,10 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
     // RT workloads: the host baseline runs its vCPU threads at SCHED_FIFO,
     // so the workers (and their clock, one above) run at it too; otherwise
     // any host process would preempt our RT vCPUs but not the baseline's.
-    if opts.host_rt && matches!(opts.workload, Workload::Cyclic | Workload::Transcode) {
+    // Never on an emulated topology: hundreds of SCHED_FIFO workers on a
+    // few host CPUs would starve everything else on the host.
+    if opts.host_rt && !emulated && matches!(opts.workload, Workload::Cyclic | Workload::Transcode)
+    {
         eo.host_rt = Some(opts.prio.min(98));
     }
     let running = Running::start(&eo, set.clone())?;
