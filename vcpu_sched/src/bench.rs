@@ -24,7 +24,7 @@ use crate::config::SchedConfig;
 use crate::error::{Result, SchedError};
 use crate::exec::{CheckConfig, CpuMapping, ExecConfig, FlagKick, ThreadsExecutor};
 use crate::mitigations::Mitigations;
-use crate::stats::{Histogram, SchedCounters};
+use crate::stats::{Histogram, SchedCounters, TaskStats};
 use crate::workload::{self, Metric, WorkloadKind, WorkloadParams};
 
 /// What to run.
@@ -89,6 +89,27 @@ pub struct TaskSummary {
     pub queued_ns: u64,
     /// Time blocked (ns).
     pub blocked_ns: u64,
+}
+
+impl TaskSummary {
+    /// Sums per-task statistics; `tasks` is how many there were.
+    pub fn from_tasks<'a>(tasks: impl IntoIterator<Item = &'a TaskStats>) -> Self {
+        let mut ts = TaskSummary::default();
+        for t in tasks {
+            ts.tasks += 1;
+            ts.run_delay_ns += t.run_delay_ns;
+            ts.wake_to_run.merge(&t.wake_to_run);
+            ts.migrations += t.migrations;
+            ts.preemptions += t.preemptions;
+            ts.running_ns += t.running_ns;
+            ts.queued_ns += t.queued_ns;
+            ts.blocked_ns += t.blocked_ns;
+        }
+        ts.run_delay_per_task_ns = ts.run_delay_ns as f64 / ts.tasks.max(1) as f64;
+        ts.wake_to_run_p50_ns = ts.wake_to_run.quantile(0.5).unwrap_or(0);
+        ts.wake_to_run_p99_ns = ts.wake_to_run.quantile(0.99).unwrap_or(0);
+        ts
+    }
 }
 
 /// The result of one run.
@@ -206,22 +227,7 @@ pub fn run_workload_with(opts: &RunOptions, progress: &mut dyn FnMut(f64)) -> Re
     let rep = ex.shutdown(Duration::from_secs(60))?;
     progress(1.0);
     let res = w.finish();
-    let mut ts = TaskSummary {
-        tasks: rep.tasks.len(),
-        ..TaskSummary::default()
-    };
-    for t in &rep.tasks {
-        ts.run_delay_ns += t.run_delay_ns;
-        ts.wake_to_run.merge(&t.wake_to_run);
-        ts.migrations += t.migrations;
-        ts.preemptions += t.preemptions;
-        ts.running_ns += t.running_ns;
-        ts.queued_ns += t.queued_ns;
-        ts.blocked_ns += t.blocked_ns;
-    }
-    ts.run_delay_per_task_ns = ts.run_delay_ns as f64 / ts.tasks.max(1) as f64;
-    ts.wake_to_run_p50_ns = ts.wake_to_run.quantile(0.5).unwrap_or(0);
-    ts.wake_to_run_p99_ns = ts.wake_to_run.quantile(0.99).unwrap_or(0);
+    let ts = TaskSummary::from_tasks(&rep.tasks);
     let sched_ns: u64 = rep.sched_ns_per_cpu.iter().sum();
     let sched_calls: u64 = rep.sched_calls_per_cpu.iter().sum();
     let report = RunReport {
@@ -351,8 +357,6 @@ pub struct Comparison {
 /// runs every variant once, starting one further along the list each
 /// time, so that slow drift of the host does not favour a variant), after
 /// one unrecorded warm-up run of the baseline (at most 1 s).
-// `rep` indexes the second dimension of a variant-major table.
-#[allow(clippy::needless_range_loop)]
 pub fn compare(
     opts: &CompareOptions,
     progress: &mut dyn FnMut(&CompareProgress),
@@ -388,67 +392,28 @@ pub fn compare(
     let mut values = vec![vec![f64::NAN; opts.repetitions]; nv];
     let mut per_call = vec![0.0; nv];
     let mut runs = Vec::with_capacity(total);
-    let mut done = 0;
-    for rep in 0..opts.repetitions {
-        for k in 0..nv {
-            let v = (k + rep) % nv;
-            let mut run = opts.run.clone();
-            run.mitigations = opts.variants[v];
-            let name = run.mitigations.to_string();
-            let mut cb = |f: f64| {
-                progress(&CompareProgress {
-                    done,
-                    total,
-                    variant: name.clone(),
-                    repetition: rep,
-                    run_fraction: f,
-                })
-            };
-            let r = run_workload_with(&run, &mut cb)?;
-            values[v][rep] = r.metric.value;
-            per_call[v] += r.sched_ns_per_call / opts.repetitions as f64;
-            runs.push(r);
-            done += 1;
-        }
+    for (done, (rep, v)) in interleaved(nv, opts.repetitions).enumerate() {
+        let mut run = opts.run.clone();
+        run.mitigations = opts.variants[v];
+        let name = run.mitigations.to_string();
+        let mut cb = |f: f64| {
+            progress(&CompareProgress {
+                done,
+                total,
+                variant: name.clone(),
+                repetition: rep,
+                run_fraction: f,
+            })
+        };
+        let r = run_workload_with(&run, &mut cb)?;
+        values[v][rep] = r.metric.value;
+        per_call[v] += r.sched_ns_per_call / opts.repetitions as f64;
+        runs.push(r);
     }
     let first = &runs[0];
     let hib = first.metric.higher_is_better;
-    let rel = |v: f64, base: f64| -> f64 {
-        if hib {
-            if base > 0.0 {
-                100.0 * v / base
-            } else {
-                f64::NAN
-            }
-        } else if v > 0.0 {
-            100.0 * base / v
-        } else {
-            f64::NAN
-        }
-    };
-    let base = &values[0];
-    let base_mean = mean(base);
-    let rows = (0..nv)
-        .map(|v| {
-            let vals = &values[v];
-            let m = mean(vals);
-            let per_rep: Vec<f64> = vals
-                .iter()
-                .zip(base.iter())
-                .map(|(&x, &b)| rel(x, b))
-                .collect();
-            VariantRow {
-                mitigations: opts.variants[v].to_string(),
-                values: vals.clone(),
-                mean: m,
-                stddev: stddev(vals),
-                relative_pct: rel(m, base_mean),
-                relative_min_pct: per_rep.iter().copied().fold(f64::INFINITY, f64::min),
-                relative_max_pct: per_rep.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-                sched_ns_per_call: per_call[v],
-            }
-        })
-        .collect();
+    let labels: Vec<String> = opts.variants.iter().map(|m| m.to_string()).collect();
+    let rows = variant_rows(&labels, &values, &per_call, hib);
     Ok(Comparison {
         workload: first.workload.clone(),
         topology: first.topology.clone(),
@@ -464,11 +429,67 @@ pub fn compare(
     })
 }
 
-fn mean(v: &[f64]) -> f64 {
+/// The order of an interleaved comparison of `variants` sets over
+/// `repetitions`: `(repetition, variant)` pairs, repetition `r` starting
+/// `r` places further along the list, so that slow drift of the host
+/// favours no variant.
+pub fn interleaved(variants: usize, repetitions: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..repetitions).flat_map(move |rep| (0..variants).map(move |k| (rep, (k + rep) % variants)))
+}
+
+/// The rows of the seeds' table from a variant-major table of metric
+/// values (`values[variant][repetition]`; variant 0 is the baseline) and
+/// each variant's mean time per `schedule` call.
+pub fn variant_rows(
+    labels: &[String],
+    values: &[Vec<f64>],
+    sched_ns_per_call: &[f64],
+    higher_is_better: bool,
+) -> Vec<VariantRow> {
+    let rel = |v: f64, base: f64| -> f64 {
+        // a zero throughput is 0%; a zero baseline or latency has no ratio
+        let (num, den) = if higher_is_better {
+            (v, base)
+        } else {
+            (base, v)
+        };
+        if den > 0.0 {
+            100.0 * num / den
+        } else {
+            f64::NAN
+        }
+    };
+    let empty = Vec::new();
+    let base = values.first().unwrap_or(&empty);
+    let base_mean = mean(base);
+    labels
+        .iter()
+        .zip(values)
+        .enumerate()
+        .map(|(v, (label, vals))| {
+            let m = mean(vals);
+            let per_rep: Vec<f64> = vals.iter().zip(base).map(|(&x, &b)| rel(x, b)).collect();
+            VariantRow {
+                mitigations: label.clone(),
+                values: vals.clone(),
+                mean: m,
+                stddev: stddev(vals),
+                relative_pct: rel(m, base_mean),
+                relative_min_pct: per_rep.iter().copied().fold(f64::INFINITY, f64::min),
+                relative_max_pct: per_rep.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                sched_ns_per_call: sched_ns_per_call.get(v).copied().unwrap_or(f64::NAN),
+            }
+        })
+        .collect()
+}
+
+/// The arithmetic mean (0 for no values).
+pub fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 
-fn stddev(v: &[f64]) -> f64 {
+/// The sample standard deviation (0 for fewer than two values).
+pub fn stddev(v: &[f64]) -> f64 {
     if v.len() < 2 {
         return 0.0;
     }
@@ -558,5 +579,37 @@ mod tests {
             repetitions: 1,
         };
         assert!(compare(&c, &mut |_| {}).is_err());
+    }
+
+    #[test]
+    fn interleaving_rotates_the_start() {
+        let order: Vec<_> = interleaved(3, 2).collect();
+        assert_eq!(order, vec![(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (1, 0)]);
+        assert_eq!(interleaved(0, 3).count(), 0);
+    }
+
+    #[test]
+    fn rows_are_oriented_so_that_above_100_is_better() {
+        let labels = vec!["none".to_string(), "all".to_string()];
+        // latencies: the second set halves them
+        let rows = variant_rows(
+            &labels,
+            &[vec![10.0, 20.0], vec![5.0, 10.0]],
+            &[1.0, 2.0],
+            false,
+        );
+        assert_eq!(rows[0].relative_pct, 100.0);
+        assert_eq!(rows[1].relative_pct, 200.0);
+        assert_eq!(
+            (rows[1].relative_min_pct, rows[1].relative_max_pct),
+            (200.0, 200.0)
+        );
+        assert_eq!(rows[1].sched_ns_per_call, 2.0);
+        // throughputs: a zero is 0%, a zero baseline has no ratio
+        let rows = variant_rows(&labels, &[vec![4.0, 0.0], vec![0.0, 3.0]], &[], true);
+        assert_eq!(rows[1].relative_min_pct, 0.0);
+        // (a repetition without a ratio does not count in the range)
+        assert_eq!(rows[1].relative_max_pct, 0.0);
+        assert_eq!(rows[1].relative_pct, 75.0);
     }
 }

@@ -28,7 +28,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use vcpu_sched::bench::{Comparison, RunReport, TaskSummary, VariantRow};
+use vcpu_sched::bench::{interleaved, variant_rows, Comparison, RunReport, TaskSummary};
 use vcpu_sched::exec::{CheckConfig, CpuMapping};
 use vcpu_sched::stats::LatencyHistogram;
 use vcpu_sched::workload::Metric;
@@ -555,22 +555,10 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
             host_wait_ns: hs.1,
         });
     }
-    let mut ts = TaskSummary {
-        tasks: metrics.len(),
-        ..TaskSummary::default()
-    };
-    for t in out.tasks.iter().flatten() {
-        ts.run_delay_ns += t.run_delay_ns;
-        ts.wake_to_run.merge(&t.wake_to_run);
-        ts.migrations += t.migrations;
-        ts.preemptions += t.preemptions;
-        ts.running_ns += t.running_ns;
-        ts.queued_ns += t.queued_ns;
-        ts.blocked_ns += t.blocked_ns;
-    }
+    let mut ts = TaskSummary::from_tasks(out.tasks.iter().flatten());
+    // every vCPU counts, also one whose statistics the executor lacks
+    ts.tasks = metrics.len();
     ts.run_delay_per_task_ns = ts.run_delay_ns as f64 / ts.tasks.max(1) as f64;
-    ts.wake_to_run_p50_ns = ts.wake_to_run.quantile(0.5).unwrap_or(0);
-    ts.wake_to_run_p99_ns = ts.wake_to_run.quantile(0.99).unwrap_or(0);
 
     let count = g1.saturating_sub(g0) as f64;
     let mut extra = BTreeMap::new();
@@ -721,20 +709,6 @@ pub struct CompareProgress {
     pub run_fraction: f64,
 }
 
-// Private copies of vcpu_sched::bench's helpers (private there); see the
-// request in /work/notes/requests.md to share them.
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len().max(1) as f64
-}
-
-fn stddev(v: &[f64]) -> f64 {
-    if v.len() < 2 {
-        return 0.0;
-    }
-    let m = mean(v);
-    (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
-}
-
 /// A comparison and every run's full report.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BenchComparison {
@@ -754,8 +728,6 @@ pub struct BenchComparison {
 /// interleaved: repetition `r` starts `r` places further along the list,
 /// so slow drift of the host favours no variant. One unrecorded warm-up
 /// run comes first.
-// `rep` indexes the second dimension of a variant-major table.
-#[allow(clippy::needless_range_loop)]
 pub fn compare(
     opts: &CompareOptions,
     progress: &mut dyn FnMut(&CompareProgress),
@@ -804,53 +776,24 @@ pub fn compare(
     let mut values = vec![vec![f64::NAN; opts.repetitions]; nv];
     let mut per_call = vec![0.0; nv];
     let mut reports = Vec::with_capacity(total);
-    let mut done = 0;
-    for rep in 0..opts.repetitions {
-        for k in 0..nv {
-            let v = (k + rep) % nv;
-            let (label, o) = &cells[v];
-            let r = run(o, &mut |f| {
-                progress(&CompareProgress {
-                    done,
-                    total,
-                    variant: label.clone(),
-                    run_fraction: f,
-                })
-            })?;
-            values[v][rep] = r.run.metric.value;
-            per_call[v] += r.run.sched_ns_per_call / opts.repetitions as f64;
-            reports.push(r);
-            done += 1;
-        }
+    for (done, (rep, v)) in interleaved(nv, opts.repetitions).enumerate() {
+        let (label, o) = &cells[v];
+        let r = run(o, &mut |f| {
+            progress(&CompareProgress {
+                done,
+                total,
+                variant: label.clone(),
+                run_fraction: f,
+            })
+        })?;
+        values[v][rep] = r.run.metric.value;
+        per_call[v] += r.run.sched_ns_per_call / opts.repetitions as f64;
+        reports.push(r);
     }
     let first = &reports[0].run;
     let hib = first.metric.higher_is_better;
-    let rel = |v: f64, base: f64| -> f64 {
-        let r = if hib { v / base } else { base / v };
-        if r.is_finite() {
-            100.0 * r
-        } else {
-            f64::NAN
-        }
-    };
-    let base = values[0].clone();
-    let base_mean = mean(&base);
-    let rows = (0..nv)
-        .map(|v| {
-            let vals = &values[v];
-            let per_rep: Vec<f64> = vals.iter().zip(&base).map(|(&x, &b)| rel(x, b)).collect();
-            VariantRow {
-                mitigations: cells[v].0.clone(),
-                values: vals.clone(),
-                mean: mean(vals),
-                stddev: stddev(vals),
-                relative_pct: rel(mean(vals), base_mean),
-                relative_min_pct: per_rep.iter().copied().fold(f64::INFINITY, f64::min),
-                relative_max_pct: per_rep.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-                sched_ns_per_call: per_call[v],
-            }
-        })
-        .collect();
+    let labels: Vec<String> = cells.iter().map(|(l, _)| l.clone()).collect();
+    let rows = variant_rows(&labels, &values, &per_call, hib);
     let table = Comparison {
         workload: first.workload.clone(),
         topology: first.topology.clone(),
