@@ -223,6 +223,42 @@ pub fn exit_code_for(e: &anyhow::Error) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// The progress bar of long runs (`bench`, `sched-bench`); drawn on stderr
+/// only when it is a terminal.
+pub fn progress_bar() -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(1000);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {percent:>3}% {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+/// Parses `--compare`: `seeds` (baseline, each fix alone, all) or
+/// `SET;SET;..` whose first entry is the baseline.
+pub fn mitigation_sets(list: &str) -> Result<Vec<vcpu_sched::Mitigations>> {
+    if list.trim() == "seeds" {
+        return Ok(vcpu_sched::Mitigations::seeds_variants());
+    }
+    let sets = list
+        .split(';')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            s.parse::<vcpu_sched::Mitigations>()
+                .map_err(|e| InputError(format!("--compare: {e}")).into())
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if sets.is_empty() {
+        return Err(InputError(format!(
+            "--compare {list:?}: give seeds or sets such as \"none;all\""
+        ))
+        .into());
+    }
+    Ok(sets)
+}
+
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {

@@ -12,10 +12,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use vcpu_sched::bench::{compare, run_workload_with, CompareOptions, RunOptions};
 use vcpu_sched::workload::WorkloadKind;
-use vcpu_sched::{Mitigations, SchedError};
+use vcpu_sched::SchedError;
 
 use crate::cli::InputError;
 
@@ -124,23 +123,10 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
         .map_err(classify)
         .with_context(|| format!("--topology {}", a.topology))?;
 
-    let bar = ProgressBar::new(1000);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {percent:>3}% {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = crate::cli::progress_bar();
     let json = match &a.compare {
         Some(list) => {
-            let variants = if list.trim() == "seeds" {
-                Mitigations::seeds_variants()
-            } else {
-                list.split(';')
-                    .filter(|s| !s.trim().is_empty())
-                    .map(|s| input(s.parse::<Mitigations>(), "--compare"))
-                    .collect::<Result<Vec<_>>>()?
-            };
+            let variants = crate::cli::mitigation_sets(list)?;
             if variants.len() < 2 {
                 return Err(InputError(format!(
                     "--compare {list:?}: give at least two sets, e.g. \"none;all\", or seeds"

@@ -7,8 +7,6 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
-use vcpu_sched::Mitigations;
 
 use super::{compare, run, BenchError, BenchOptions, BenchReport, CompareOptions, Workload};
 use crate::cli::InputError;
@@ -246,32 +244,10 @@ pub fn run_cli(a: BenchArgs) -> Result<()> {
     topology::load(&a.topology)
         .map_err(|e| classify(BenchError::Topology(e)))
         .with_context(|| format!("--topology {}", a.topology))?;
-    let bar = ProgressBar::new(1000);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {percent:>3}% {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = crate::cli::progress_bar();
     let json = match &a.compare {
         Some(list) => {
-            let variants = if list.trim() == "seeds" {
-                Mitigations::seeds_variants()
-            } else {
-                list.split(';')
-                    .filter(|s| !s.trim().is_empty())
-                    .map(|s| {
-                        s.parse::<Mitigations>()
-                            .map_err(|e| anyhow::Error::from(InputError(format!("--compare: {e}"))))
-                    })
-                    .collect::<Result<Vec<_>>>()?
-            };
-            if variants.is_empty() {
-                return Err(InputError(format!(
-                    "--compare {list:?}: give seeds or sets such as \"none;all\""
-                ))
-                .into());
-            }
+            let variants = crate::cli::mitigation_sets(list)?;
             let c = compare(
                 &CompareOptions {
                     run: o,
