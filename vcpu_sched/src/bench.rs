@@ -169,16 +169,9 @@ pub fn run_workload_with(opts: &RunOptions, progress: &mut dyn FnMut(f64)) -> Re
     // Calibrate the unit of work here, on an otherwise quiet thread, not
     // inside the first body that needs it while other tasks run.
     workload::work_unit_ns();
-    let emulated = opts.topology.trim() != "host";
-    let mapping = if emulated {
-        CpuMapping::emulated_on_allowed()?
-    } else {
-        CpuMapping::Host
-    };
-    let host_cpus = match &mapping {
-        CpuMapping::Host => topo.num_cpus(),
-        CpuMapping::Emulated { real } => real.len().min(topo.num_cpus()),
-    };
+    let mapping = CpuMapping::for_spec(&opts.topology)?;
+    let emulated = mapping.is_emulated();
+    let host_cpus = mapping.host_cpus(topo.num_cpus());
     let cfg = ExecConfig {
         mapping,
         check: opts.check.then(CheckConfig::default),
@@ -410,23 +403,14 @@ pub fn compare(
         per_call[v] += r.sched_ns_per_call / opts.repetitions as f64;
         runs.push(r);
     }
-    let first = &runs[0];
-    let hib = first.metric.higher_is_better;
     let labels: Vec<String> = opts.variants.iter().map(|m| m.to_string()).collect();
-    let rows = variant_rows(&labels, &values, &per_call, hib);
-    Ok(Comparison {
-        workload: first.workload.clone(),
-        topology: first.topology.clone(),
-        cpus: first.cpus,
-        host_cpus: first.host_cpus,
-        metric: first.metric.name.clone(),
-        unit: first.metric.unit.clone(),
-        higher_is_better: hib,
-        duration_s: opts.run.duration.as_secs_f64(),
-        repetitions: opts.repetitions,
-        rows,
+    Comparison::assemble(
+        &labels,
+        &values,
+        &per_call,
+        opts.run.duration.as_secs_f64(),
         runs,
-    })
+    )
 }
 
 /// The order of an interleaved comparison of `variants` sets over
@@ -498,6 +482,35 @@ pub fn stddev(v: &[f64]) -> f64 {
 }
 
 impl Comparison {
+    /// A comparison from its runs (in the order they ran; the first names
+    /// the workload, topology and metric), the variant-major table of their
+    /// metric values and each variant's mean time per `schedule` call.
+    pub fn assemble(
+        labels: &[String],
+        values: &[Vec<f64>],
+        sched_ns_per_call: &[f64],
+        duration_s: f64,
+        runs: Vec<RunReport>,
+    ) -> Result<Self> {
+        let Some(first) = runs.first() else {
+            return Err(SchedError::Workload("a comparison needs runs".into()));
+        };
+        let hib = first.metric.higher_is_better;
+        Ok(Comparison {
+            workload: first.workload.clone(),
+            topology: first.topology.clone(),
+            cpus: first.cpus,
+            host_cpus: first.host_cpus,
+            metric: first.metric.name.clone(),
+            unit: first.metric.unit.clone(),
+            higher_is_better: hib,
+            duration_s,
+            repetitions: values.first().map_or(0, |v| v.len()),
+            rows: variant_rows(labels, values, sched_ns_per_call, hib),
+            runs,
+        })
+    }
+
     /// The seeds' table: one row per variant with its mean metric, its
     /// standard deviation, its relative performance (baseline 100%, above
     /// 100% better) and the min-max of the per-repetition ratios.

@@ -98,6 +98,29 @@ impl CpuMapping {
         })
     }
 
+    /// The mapping for a topology SPEC: `host` runs on the real CPUs,
+    /// anything else is emulated onto the CPUs this process may use.
+    pub fn for_spec(spec: &str) -> Result<Self> {
+        if spec.trim() == "host" {
+            Ok(CpuMapping::Host)
+        } else {
+            Self::emulated_on_allowed()
+        }
+    }
+
+    /// Is this an emulation (logical CPUs share host CPUs)?
+    pub fn is_emulated(&self) -> bool {
+        matches!(self, CpuMapping::Emulated { .. })
+    }
+
+    /// How many host CPUs a topology of `cpus` logical CPUs runs on.
+    pub fn host_cpus(&self, cpus: usize) -> usize {
+        match self {
+            CpuMapping::Host => cpus,
+            CpuMapping::Emulated { real } => real.len().min(cpus),
+        }
+    }
+
     fn host_cpu(&self, topo: &HostTopology, cpu: CpuId) -> u32 {
         match self {
             CpuMapping::Host => topo.os_index(cpu),

@@ -28,7 +28,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use vcpu_sched::bench::{interleaved, variant_rows, Comparison, RunReport, TaskSummary};
+use vcpu_sched::bench::{interleaved, Comparison, RunReport, TaskSummary};
 use vcpu_sched::exec::{CheckConfig, CpuMapping};
 use vcpu_sched::stats::LatencyHistogram;
 use vcpu_sched::workload::Metric;
@@ -429,16 +429,9 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
     validate(opts)?;
     crate::vcpu::install_kick_signal().map_err(MicroError::from)?;
     let topo = Arc::new(topology::load(&opts.topology)?);
-    let emulated = opts.topology.trim() != "host";
-    let mapping = if emulated {
-        CpuMapping::emulated_on_allowed()?
-    } else {
-        CpuMapping::Host
-    };
-    let host_cpus = match &mapping {
-        CpuMapping::Host => topo.num_cpus(),
-        CpuMapping::Emulated { real } => real.len().min(topo.num_cpus()),
-    };
+    let mapping = CpuMapping::for_spec(&opts.topology)?;
+    let emulated = mapping.is_emulated();
+    let host_cpus = mapping.host_cpus(topo.num_cpus());
     let host = MicroHost::open()?;
     let built = build(opts, &topo, &host)?;
     let set = built.set.clone();
@@ -790,23 +783,14 @@ pub fn compare(
         per_call[v] += r.run.sched_ns_per_call / opts.repetitions as f64;
         reports.push(r);
     }
-    let first = &reports[0].run;
-    let hib = first.metric.higher_is_better;
     let labels: Vec<String> = cells.iter().map(|(l, _)| l.clone()).collect();
-    let rows = variant_rows(&labels, &values, &per_call, hib);
-    let table = Comparison {
-        workload: first.workload.clone(),
-        topology: first.topology.clone(),
-        cpus: first.cpus,
-        host_cpus: first.host_cpus,
-        metric: first.metric.name.clone(),
-        unit: first.metric.unit.clone(),
-        higher_is_better: hib,
-        duration_s: opts.run.duration.as_secs_f64(),
-        repetitions: opts.repetitions,
-        rows,
-        runs: reports.iter().map(|r| r.run.clone()).collect(),
-    };
+    let table = Comparison::assemble(
+        &labels,
+        &values,
+        &per_call,
+        opts.run.duration.as_secs_f64(),
+        reports.iter().map(|r| r.run.clone()).collect(),
+    )?;
     Ok(BenchComparison {
         table,
         executor: opts.run.executor,
