@@ -350,12 +350,54 @@ impl Scheduler {
     }
 }
 
+/// What an executor can say about the thread that runs a CPU, so that the
+/// checker tells a scheduler fault from a host that has not run that
+/// thread (hundreds of emulated CPUs on a few host CPUs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// The executor cannot tell; no excuse is made.
+    Unknown,
+    /// Asleep waiting for a kick, and none is in flight: it will not act
+    /// on its own.
+    Parked,
+    /// Working, or woken and waiting for a host CPU; `cpu_ns` is the host
+    /// CPU time it has received so far.
+    Runnable {
+        /// Host CPU time received so far (ns).
+        cpu_ns: u64,
+    },
+}
+
+/// Host CPU time a CPU's thread must receive after an RT wait outlived the
+/// grace period before the wait counts as the scheduler's fault: enough
+/// for thousands of passes through its loop.
+pub const HOST_RUN_NS: u64 = 20_000_000;
+
+/// An RT wait being watched.
+#[derive(Clone, Copy, Debug)]
+struct Watch {
+    first: u64,
+    /// Past the grace period with a host-starved responsible thread: that
+    /// thread's CPU time then.
+    base: Option<u64>,
+}
+
 /// A stress-test companion: takes snapshots, keeps every violation, and
 /// reports an RT wait only when it persists for `grace_ns`.
+///
+/// With [`observe_live`](Self::observe_live) it also asks the executor
+/// about the one CPU that has to act: the CPU told to reschedule if it
+/// was, else the CPU the task waits on (it must push it). If that CPU's
+/// thread is runnable but has not had a host CPU since the grace period
+/// ran out, the wait is the host's, not the scheduler's: it is counted in
+/// [`host_starved`](Self::host_starved) and reported only once the thread
+/// has run [`HOST_RUN_NS`] without resolving it, or after ten grace
+/// periods in all. A parked thread gets no excuse: a CPU that must act and
+/// sleeps is a lost kick.
 #[derive(Debug)]
 pub struct InvariantChecker {
     grace_ns: u64,
-    first_seen: HashMap<(u32, u64, u32, u64), u64>,
+    watched: HashMap<(u32, u64, u32, u64), Watch>,
     /// Violations found so far (structural ones at once, RT waits after
     /// the grace period).
     pub violations: Vec<String>,
@@ -363,6 +405,9 @@ pub struct InvariantChecker {
     pub checks: u64,
     /// RT waits seen in any snapshot (transient ones included).
     pub rt_waits_seen: u64,
+    /// RT waits that outlived the grace period because the thread that had
+    /// to act got no host CPU (see [`observe_live`](Self::observe_live)).
+    pub host_starved: u64,
     anomalies_seen: usize,
 }
 
@@ -371,17 +416,29 @@ impl InvariantChecker {
     pub fn new(grace_ns: u64) -> Self {
         Self {
             grace_ns,
-            first_seen: HashMap::new(),
+            watched: HashMap::new(),
             violations: Vec::new(),
             checks: 0,
             rt_waits_seen: 0,
+            host_starved: 0,
             anomalies_seen: 0,
         }
     }
 
     /// Takes one snapshot at time `now`; returns how many new violations it
-    /// found.
+    /// found. Makes no excuse for host starvation.
     pub fn observe(&mut self, s: &Scheduler, now: u64) -> usize {
+        self.observe_live(s, now, &|_| Liveness::Unknown)
+    }
+
+    /// [`observe`](Self::observe), asking `live` about the CPU that has to
+    /// act on an RT wait that outlived the grace period.
+    pub fn observe_live(
+        &mut self,
+        s: &Scheduler,
+        now: u64,
+        live: &dyn Fn(CpuId) -> Liveness,
+    ) -> usize {
         let r = s.snapshot_check();
         self.checks += 1;
         let before = self.violations.len();
@@ -394,24 +451,61 @@ impl InvariantChecker {
         let mut keep = HashMap::new();
         for w in r.rt_waits {
             let key = (w.task.0, w.seq, w.cpu, w.cpu_seq);
-            let first = *self.first_seen.get(&key).unwrap_or(&now);
-            if now.saturating_sub(first) >= self.grace_ns {
-                self.violations.push(format!(
-                    "RT task {} (level {}) has waited on CPU {} for {} ms while CPU {} \
-                     it may use runs level {} without switching (need_resched={})",
-                    w.task.0,
-                    w.task_pri,
-                    w.on_cpu,
-                    now.saturating_sub(first) / 1_000_000,
-                    w.cpu,
-                    w.cpu_pri,
-                    w.need_resched
-                ));
-            } else {
-                keep.insert(key, first);
+            let mut watch = self.watched.get(&key).copied().unwrap_or(Watch {
+                first: now,
+                base: None,
+            });
+            let waited = now.saturating_sub(watch.first);
+            if waited < self.grace_ns {
+                keep.insert(key, watch);
+                continue;
             }
+            let actor = if w.need_resched { w.cpu } else { w.on_cpu };
+            let mut why = String::new();
+            if waited < self.grace_ns.saturating_mul(10) {
+                match live(actor) {
+                    Liveness::Unknown => {}
+                    Liveness::Parked => {
+                        why = format!("; CPU {actor}, which has to act, sleeps unkicked");
+                    }
+                    Liveness::Runnable { cpu_ns } => match watch.base {
+                        None => {
+                            self.host_starved += 1;
+                            watch.base = Some(cpu_ns);
+                            keep.insert(key, watch);
+                            continue;
+                        }
+                        Some(b) if cpu_ns.saturating_sub(b) < HOST_RUN_NS => {
+                            keep.insert(key, watch);
+                            continue;
+                        }
+                        Some(b) => {
+                            why = format!(
+                                "; CPU {actor}, which has to act, ran {} ms on the host meanwhile",
+                                (cpu_ns - b) / 1_000_000
+                            );
+                        }
+                    },
+                }
+            } else if watch.base.is_some() {
+                why = format!(
+                    "; CPU {actor}, which has to act, got under {} ms of host CPU all along",
+                    HOST_RUN_NS / 1_000_000
+                );
+            }
+            self.violations.push(format!(
+                "RT task {} (level {}) has waited on CPU {} for {} ms while CPU {} \
+                 it may use runs level {} without switching (need_resched={}){why}",
+                w.task.0,
+                w.task_pri,
+                w.on_cpu,
+                waited / 1_000_000,
+                w.cpu,
+                w.cpu_pri,
+                w.need_resched
+            ));
         }
-        self.first_seen = keep;
+        self.watched = keep;
         self.violations.len() - before
     }
 }

@@ -68,7 +68,7 @@ mod layout_tests;
 #[cfg(all(test, loom))]
 mod loom_tests;
 
-pub use check::{InvariantChecker, RtWait, SnapshotReport};
+pub use check::{InvariantChecker, Liveness, RtWait, SnapshotReport};
 pub use config::SchedConfig;
 pub use cpumask::{AtomicCpuMask, CpuMask, MAX_CPUS};
 pub use error::{Result, SchedError};

@@ -1024,18 +1024,30 @@ impl Scheduler {
         let pol = t.policy();
         if pol.is_rt() {
             let pri = pol.pri_idx();
-            if prev_ok
-                && self.cpus[prev as usize]
-                    .hot
-                    .curr_pri
-                    .load(Ordering::Relaxed)
-                    < pri
-            {
+            if prev_ok && self.rt_free(prev, pri) {
                 return prev;
             }
-            if let Some(m) = self.cpupri.find(pri, aff, self.map.node_of(home)) {
-                if let Some(c) = self.map.closest(&m, home) {
-                    return c;
+            if let Some(mut m) = self.cpupri.find(pri, aff, self.map.node_of(home)) {
+                // cpupri registers what a CPU runs, not what waits there:
+                // a CPU that already has an RT task queued (woken onto it,
+                // its kick not yet answered) looks free to every waker.
+                // Prefer a candidate without one, so that a burst of
+                // wakeups spreads instead of piling onto the one CPU that
+                // has not rescheduled yet. Bounded: a few tries, then the
+                // nearest candidate.
+                let first = self.map.closest(&m, home);
+                let mut c = first;
+                for _ in 0..4 {
+                    match c {
+                        Some(x) if !self.rt_free(x, pri) => {
+                            m.clear(x);
+                            c = self.map.closest(&m, home);
+                        }
+                        _ => break,
+                    }
+                }
+                if let Some(x) = c.filter(|&x| self.rt_free(x, pri)).or(first) {
+                    return x;
                 }
             }
             return home;
@@ -1052,6 +1064,17 @@ impl Scheduler {
             }
         }
         home
+    }
+
+    /// Whether an RT task at level `pri` woken onto `cpu` would run there
+    /// at once: the CPU runs a lower level, has no RT task queued and no
+    /// wakeup on its way in (lock-free reads; a hint: the push after the
+    /// enqueue corrects a wrong guess).
+    fn rt_free(&self, cpu: CpuId, pri: u32) -> bool {
+        let pc = &self.cpus[cpu as usize];
+        pc.hot.curr_pri.load(Ordering::Relaxed) < pri
+            && pc.hot.nr_rt_queued.load(Ordering::Relaxed) == 0
+            && pc.wake.list.is_empty()
     }
 
     // ----- schedule --------------------------------------------------------
@@ -1223,10 +1246,28 @@ impl Scheduler {
         // rest of this call.
         let mut tried = CpuMask::single(cpu);
         let mut stuck: Vec<u32> = Vec::new();
+        let mut told = false;
         for _ in 0..32 {
             let rq = self.lock_rq(cpu);
             if !rq.overloaded {
                 return;
+            }
+            // The queue's head preempts what runs here: this CPU runs it
+            // next (tell it once), and it stays. The tasks behind it wait
+            // here whatever runs now, so they are pushed like any other;
+            // otherwise a burst of wakeups onto a CPU slow to answer its
+            // kick would all wait for it while other CPUs idle.
+            let head = rq.rt.iter_by_prio().next();
+            if let Some((h, hp)) = head {
+                if hp as u32 + PRI_FAIR > rq.curr_pri && !stuck.contains(&h) {
+                    stuck.push(h);
+                    if !told && !rq.in_balance {
+                        told = true;
+                        drop(rq);
+                        self.resched_cpu(cpu, Some(cpu));
+                    }
+                    continue;
+                }
             }
             let Some((id, prio)) = rq
                 .rt
@@ -1236,15 +1277,6 @@ impl Scheduler {
                 return;
             };
             let tpri = prio as u32 + PRI_FAIR;
-            if tpri > rq.curr_pri {
-                // It should preempt right here instead.
-                let in_bal = rq.in_balance;
-                drop(rq);
-                if !in_bal {
-                    self.resched_cpu(cpu, Some(cpu));
-                }
-                return;
-            }
             drop(rq);
             let aff = self.t(id).affinity().and_not(&tried);
             let target = self

@@ -8,8 +8,10 @@
 //! worker that runs several vCPU file descriptors itself (M:N), or a
 //! deterministic simulator, drives the same core through the same calls.
 
+pub mod clock;
 pub mod threads;
 
+pub use clock::{current_tid, run_clock, thread_cpu_ns, ClockHost, ClockPeriods, TimerQueue};
 pub use threads::{
     allowed_host_cpus, pin_current_thread, CheckConfig, CpuMapping, ExecConfig, ExecReport,
     FlagKick, KickHook, TaskCtx, ThreadsExecutor,

@@ -36,7 +36,6 @@
 //! check and the ioctl is not lost.
 
 use std::cell::Cell;
-use std::collections::BinaryHeap;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{JoinHandle, Thread};
@@ -45,6 +44,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use topology::HostTopology;
 
+use super::clock::{run_clock, ClockHost, ClockPeriods, TimerQueue};
 use crate::check::InvariantChecker;
 use crate::config::SchedConfig;
 use crate::cpumask::CpuMask;
@@ -221,14 +221,6 @@ impl TaskRt {
     }
 }
 
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
-struct Timer {
-    /// Reversed for a min-heap.
-    at: std::cmp::Reverse<u64>,
-    task: u32,
-    gen: u64,
-}
-
 /// The part of the executor the kicker and every thread share.
 struct Shared {
     mapping: CpuMapping,
@@ -239,10 +231,7 @@ struct Shared {
     epoch: Instant,
     stopping: AtomicBool,
     idle_stop: AtomicBool,
-    timers: Mutex<BinaryHeap<Timer>>,
-    clock_thread: OnceLock<Thread>,
-    /// Earliest time the clock thread sleeps until.
-    clock_next: AtomicU64,
+    timers: TimerQueue,
     violations: Mutex<Vec<String>>,
     pin: bool,
     pin_errors: AtomicU64,
@@ -400,16 +389,7 @@ impl TaskCtx {
     pub fn sleep_until(&self, deadline: u64) {
         let rt = &self.sh.trt[self.id.0 as usize];
         let gen = rt.timer_gen.fetch_add(1, Ordering::Relaxed) + 1;
-        lock(&self.sh.timers).push(Timer {
-            at: std::cmp::Reverse(deadline),
-            task: self.id.0,
-            gen,
-        });
-        if deadline < self.sh.clock_next.load(Ordering::Acquire) {
-            if let Some(th) = self.sh.clock_thread.get() {
-                th.unpark();
-            }
-        }
+        self.sh.timers.add(deadline, self.id.0 as usize, gen);
         while self.sh.now() < deadline && !self.stopping() {
             self.block();
         }
@@ -626,9 +606,7 @@ impl ThreadsExecutor {
             epoch: Instant::now(),
             stopping: AtomicBool::new(false),
             idle_stop: AtomicBool::new(false),
-            timers: Mutex::new(BinaryHeap::new()),
-            clock_thread: OnceLock::new(),
-            clock_next: AtomicU64::new(0),
+            timers: TimerQueue::new(),
             violations: Mutex::new(Vec::new()),
             pin: cfg.pin,
             pin_errors: AtomicU64::new(0),
@@ -673,7 +651,7 @@ impl ThreadsExecutor {
                     context: "cannot start the clock thread".into(),
                     source: e,
                 })?;
-            let _ = sh.clock_thread.set(h.thread().clone());
+            sh.timers.set_clock_thread(h.thread().clone());
             sys_threads.push(h);
         }
         Ok(Self {
@@ -881,9 +859,7 @@ impl ThreadsExecutor {
                 t.unpark();
             }
         }
-        if let Some(t) = self.sh.clock_thread.get() {
-            t.unpark();
-        }
+        self.sh.timers.wake_clock();
         for h in self.sys_threads.drain(..) {
             let _ = h.join();
         }
@@ -994,66 +970,29 @@ fn clock_main(
     check_interval: Option<u64>,
     checker: Arc<Mutex<Option<InvariantChecker>>>,
 ) {
-    let n = sched.num_cpus() as u32;
-    let mut next_tick = sh.now() + tick;
-    let mut next_check = check_interval.map(|i| sh.now() + i);
-    loop {
-        if sh.idle_stop.load(Ordering::Acquire) {
-            return;
-        }
-        let now = sh.now();
-        if now >= next_tick {
-            for c in 0..n {
-                sched.tick(c, now);
-            }
-            next_tick += tick;
-            if next_tick < now {
-                next_tick = now + tick;
-            }
-        }
-        // timers
-        loop {
-            let due = {
-                let mut q = lock(&sh.timers);
-                match q.peek() {
-                    Some(t) if t.at.0 <= now => q.pop(),
-                    _ => None,
-                }
-            };
-            let Some(t) = due else { break };
-            if sh.trt[t.task as usize].timer_gen.load(Ordering::Relaxed) == t.gen {
-                let _ = sched.wake(TaskId(t.task), None, now);
-            }
-        }
-        if let (Some(nc), Some(iv)) = (next_check, check_interval) {
-            if now >= nc {
-                // No snapshots while stopping, but the date moves on: one
-                // left in the past would make this loop spin.
-                if !sh.stopping.load(Ordering::Relaxed) {
-                    if let Some(c) = lock(&checker).as_mut() {
-                        c.observe(&sched, sh.now());
-                    }
-                }
-                next_check = Some(sh.now() + iv);
-            }
-        }
-        let mut wake_at = next_tick;
-        if let Some(t) = lock(&sh.timers).peek() {
-            wake_at = wake_at.min(t.at.0);
-        }
-        if let Some(nc) = next_check {
-            wake_at = wake_at.min(nc);
-        }
-        sh.clock_next.store(wake_at, Ordering::Release);
-        // re-check timers added after we peeked
-        let now = sh.now();
-        if let Some(t) = lock(&sh.timers).peek() {
-            if t.at.0 <= now {
-                continue;
-            }
-        }
-        if wake_at > now {
-            std::thread::park_timeout(Duration::from_nanos(wake_at - now));
+    let periods = ClockPeriods {
+        tick,
+        check: check_interval,
+    };
+    run_clock(&*sh, &sched, &sh.timers, periods, &checker);
+}
+
+impl ClockHost for Shared {
+    fn now(&self) -> u64 {
+        Shared::now(self)
+    }
+
+    fn quit(&self) -> bool {
+        self.idle_stop.load(Ordering::Acquire)
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
+    fn fire(&self, sched: &Scheduler, key: usize, gen: u64, now: u64) {
+        if self.trt[key].timer_gen.load(Ordering::Relaxed) == gen {
+            let _ = sched.wake(TaskId(key as u32), None, now);
         }
     }
 }

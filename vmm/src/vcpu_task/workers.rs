@@ -24,16 +24,18 @@
 //! * one clock thread ticks every CPU, fires sleep timers and, when asked,
 //!   runs the invariant checker.
 
-use std::collections::BinaryHeap;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
-use vcpu_sched::exec::pin_current_thread;
+use vcpu_sched::exec::{
+    current_tid, pin_current_thread, run_clock, thread_cpu_ns, ClockHost, ClockPeriods, TimerQueue,
+};
 use vcpu_sched::sched::Kicker as SchedKicker;
 use vcpu_sched::{
-    CpuId, InvariantChecker, Pick, Prev, SchedCounters, Scheduler, TaskId, TaskSpec, TaskStats,
+    CpuId, InvariantChecker, Liveness, Pick, Prev, SchedCounters, Scheduler, TaskId, TaskSpec,
+    TaskStats,
 };
 
 use super::{enter, resumed, Action, ExecOptions, ExecOutcome, Resume, TaskError, VcpuSlot, VmSet};
@@ -51,6 +53,11 @@ struct WorkerCpu {
     current: AtomicU32,
     /// Set by a kick to an idle worker.
     token: AtomicBool,
+    /// Set while the worker sleeps for want of a kick (with `token`, it
+    /// tells the checker a sleeping worker from a starved one).
+    parked: AtomicBool,
+    /// Its kernel thread id (0 until it starts), for its host CPU time.
+    tid: AtomicU32,
     thread: OnceLock<Thread>,
     host_cpu: u32,
 }
@@ -74,13 +81,6 @@ struct TaskRt {
     timer_gen: AtomicU64,
 }
 
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
-struct Timer {
-    at: std::cmp::Reverse<u64>,
-    slot: usize,
-    gen: u64,
-}
-
 struct Shared {
     set: Arc<VmSet>,
     cpus: Box<[WorkerCpu]>,
@@ -88,9 +88,7 @@ struct Shared {
     rt: Box<[TaskRt]>,
     /// Task id -> global vCPU index.
     by_task: Box<[OnceLock<usize>]>,
-    timers: Mutex<BinaryHeap<Timer>>,
-    clock_thread: OnceLock<Thread>,
-    clock_next: AtomicU64,
+    timers: TimerQueue,
     quit: AtomicBool,
     live: AtomicUsize,
     violations: Mutex<Vec<String>>,
@@ -163,6 +161,8 @@ impl WorkerExecutor {
                 .map(|c| WorkerCpu {
                     current: AtomicU32::new(IDLE),
                     token: AtomicBool::new(false),
+                    parked: AtomicBool::new(false),
+                    tid: AtomicU32::new(0),
                     thread: OnceLock::new(),
                     host_cpu: opts.host_cpu(c),
                 })
@@ -170,9 +170,7 @@ impl WorkerExecutor {
             stats: (0..n).map(|_| WorkerStats::default()).collect(),
             rt: (0..nslots).map(|_| TaskRt::default()).collect(),
             by_task: (0..max).map(|_| OnceLock::new()).collect(),
-            timers: Mutex::new(BinaryHeap::new()),
-            clock_thread: OnceLock::new(),
-            clock_next: AtomicU64::new(0),
+            timers: TimerQueue::new(),
             quit: AtomicBool::new(false),
             live: AtomicUsize::new(0),
             violations: Mutex::new(Vec::new()),
@@ -245,7 +243,7 @@ impl WorkerExecutor {
                     context: "cannot start the clock thread".into(),
                     source: e,
                 })?;
-            let _ = sh.clock_thread.set(h.thread().clone());
+            sh.timers.set_clock_thread(h.thread().clone());
             ex.threads.push(h);
             Ok(())
         })();
@@ -329,7 +327,17 @@ impl WorkerExecutor {
             tasks[g] = Some(s);
         }
         let (checks, mut violations) = match lock(&self.checker).as_ref() {
-            Some(c) => (c.checks, c.violations.clone()),
+            Some(c) => {
+                if c.host_starved > 0 {
+                    tracing::warn!(
+                        "{} RT waits outlived the checker's grace period because the worker \
+                         that had to act got no host CPU (more workers than host CPUs); \
+                         not counted as scheduler faults",
+                        c.host_starved
+                    );
+                }
+                (c.checks, c.violations.clone())
+            }
             None => (0, Vec::new()),
         };
         violations.extend(self.sched.anomalies());
@@ -358,9 +366,7 @@ impl WorkerExecutor {
                 t.unpark();
             }
         }
-        if let Some(t) = self.sh.clock_thread.get() {
-            t.unpark();
-        }
+        self.sh.timers.wake_clock();
         for h in self.threads.drain(..) {
             let _ = h.join();
         }
@@ -378,6 +384,7 @@ impl Drop for WorkerExecutor {
 
 fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
     let w = &sh.cpus[cpu as usize];
+    w.tid.store(current_tid(), Ordering::Release);
     host_rt(&sh, 0);
     if sh.pin && pin_current_thread(w.host_cpu).is_err() {
         sh.pin_errors.fetch_add(1, Ordering::Relaxed);
@@ -421,13 +428,21 @@ fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
             }
         }
         let Some(t) = cur else {
-            // Idle: park until kicked.
-            while !w.token.swap(false, Ordering::AcqRel) {
+            // Idle: park until kicked. `parked` is cleared before the
+            // token is taken, so the checker never sees this worker parked
+            // without a token once a kick has landed. A kick between the
+            // two is not lost: its need_resched was set before its token,
+            // and schedule() runs next.
+            w.parked.store(true, Ordering::SeqCst);
+            while !w.token.load(Ordering::SeqCst) {
                 if sh.quit.load(Ordering::Acquire) {
+                    w.parked.store(false, Ordering::SeqCst);
                     return;
                 }
                 std::thread::park();
             }
+            w.parked.store(false, Ordering::SeqCst);
+            w.token.store(false, Ordering::SeqCst);
             if sh.quit.load(Ordering::Acquire) {
                 return;
             }
@@ -503,16 +518,7 @@ fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
                 let at = now + ns;
                 rt.sleep_due.store(at, Ordering::Release);
                 let gen = rt.timer_gen.fetch_add(1, Ordering::AcqRel) + 1;
-                lock(&sh.timers).push(Timer {
-                    at: std::cmp::Reverse(at),
-                    slot: g,
-                    gen,
-                });
-                if at < sh.clock_next.load(Ordering::Acquire) {
-                    if let Some(c) = sh.clock_thread.get() {
-                        c.unpark();
-                    }
-                }
+                sh.timers.add(at, g, gen);
                 prev = Prev::Block;
                 resched = true;
             }
@@ -583,68 +589,49 @@ fn clock_main(
     checker: Arc<Mutex<Option<InvariantChecker>>>,
 ) {
     host_rt(&sh, 1);
-    let set = sh.set.clone();
-    let n = sched.num_cpus() as u32;
-    let mut next_tick = set.now() + tick;
-    let mut next_check = check_interval.map(|i| set.now() + i);
-    loop {
-        if sh.quit.load(Ordering::Acquire) {
-            return;
-        }
-        let now = set.now();
-        if now >= next_tick {
-            for c in 0..n {
-                sched.tick(c, now);
-            }
-            next_tick += tick;
-            if next_tick < now {
-                next_tick = now + tick;
-            }
-        }
-        loop {
-            let due = {
-                let mut q = lock(&sh.timers);
-                match q.peek() {
-                    Some(t) if t.at.0 <= now => q.pop(),
-                    _ => None,
-                }
-            };
-            let Some(t) = due else { break };
-            if sh.rt[t.slot].timer_gen.load(Ordering::Acquire) == t.gen {
-                if let Some(&tk) = set.slots()[t.slot].task.get() {
-                    let _ = sched.wake(tk, None, now);
-                }
+    let periods = ClockPeriods {
+        tick,
+        check: check_interval,
+    };
+    run_clock(&*sh, &sched, &sh.timers, periods, &checker);
+}
+
+impl ClockHost for Shared {
+    fn now(&self) -> u64 {
+        self.set.now()
+    }
+
+    fn quit(&self) -> bool {
+        self.quit.load(Ordering::Acquire)
+    }
+
+    fn stopping(&self) -> bool {
+        self.set.stopping()
+    }
+
+    fn fire(&self, sched: &Scheduler, slot: usize, gen: u64, now: u64) {
+        if self.rt[slot].timer_gen.load(Ordering::Acquire) == gen {
+            if let Some(&tk) = self.set.slots()[slot].task.get() {
+                let _ = sched.wake(tk, None, now);
             }
         }
-        if let (Some(nc), Some(iv)) = (next_check, check_interval) {
-            if now >= nc {
-                // No snapshots while stopping, but the next one still moves
-                // on: a check date left in the past would make this loop
-                // spin, at host SCHED_FIFO starving its CPU's worker.
-                if !set.stopping() {
-                    if let Some(c) = lock(&checker).as_mut() {
-                        c.observe(&sched, set.now());
-                    }
-                }
-                next_check = Some(set.now() + iv);
+    }
+
+    /// A worker is parked only between giving up its CPU and a kick's
+    /// token; otherwise it is working or waiting for a host CPU, and its
+    /// host CPU time says which.
+    fn liveness(&self, cpu: CpuId) -> Liveness {
+        let Some(w) = self.cpus.get(cpu as usize) else {
+            return Liveness::Unknown;
+        };
+        if w.parked.load(Ordering::SeqCst) && !w.token.load(Ordering::SeqCst) {
+            return Liveness::Parked;
+        }
+        match w.tid.load(Ordering::Acquire) {
+            0 => Liveness::Unknown,
+            tid => {
+                thread_cpu_ns(tid).map_or(Liveness::Unknown, |cpu_ns| Liveness::Runnable { cpu_ns })
             }
-        }
-        let mut wake_at = next_tick;
-        if let Some(t) = lock(&sh.timers).peek() {
-            wake_at = wake_at.min(t.at.0);
-        }
-        if let Some(nc) = next_check {
-            wake_at = wake_at.min(nc);
-        }
-        sh.clock_next.store(wake_at, Ordering::Release);
-        let now = set.now();
-        if let Some(t) = lock(&sh.timers).peek() {
-            if t.at.0 <= now {
-                continue;
-            }
-        }
-        if wake_at > now {
-            std::thread::park_timeout(Duration::from_nanos(wake_at - now));
         }
     }
 }
