@@ -93,6 +93,18 @@ impl Sim {
         );
     }
 
+    /// `n` SCHED_FIFO tasks named `prefix0..`, blocked.
+    pub(crate) fn fifo_tasks(&self, prefix: &str, n: usize, prio: u8, aff: CpuMask) -> Vec<TaskId> {
+        (0..n)
+            .map(|i| {
+                let spec = TaskSpec::new(format!("{prefix}{i}"))
+                    .policy(Policy::Fifo(prio))
+                    .affinity(aff);
+                self.s.add_task(&spec, 0).unwrap()
+            })
+            .collect()
+    }
+
     fn running(&self) -> Vec<(u32, TaskId)> {
         (0..self.s.num_cpus() as u32)
             .filter_map(|c| self.s.current(c).map(|t| (c, t)))
@@ -274,18 +286,7 @@ fn rr_rotates_equal_priorities() {
 fn affinity_moves_queued_and_running_tasks() {
     for mit in [Mitigations::none(), Mitigations::all()] {
         let mut sim = Sim::new(topo16(), mit);
-        let ids: Vec<TaskId> = (0..3)
-            .map(|i| {
-                sim.s
-                    .add_task(
-                        &TaskSpec::new(format!("t{i}"))
-                            .policy(Policy::Fifo(50))
-                            .affinity(CpuMask::single(3)),
-                        0,
-                    )
-                    .unwrap()
-            })
-            .collect();
+        let ids = sim.fifo_tasks("t", 3, 50, CpuMask::single(3));
         for &t in &ids {
             sim.s.wake(t, Some(0), sim.now).unwrap();
         }
@@ -345,18 +346,7 @@ fn a_burst_of_rt_wakeups_does_not_pile_onto_a_cpu_that_has_not_answered() {
         sim.s.wake(waker, None, sim.now).unwrap();
         sim.settle();
         assert_eq!(sim.s.current(1), Some(waker));
-        let ids: Vec<TaskId> = (0..4)
-            .map(|i| {
-                sim.s
-                    .add_task(
-                        &TaskSpec::new(format!("rt{i}"))
-                            .policy(Policy::Fifo(50))
-                            .affinity(CpuMask::single(0)),
-                        0,
-                    )
-                    .unwrap()
-            })
-            .collect();
+        let ids = sim.fifo_tasks("rt", 4, 50, CpuMask::single(0));
         // each has last run on CPU 0, which is idle again
         for &t in &ids {
             sim.s.wake(t, None, sim.now).unwrap();
@@ -405,18 +395,7 @@ fn a_burst_of_rt_wakeups_does_not_pile_onto_a_cpu_that_has_not_answered() {
 fn push_keeps_the_head_and_sends_the_rest_away() {
     for mit in [Mitigations::none(), Mitigations::all()] {
         let mut sim = Sim::new(topo16(), mit);
-        let ids: Vec<TaskId> = (0..3)
-            .map(|i| {
-                sim.s
-                    .add_task(
-                        &TaskSpec::new(format!("t{i}"))
-                            .policy(Policy::Fifo(50))
-                            .affinity(CpuMask::single(3)),
-                        0,
-                    )
-                    .unwrap()
-            })
-            .collect();
+        let ids = sim.fifo_tasks("t", 3, 50, CpuMask::single(3));
         for &t in &ids {
             sim.s.wake(t, Some(2), sim.now).unwrap();
         }

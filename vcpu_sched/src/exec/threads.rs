@@ -642,11 +642,13 @@ impl ThreadsExecutor {
         }
         {
             let (sh2, s2, ck) = (sh.clone(), sched.clone(), checker.clone());
-            let tick = cfg.tick.as_nanos() as u64;
-            let interval = cfg.check.as_ref().map(|c| c.interval.as_nanos() as u64);
+            let periods = ClockPeriods {
+                tick: cfg.tick.as_nanos() as u64,
+                check: cfg.check.as_ref().map(|c| c.interval.as_nanos() as u64),
+            };
             let h = std::thread::Builder::new()
                 .name("sched-clock".into())
-                .spawn(move || clock_main(sh2, s2, tick, interval, ck))
+                .spawn(move || run_clock(&*sh2, &s2, &sh2.timers, periods, &ck))
                 .map_err(|e| SchedError::Os {
                     context: "cannot start the clock thread".into(),
                     source: e,
@@ -961,20 +963,6 @@ fn idle_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
             }
         }
     }
-}
-
-fn clock_main(
-    sh: Arc<Shared>,
-    sched: Arc<Scheduler>,
-    tick: u64,
-    check_interval: Option<u64>,
-    checker: Arc<Mutex<Option<InvariantChecker>>>,
-) {
-    let periods = ClockPeriods {
-        tick,
-        check: check_interval,
-    };
-    run_clock(&*sh, &sched, &sh.timers, periods, &checker);
 }
 
 impl ClockHost for Shared {

@@ -234,11 +234,16 @@ impl WorkerExecutor {
                 ex.threads.push(h);
             }
             let (sh2, s2, ck) = (sh.clone(), sched.clone(), checker.clone());
-            let tick = opts.tick.as_nanos() as u64;
-            let interval = opts.check.as_ref().map(|c| c.interval.as_nanos() as u64);
+            let periods = ClockPeriods {
+                tick: opts.tick.as_nanos() as u64,
+                check: opts.check.as_ref().map(|c| c.interval.as_nanos() as u64),
+            };
             let h = std::thread::Builder::new()
                 .name("worker-clock".into())
-                .spawn(move || clock_main(sh2, s2, tick, interval, ck))
+                .spawn(move || {
+                    host_rt(&sh2, 1);
+                    run_clock(&*sh2, &s2, &sh2.timers, periods, &ck)
+                })
                 .map_err(|e| TaskError::Os {
                     context: "cannot start the clock thread".into(),
                     source: e,
@@ -579,21 +584,6 @@ fn host_rt(sh: &Shared, above: u8) {
             ));
         }
     }
-}
-
-fn clock_main(
-    sh: Arc<Shared>,
-    sched: Arc<Scheduler>,
-    tick: u64,
-    check_interval: Option<u64>,
-    checker: Arc<Mutex<Option<InvariantChecker>>>,
-) {
-    host_rt(&sh, 1);
-    let periods = ClockPeriods {
-        tick,
-        check: check_interval,
-    };
-    run_clock(&*sh, &sched, &sh.timers, periods, &checker);
 }
 
 impl ClockHost for Shared {
