@@ -618,7 +618,8 @@ impl ClockHost for Shared {
             return Liveness::Parked;
         }
         match w.tid.load(Ordering::Acquire) {
-            0 => Liveness::Unknown,
+            // not started yet: it has had no host CPU
+            0 => Liveness::Runnable { cpu_ns: 0 },
             tid => {
                 thread_cpu_ns(tid).map_or(Liveness::Unknown, |cpu_ns| Liveness::Runnable { cpu_ns })
             }
