@@ -206,6 +206,90 @@ mod tests {
         assert_eq!(q.first(), Some(30));
     }
 
+    /// A host whose clock counts how often it is read.
+    struct Counting {
+        epoch: std::time::Instant,
+        reads: std::sync::atomic::AtomicU64,
+        quit: std::sync::atomic::AtomicBool,
+        stopping: bool,
+        fired: Mutex<Vec<(usize, u64)>>,
+    }
+
+    impl ClockHost for Counting {
+        fn now(&self) -> u64 {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            self.epoch.elapsed().as_nanos() as u64
+        }
+        fn quit(&self) -> bool {
+            self.quit.load(Ordering::Acquire)
+        }
+        fn stopping(&self) -> bool {
+            self.stopping
+        }
+        fn fire(&self, _: &Scheduler, key: usize, gen: u64, _: u64) {
+            lock(&self.fired).push((key, gen));
+        }
+    }
+
+    fn run_for(stopping: bool, ms: u64, timers: &TimerQueue) -> (u64, Vec<(usize, u64)>) {
+        let topo = crate::topo::tests::hand_topo(1, 1, 2, 1);
+        let sched = Scheduler::new(
+            std::sync::Arc::new(topo),
+            crate::Mitigations::none(),
+            crate::SchedConfig::default(),
+            std::sync::Arc::new(crate::sched::NoKick),
+        )
+        .unwrap();
+        let host = Counting {
+            epoch: std::time::Instant::now(),
+            reads: Default::default(),
+            quit: Default::default(),
+            stopping,
+            fired: Mutex::new(Vec::new()),
+        };
+        let checker = Mutex::new(Some(InvariantChecker::new(1_000_000_000)));
+        let periods = ClockPeriods {
+            tick: 1_000_000,
+            check: Some(2_000_000),
+        };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                timers.set_clock_thread(std::thread::current());
+                run_clock(&host, &sched, timers, periods, &checker)
+            });
+            std::thread::sleep(Duration::from_millis(ms));
+            host.quit.store(true, Ordering::Release);
+            timers.wake_clock();
+        });
+        let fired = std::mem::take(&mut *lock(&host.fired));
+        (host.reads.load(Ordering::Relaxed), fired)
+    }
+
+    /// The clock sleeps between dates, also while the executor stops (the
+    /// check date once stayed in the past then, and the loop spun: at host
+    /// SCHED_FIFO it starved its CPU's worker). Counts clock reads, not
+    /// time: a 1 ms tick over 200 ms is a few hundred passes; a spinning
+    /// loop makes hundreds of thousands.
+    #[test]
+    fn the_clock_sleeps_between_dates_also_while_stopping() {
+        for stopping in [false, true] {
+            let (reads, _) = run_for(stopping, 200, &TimerQueue::new());
+            assert!(
+                reads < 20_000,
+                "stopping={stopping}: {reads} clock reads in 200 ms: the loop spins"
+            );
+        }
+    }
+
+    #[test]
+    fn due_timers_fire_once_each_in_date_order() {
+        let q = TimerQueue::new();
+        q.add(30_000_000, 2, 9);
+        q.add(5_000_000, 1, 3);
+        let (_, fired) = run_for(false, 100, &q);
+        assert_eq!(fired, vec![(1, 3), (2, 9)]);
+    }
+
     #[test]
     fn this_threads_cpu_time_is_readable_and_grows() {
         let tid = current_tid();
