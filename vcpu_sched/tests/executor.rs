@@ -147,3 +147,54 @@ fn emulated_genoa_runs_hundreds_of_tasks() {
     assert!(r.checks > 0);
     assert_eq!(r.tasks.len(), 400);
 }
+
+/// `host_rt` puts task threads at host SCHED_FIFO at that priority. Where
+/// the process may not (no CAP_SYS_NICE, no RT rlimit) they stay
+/// SCHED_OTHER, and the run still completes.
+#[test]
+fn host_rt_runs_task_threads_at_host_sched_fifo() {
+    fn policy_of_this_thread() -> (i32, i32) {
+        // SAFETY: plain queries of the calling thread; `p` outlives the call.
+        unsafe {
+            let mut p: libc::sched_param = std::mem::zeroed();
+            libc::sched_getparam(0, &mut p);
+            (libc::sched_getscheduler(0), p.sched_priority)
+        }
+    }
+    // may this process use SCHED_FIFO at all? (asked on a throwaway thread)
+    let permitted = std::thread::spawn(|| set_current_thread_policy(Policy::Fifo(1)).is_ok())
+        .join()
+        .unwrap();
+    let topo = Arc::new(topology::load("package:1 l3:1 l2:1 core:1 pu:1").unwrap());
+    let cfg = ExecConfig {
+        mapping: CpuMapping::emulated_on_allowed().unwrap(),
+        host_rt: Some(3),
+        ..ExecConfig::default()
+    };
+    let ex = ThreadsExecutor::new(
+        topo,
+        Mitigations::all(),
+        SchedConfig::default(),
+        cfg,
+        Arc::new(FlagKick),
+    )
+    .unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let s2 = seen.clone();
+    ex.spawn(&TaskSpec::new("t"), move |_| {
+        *s2.lock().unwrap() = Some(policy_of_this_thread());
+    })
+    .unwrap();
+    let start = std::time::Instant::now();
+    while ex.live_tasks() > 0 && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let r = ex.shutdown(Duration::from_secs(10)).unwrap();
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    let got = seen.lock().unwrap().expect("the task ran");
+    if permitted {
+        assert_eq!(got, (libc::SCHED_FIFO, 3));
+    } else {
+        assert_eq!(got.0, libc::SCHED_OTHER);
+    }
+}

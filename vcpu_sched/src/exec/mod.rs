@@ -13,6 +13,6 @@ pub mod threads;
 
 pub use clock::{current_tid, run_clock, thread_cpu_ns, ClockHost, ClockPeriods, TimerQueue};
 pub use threads::{
-    allowed_host_cpus, pin_current_thread, CheckConfig, CpuMapping, ExecConfig, ExecReport,
-    FlagKick, KickHook, TaskCtx, ThreadsExecutor,
+    allowed_host_cpus, pin_current_thread, set_current_thread_policy, set_host_rt, CheckConfig,
+    CpuMapping, ExecConfig, ExecReport, FlagKick, KickHook, TaskCtx, ThreadsExecutor,
 };

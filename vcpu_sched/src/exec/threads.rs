@@ -52,7 +52,7 @@ use crate::error::{Result, SchedError};
 use crate::mitigations::Mitigations;
 use crate::sched::{Kicker, Pick, Prev, Scheduler};
 use crate::stats::{SchedCounters, TaskStats};
-use crate::task::{CpuId, TaskId, TaskSpec};
+use crate::task::{CpuId, Policy, TaskId, TaskSpec};
 use crate::tasks::lock;
 
 const NONE: u32 = u32::MAX;
@@ -161,6 +161,12 @@ pub struct ExecConfig {
     /// Set host CPU affinity of threads (turn off only where the process may
     /// not change affinity).
     pub pin: bool,
+    /// Run the executor's threads at host `SCHED_FIFO` this priority (task
+    /// and idle threads; the clock one above), so that RT tasks are not
+    /// preempted by ordinary host processes. Where that is not permitted
+    /// the threads stay `SCHED_OTHER` and a warning is logged once.
+    #[serde(default)]
+    pub host_rt: Option<u8>,
 }
 
 impl Default for ExecConfig {
@@ -171,6 +177,7 @@ impl Default for ExecConfig {
             task_stack: 256 << 10,
             check: None,
             pin: true,
+            host_rt: None,
         }
     }
 }
@@ -234,6 +241,7 @@ struct Shared {
     timers: TimerQueue,
     violations: Mutex<Vec<String>>,
     pin: bool,
+    host_rt: Option<u8>,
     pin_errors: AtomicU64,
     check: bool,
     live: AtomicUsize,
@@ -249,6 +257,14 @@ impl Shared {
     fn violation(&self, v: String) {
         tracing::error!("scheduler invariant violated: {v}");
         lock(&self.violations).push(v);
+    }
+
+    /// Host SCHED_FIFO for the calling thread at `host_rt + above`, if
+    /// configured.
+    fn host_rt(&self, above: u8) {
+        if let Some(p) = self.host_rt {
+            set_host_rt(p, above);
+        }
     }
 
     fn pin_to(&self, host_cpu: u32) {
@@ -609,6 +625,7 @@ impl ThreadsExecutor {
             timers: TimerQueue::new(),
             violations: Mutex::new(Vec::new()),
             pin: cfg.pin,
+            host_rt: cfg.host_rt,
             pin_errors: AtomicU64::new(0),
             check: cfg.check.is_some(),
             live: AtomicUsize::new(0),
@@ -648,7 +665,10 @@ impl ThreadsExecutor {
             };
             let h = std::thread::Builder::new()
                 .name("sched-clock".into())
-                .spawn(move || run_clock(&*sh2, &s2, &sh2.timers, periods, &ck))
+                .spawn(move || {
+                    sh2.host_rt(1);
+                    run_clock(&*sh2, &s2, &sh2.timers, periods, &ck)
+                })
                 .map_err(|e| SchedError::Os {
                     context: "cannot start the clock thread".into(),
                     source: e,
@@ -881,6 +901,7 @@ fn task_main<F>(sh: Arc<Shared>, sched: Arc<Scheduler>, id: TaskId, body: F)
 where
     F: FnOnce(&TaskCtx),
 {
+    sh.host_rt(0);
     let ctx = TaskCtx {
         sh: sh.clone(),
         sched: sched.clone(),
@@ -917,6 +938,7 @@ where
 fn idle_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
     let slot = &sh.slots[cpu as usize];
     sh.pin_to(slot.host_cpu);
+    sh.host_rt(0);
     // The idle context starts holding the slot; run one schedule for any
     // work queued before it started.
     slot.idle_token.store(true, Ordering::Release);
@@ -1000,6 +1022,38 @@ pub fn allowed_host_cpus() -> Result<Vec<u32>> {
         Ok((0..libc::CPU_SETSIZE as u32)
             .filter(|&c| libc::CPU_ISSET(c as usize, &set))
             .collect())
+    }
+}
+
+/// Sets the calling thread's host scheduling policy (`SCHED_FIFO` or
+/// `SCHED_RR` at the task's priority; `Fair` leaves it as it is).
+pub fn set_current_thread_policy(p: Policy) -> Result<()> {
+    let (policy, prio) = match p {
+        Policy::Fifo(x) => (libc::SCHED_FIFO, x),
+        Policy::Rr(x) => (libc::SCHED_RR, x),
+        Policy::Fair(_) => return Ok(()),
+    };
+    let param = libc::sched_param {
+        sched_priority: prio as libc::c_int,
+    };
+    // SAFETY: pid 0 is the calling thread; `param` lives across the call.
+    if unsafe { libc::sched_setscheduler(0, policy, &param) } == 0 {
+        Ok(())
+    } else {
+        Err(SchedError::Os {
+            context: format!("cannot set host {p:?} (needs CAP_SYS_NICE or an RT rlimit)"),
+            source: std::io::Error::last_os_error(),
+        })
+    }
+}
+
+/// Gives the calling thread host `SCHED_FIFO` at `prio + above` (at most
+/// 99); where that is not permitted, warns once per process and goes on.
+pub fn set_host_rt(prio: u8, above: u8) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let p = prio.saturating_add(above).clamp(1, 99);
+    if let Err(e) = set_current_thread_policy(Policy::Fifo(p)) {
+        WARNED.call_once(|| tracing::warn!("executor threads stay SCHED_OTHER: {e}"));
     }
 }
 

@@ -62,10 +62,10 @@ pub struct BenchArgs {
     /// RT priority of cyclic and transcode vCPUs (1..=99).
     #[arg(long, default_value_t = 99, value_name = "PRIO")]
     pub prio: u8,
-    /// RT workloads (cyclic, transcode) on the workers executor: keep the
-    /// worker threads SCHED_OTHER on the host instead of SCHED_FIFO (the
-    /// threads executor's are always SCHED_OTHER; the host baseline's RT
-    /// vCPU threads are SCHED_FIFO).
+    /// RT workloads (cyclic, transcode): keep the executor's threads
+    /// (workers, or the threads executor's vCPU and idle threads, and the
+    /// clock) SCHED_OTHER on the host instead of SCHED_FIFO (the host
+    /// baseline's RT vCPU threads are SCHED_FIFO either way).
     #[arg(long)]
     pub no_host_rt: bool,
     /// Print one line per vCPU (run delay, wake-to-run, migrations, time

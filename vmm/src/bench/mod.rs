@@ -444,7 +444,8 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
     };
     eo.check = opts.check.then(CheckConfig::default);
     // RT workloads: the host baseline runs its vCPU threads at SCHED_FIFO,
-    // so the workers (and their clock, one above) run at it too; otherwise
+    // so the executor's threads (workers, or the threads executor's vCPU
+    // and idle threads; the clock one above) run at it too; otherwise
     // any host process would preempt our RT vCPUs but not the baseline's.
     // Never on an emulated topology: hundreds of SCHED_FIFO workers on a
     // few host CPUs would starve everything else on the host.

@@ -14,7 +14,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use vcpu_sched::Policy;
+use vcpu_sched::exec::set_current_thread_policy;
+use vcpu_sched::{Policy, SchedError};
 
 use super::{enter, resumed, Action, ExecOptions, ExecOutcome, Resume, TaskError, VcpuSlot, VmSet};
 
@@ -39,23 +40,6 @@ pub(crate) fn wake_slot(s: &VcpuSlot) {
 pub(crate) fn warn_once(msg: &str) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| tracing::warn!("{msg}"));
-}
-
-pub(crate) fn set_policy(p: Policy) -> std::io::Result<()> {
-    let (policy, prio) = match p {
-        Policy::Fifo(x) => (libc::SCHED_FIFO, x),
-        Policy::Rr(x) => (libc::SCHED_RR, x),
-        Policy::Fair(_) => return Ok(()),
-    };
-    let param = libc::sched_param {
-        sched_priority: prio as libc::c_int,
-    };
-    // SAFETY: pid 0 is the calling thread; `param` lives across the call.
-    if unsafe { libc::sched_setscheduler(0, policy, &param) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
 
 fn pin_to(cpus: &[u32]) -> std::io::Result<()> {
@@ -168,8 +152,10 @@ impl HostRun {
                         }
                     }
                     if setup.is_ok() {
-                        if let Err(e) = set_policy(policy) {
-                            if e.raw_os_error() == Some(libc::EPERM) {
+                        if let Err(e) = set_current_thread_policy(policy) {
+                            let eperm = matches!(&e, SchedError::Os { source, .. }
+                                if source.raw_os_error() == Some(libc::EPERM));
+                            if eperm {
                                 // Not permitted (no root, CAP_SYS_NICE or
                                 // RLIMIT_RTPRIO): run on as SCHED_OTHER.
                                 warn_once(&format!(

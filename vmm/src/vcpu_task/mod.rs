@@ -634,9 +634,10 @@ pub struct ExecOptions {
     pub check: Option<CheckConfig>,
     /// Tick period.
     pub tick: Duration,
-    /// `workers`: run the worker threads at host `SCHED_FIFO` with this
-    /// priority (the clock thread one above), as the host baseline runs RT
-    /// vCPU threads; `None`: `SCHED_OTHER`. Falls back to `SCHED_OTHER`
+    /// `workers` and `threads`: run the executor's threads (workers, or
+    /// vCPU and idle threads) at host `SCHED_FIFO` with this priority (the
+    /// clock thread one above), as the host baseline runs RT vCPU threads;
+    /// `None`: `SCHED_OTHER`. Falls back to `SCHED_OTHER`
     /// with a warning where not permitted.
     pub host_rt: Option<u8>,
 }

@@ -96,6 +96,7 @@ impl ThreadsRun {
             mapping: opts.mapping.clone(),
             tick: opts.tick,
             check: opts.check.clone(),
+            host_rt: opts.host_rt,
             ..ExecConfig::default()
         };
         let ex = ThreadsExecutor::new(

@@ -30,7 +30,8 @@ use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
 use vcpu_sched::exec::{
-    current_tid, pin_current_thread, run_clock, thread_cpu_ns, ClockHost, ClockPeriods, TimerQueue,
+    current_tid, pin_current_thread, run_clock, set_host_rt, thread_cpu_ns, ClockHost,
+    ClockPeriods, TimerQueue,
 };
 use vcpu_sched::sched::Kicker as SchedKicker;
 use vcpu_sched::{
@@ -577,12 +578,7 @@ fn finish_task(sh: &Shared, sched: &Scheduler, t: TaskId) {
 /// asked; warns once where that is not permitted.
 fn host_rt(sh: &Shared, above: u8) {
     if let Some(p) = sh.host_rt {
-        let prio = p.saturating_add(above).clamp(1, 99);
-        if let Err(e) = super::host::set_policy(vcpu_sched::Policy::Fifo(prio)) {
-            super::host::warn_once(&format!(
-                "worker threads stay SCHED_OTHER: SCHED_FIFO {prio} is not permitted ({e})"
-            ));
-        }
+        set_host_rt(p, above);
     }
 }
 
