@@ -198,3 +198,48 @@ fn host_rt_runs_task_threads_at_host_sched_fifo() {
         assert_eq!(got.0, libc::SCHED_OTHER);
     }
 }
+
+/// What the checker is told about a CPU: an idle CPU's context sleeps
+/// unkicked; a CPU whose task computes is runnable, and its host CPU time
+/// grows while it runs.
+#[test]
+fn liveness_tells_a_sleeping_cpu_from_a_working_one() {
+    let ex = exec("package:1 l3:1 l2:2 core:1 pu:1", Mitigations::all(), false);
+    let wait_for = |what: &str, f: &dyn Fn() -> bool| {
+        let start = std::time::Instant::now();
+        while !f() {
+            assert!(start.elapsed() < Duration::from_secs(30), "{what}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    wait_for("CPU 1 idles parked", &|| ex.liveness(1) == Liveness::Parked);
+    let go = Arc::new(AtomicU64::new(1));
+    let g2 = go.clone();
+    let t = ex
+        .spawn(
+            &TaskSpec::new("spin").affinity(CpuMask::single(1)),
+            move |ctx| {
+                while g2.load(Ordering::Relaxed) == 1 && !ctx.stopping() {
+                    ctx.compute_for(1_000_000);
+                }
+            },
+        )
+        .unwrap();
+    wait_for("the task runs on CPU 1", &|| {
+        ex.scheduler().current(1) == Some(t)
+    });
+    let cpu_ns = || match ex.liveness(1) {
+        Liveness::Runnable { cpu_ns } => Some(cpu_ns),
+        _ => None,
+    };
+    if thread_cpu_ns(current_tid()).is_some() {
+        let a = cpu_ns().unwrap_or_else(|| panic!("not runnable: {:?}", ex.liveness(1)));
+        wait_for("its host CPU time grows", &|| cpu_ns().unwrap_or(0) > a);
+    } else {
+        // a kernel without schedstat: the executor cannot tell
+        assert_eq!(ex.liveness(1), Liveness::Unknown);
+    }
+    go.store(0, Ordering::Relaxed);
+    let r = ex.shutdown(Duration::from_secs(10)).unwrap();
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+}

@@ -44,8 +44,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use topology::HostTopology;
 
-use super::clock::{run_clock, ClockHost, ClockPeriods, TimerQueue};
-use crate::check::InvariantChecker;
+use super::clock::{current_tid, run_clock, thread_cpu_ns, ClockHost, ClockPeriods, TimerQueue};
+use crate::check::{InvariantChecker, Liveness};
 use crate::config::SchedConfig;
 use crate::cpumask::CpuMask;
 use crate::error::{Result, SchedError};
@@ -190,6 +190,12 @@ struct Slot {
     /// Who is inside the slot right now (double-run detection).
     active: AtomicU32,
     idle_token: AtomicBool,
+    /// Set while the idle context sleeps for want of a kick (with
+    /// `idle_token`, it tells the checker a sleeping idle context from a
+    /// starved one).
+    idle_parked: AtomicBool,
+    /// The idle context's kernel thread id (0 until it starts).
+    idle_tid: AtomicU32,
     idle_thread: OnceLock<Thread>,
     host_cpu: u32,
 }
@@ -213,6 +219,8 @@ struct TaskRt {
     running_on: AtomicU32,
     host_cpu: AtomicU32,
     timer_gen: AtomicU64,
+    /// Its thread's kernel thread id (0 until it starts).
+    tid: AtomicU32,
 }
 
 impl TaskRt {
@@ -224,6 +232,7 @@ impl TaskRt {
             running_on: AtomicU32::new(NONE),
             host_cpu: AtomicU32::new(NONE),
             timer_gen: AtomicU64::new(0),
+            tid: AtomicU32::new(0),
         }
     }
 }
@@ -612,6 +621,8 @@ impl ThreadsExecutor {
                     owner: AtomicU32::new(IDLE),
                     active: AtomicU32::new(NONE),
                     idle_token: AtomicBool::new(false),
+                    idle_parked: AtomicBool::new(false),
+                    idle_tid: AtomicU32::new(0),
                     idle_thread: OnceLock::new(),
                     host_cpu: cfg.mapping.host_cpu(&topo, c),
                 })
@@ -689,6 +700,12 @@ impl ThreadsExecutor {
     /// The scheduler core.
     pub fn scheduler(&self) -> &Arc<Scheduler> {
         &self.sched
+    }
+
+    /// What the thread acting for `cpu` is doing, as the checker sees it
+    /// (parked without a kick, or runnable with its host CPU time).
+    pub fn liveness(&self, cpu: CpuId) -> Liveness {
+        ClockHost::liveness(&*self.sh, cpu)
     }
 
     /// The executor's clock, ns since it started.
@@ -901,6 +918,9 @@ fn task_main<F>(sh: Arc<Shared>, sched: Arc<Scheduler>, id: TaskId, body: F)
 where
     F: FnOnce(&TaskCtx),
 {
+    sh.trt[id.0 as usize]
+        .tid
+        .store(current_tid(), Ordering::Release);
     sh.host_rt(0);
     let ctx = TaskCtx {
         sh: sh.clone(),
@@ -937,18 +957,29 @@ where
 
 fn idle_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
     let slot = &sh.slots[cpu as usize];
+    slot.idle_tid.store(current_tid(), Ordering::Release);
     sh.pin_to(slot.host_cpu);
     sh.host_rt(0);
     // The idle context starts holding the slot; run one schedule for any
     // work queued before it started.
     slot.idle_token.store(true, Ordering::Release);
     loop {
-        while !slot.idle_token.swap(false, Ordering::AcqRel) {
+        // `idle_parked` is cleared before the token is taken, so the
+        // checker never sees this context parked without a token once a
+        // kick has landed (see ClockHost::liveness).
+        // The token is taken with a swap (acquire): whichever kick or
+        // grant it takes, what that one published before its token (need
+        // resched, the wake list, the owner) is visible below; a token
+        // set after the swap stays for the next round.
+        slot.idle_parked.store(true, Ordering::SeqCst);
+        while !slot.idle_token.load(Ordering::SeqCst) {
             if sh.idle_stop.load(Ordering::Acquire) {
                 return;
             }
             std::thread::park();
         }
+        slot.idle_parked.store(false, Ordering::SeqCst);
+        slot.idle_token.swap(false, Ordering::AcqRel);
         if sh.idle_stop.load(Ordering::Acquire) {
             return;
         }
@@ -1003,6 +1034,35 @@ impl ClockHost for Shared {
     fn fire(&self, sched: &Scheduler, key: usize, gen: u64, now: u64) {
         if self.trt[key].timer_gen.load(Ordering::Relaxed) == gen {
             let _ = sched.wake(TaskId(key as u32), None, now);
+        }
+    }
+
+    /// The thread that acts for a CPU is its slot holder: the idle context
+    /// (parked only without a kick's token) or the granted task's thread
+    /// (runnable: granted means woken). Its host CPU time tells a thread
+    /// that had the chance to act from one the host has not run.
+    fn liveness(&self, cpu: CpuId) -> Liveness {
+        let Some(slot) = self.slots.get(cpu as usize) else {
+            return Liveness::Unknown;
+        };
+        let owner = slot.owner.load(Ordering::SeqCst);
+        let tid = if owner == IDLE {
+            if slot.idle_parked.load(Ordering::SeqCst) && !slot.idle_token.load(Ordering::SeqCst) {
+                return Liveness::Parked;
+            }
+            slot.idle_tid.load(Ordering::Acquire)
+        } else {
+            match self.trt.get(owner as usize) {
+                Some(t) => t.tid.load(Ordering::Acquire),
+                None => return Liveness::Unknown,
+            }
+        };
+        match tid {
+            // not started yet: it has had no host CPU
+            0 => Liveness::Runnable { cpu_ns: 0 },
+            tid => {
+                thread_cpu_ns(tid).map_or(Liveness::Unknown, |cpu_ns| Liveness::Runnable { cpu_ns })
+            }
         }
     }
 }

@@ -436,9 +436,11 @@ fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
         let Some(t) = cur else {
             // Idle: park until kicked. `parked` is cleared before the
             // token is taken, so the checker never sees this worker parked
-            // without a token once a kick has landed. A kick between the
-            // two is not lost: its need_resched was set before its token,
-            // and schedule() runs next.
+            // without a token once a kick has landed. The token is taken
+            // with a swap (acquire): what the kick it takes published
+            // before it (need_resched, the wake list) is visible to the
+            // schedule() that follows; a token set after the swap stays
+            // for the next round.
             w.parked.store(true, Ordering::SeqCst);
             while !w.token.load(Ordering::SeqCst) {
                 if sh.quit.load(Ordering::Acquire) {
@@ -448,7 +450,7 @@ fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
                 std::thread::park();
             }
             w.parked.store(false, Ordering::SeqCst);
-            w.token.store(false, Ordering::SeqCst);
+            w.token.swap(false, Ordering::AcqRel);
             if sh.quit.load(Ordering::Acquire) {
                 return;
             }
