@@ -188,6 +188,16 @@ pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
     s.split_whitespace().next()?.parse().ok()
 }
 
+/// The liveness of a runnable thread with kernel thread id `tid` (0: not
+/// started yet, so it has had no host CPU); `Unknown` where its CPU time
+/// cannot be read.
+pub fn runnable_thread(tid: u32) -> Liveness {
+    match tid {
+        0 => Liveness::Runnable { cpu_ns: 0 },
+        tid => thread_cpu_ns(tid).map_or(Liveness::Unknown, |cpu_ns| Liveness::Runnable { cpu_ns }),
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;

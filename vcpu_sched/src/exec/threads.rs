@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use topology::HostTopology;
 
-use super::clock::{current_tid, run_clock, thread_cpu_ns, ClockHost, ClockPeriods, TimerQueue};
+use super::clock::{current_tid, run_clock, runnable_thread, ClockHost, ClockPeriods, TimerQueue};
 use crate::check::{InvariantChecker, Liveness};
 use crate::config::SchedConfig;
 use crate::cpumask::CpuMask;
@@ -1057,13 +1057,7 @@ impl ClockHost for Shared {
                 None => return Liveness::Unknown,
             }
         };
-        match tid {
-            // not started yet: it has had no host CPU
-            0 => Liveness::Runnable { cpu_ns: 0 },
-            tid => {
-                thread_cpu_ns(tid).map_or(Liveness::Unknown, |cpu_ns| Liveness::Runnable { cpu_ns })
-            }
-        }
+        runnable_thread(tid)
     }
 }
 

@@ -30,7 +30,7 @@ use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
 use vcpu_sched::exec::{
-    current_tid, pin_current_thread, run_clock, set_host_rt, thread_cpu_ns, ClockHost,
+    current_tid, pin_current_thread, run_clock, runnable_thread, set_host_rt, ClockHost,
     ClockPeriods, TimerQueue,
 };
 use vcpu_sched::sched::Kicker as SchedKicker;
@@ -615,12 +615,6 @@ impl ClockHost for Shared {
         if w.parked.load(Ordering::SeqCst) && !w.token.load(Ordering::SeqCst) {
             return Liveness::Parked;
         }
-        match w.tid.load(Ordering::Acquire) {
-            // not started yet: it has had no host CPU
-            0 => Liveness::Runnable { cpu_ns: 0 },
-            tid => {
-                thread_cpu_ns(tid).map_or(Liveness::Unknown, |cpu_ns| Liveness::Runnable { cpu_ns })
-            }
-        }
+        runnable_thread(w.tid.load(Ordering::Acquire))
     }
 }
