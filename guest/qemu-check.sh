@@ -69,7 +69,7 @@ per_pkg=$((cores * threads))
 node_mem=$((memory / sockets))
 ((node_mem >= 64)) || die "--memory $memory gives each of the $sockets nodes less than 64 MiB"
 
-# Features the kvm_pvm instruction emulator cannot run (KVM-NOTES.md); on
+# Features the kvm_pvm instruction emulator cannot run (docs/kvm-notes.md); on
 # hardware KVM removing them costs nothing for this check.
 pvm_clear="smap,smep,popcnt,cx16,xsave,fsgsbase,pku,umip,rdrand,rdseed"
 if [[ -z $cpu ]]; then
