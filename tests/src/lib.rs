@@ -55,6 +55,7 @@ pub fn vmm(args: &[&str]) -> Output {
         .expect("running vmm")
 }
 
+pub mod comparison;
 pub mod guest;
 pub mod guest_check;
 

@@ -85,14 +85,15 @@ fn comparison_prints_the_seeds_table() {
         json.to_str().unwrap(),
     ]);
     assert_eq!(r.status, Some(0), "{}", r.context());
-    for row in ["none", "only:l2wake", "all", "100"] {
+    for row in ["none (A/A)", "only:l2wake", "all", "noise band", "100.0%"] {
         assert!(r.console.contains(row), "missing {row}: {}", r.context());
     }
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let rows = v["rows"].as_array().expect("rows");
-    assert_eq!(rows.len(), 3, "{v}");
-    for row in rows {
-        assert_eq!(row["values"].as_array().unwrap().len(), 2, "{row}");
-    }
-    assert!((rows[0]["relative_pct"].as_f64().unwrap() - 100.0).abs() < 1e-6);
+    integration_tests::comparison::check_comparison(
+        &v,
+        &["none", "none (A/A)", "only:l2wake", "all"],
+        2,
+    );
+    // every run's report rides along: 4 rows x 2 repetitions
+    assert_eq!(v["runs"].as_array().map(|r| r.len()), Some(8), "{v}");
 }

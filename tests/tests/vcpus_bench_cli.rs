@@ -44,7 +44,9 @@ fn a_run_prints_metrics_and_writes_json() {
 }
 
 #[test]
-fn a_small_comparison_has_the_host_row() {
+fn a_small_comparison_has_the_aa_and_host_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("c.json");
     let o = vmm(&[
         "bench",
         "messaging",
@@ -57,7 +59,9 @@ fn a_small_comparison_has_the_host_row() {
         "--compare",
         "none;all",
         "--reps",
-        "1",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
@@ -65,9 +69,19 @@ fn a_small_comparison_has_the_host_row() {
         "{out}\n{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    for row in ["none", "all", "host 1:1", "relative"] {
+    for row in ["none (A/A)", "all", "host 1:1", "relative", "noise band"] {
         assert!(out.contains(row), "no {row:?} in {out}");
     }
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = integration_tests::comparison::check_comparison(
+        &v,
+        &["none", "none (A/A)", "all", "host 1:1"],
+        2,
+    );
+    assert_eq!(rows[2]["kind"], "variant");
+    assert_eq!(rows[3]["kind"], "peer");
+    assert_eq!(v["reports"].as_array().map(|r| r.len()), Some(8), "{v}");
 }
 
 #[test]

@@ -14,12 +14,15 @@
 //! synthetic string) is emulated onto the CPUs this process may use.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::comparison;
+pub use crate::comparison::{
+    interleaved, mean, stddev, Comparison, ComparisonHeader, RowKind, VariantRow, Verdict,
+};
 use crate::config::SchedConfig;
 use crate::error::{Result, SchedError};
 use crate::exec::{CheckConfig, CpuMapping, ExecConfig, FlagKick, ThreadsExecutor};
@@ -263,7 +266,8 @@ pub fn run_workload_with(opts: &RunOptions, progress: &mut dyn FnMut(f64)) -> Re
 pub struct CompareOptions {
     /// The run; its `mitigations` field is ignored.
     pub run: RunOptions,
-    /// The sets to compare; the first is the baseline.
+    /// The sets to compare; the first is the baseline (its A/A row is
+    /// added by [`compare`]).
     pub variants: Vec<Mitigations>,
     /// Repetitions of every variant.
     pub repetitions: usize,
@@ -295,80 +299,66 @@ pub struct CompareProgress {
     pub run_fraction: f64,
 }
 
-/// One variant's results.
+/// A finished comparison of mitigation sets on synthetic tasks: the
+/// shared [`Comparison`] table (its fields at the top level of the JSON,
+/// as in every comparison of the project) and every run's full report.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct VariantRow {
-    /// The mitigation set.
-    pub mitigations: String,
-    /// The metric of each repetition.
-    pub values: Vec<f64>,
-    /// Their mean.
-    pub mean: f64,
-    /// Their standard deviation.
-    pub stddev: f64,
-    /// Relative performance against the baseline, in percent: mean over
-    /// baseline mean for higher-is-better metrics, baseline over mean for
-    /// lower-is-better ones, so that above 100 is always better.
-    pub relative_pct: f64,
-    /// The lowest and highest per-repetition relative performance (each
-    /// repetition against the baseline run of the same repetition).
-    pub relative_min_pct: f64,
-    /// See `relative_min_pct`.
-    pub relative_max_pct: f64,
-    /// Mean time per `schedule` call (ns), averaged over repetitions.
-    pub sched_ns_per_call: f64,
-}
-
-/// A finished comparison.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Comparison {
-    /// Workload name.
-    pub workload: String,
-    /// Topology SPEC.
-    pub topology: String,
-    /// Logical CPUs.
-    pub cpus: usize,
-    /// Host CPUs.
-    pub host_cpus: usize,
-    /// The metric's name.
-    pub metric: String,
-    /// Its unit.
-    pub unit: String,
-    /// Is bigger better?
-    pub higher_is_better: bool,
-    /// Measured seconds per run.
-    pub duration_s: f64,
-    /// Repetitions.
-    pub repetitions: usize,
-    /// One row per variant, the baseline first.
-    pub rows: Vec<VariantRow>,
+pub struct WorkloadComparison {
+    /// The table, A/A row and verdicts included.
+    #[serde(flatten)]
+    pub table: Comparison,
     /// Every run, in the order they ran.
     pub runs: Vec<RunReport>,
 }
 
-/// Runs every variant `repetitions` times, interleaved (each repetition
-/// runs every variant once, starting one further along the list each
-/// time, so that slow drift of the host does not favour a variant), after
-/// one unrecorded warm-up run of the baseline (at most 1 s).
+impl WorkloadComparison {
+    /// The seeds' table.
+    pub fn render_table(&self) -> String {
+        self.table.render_table()
+    }
+
+    /// The comparison, every run included, as pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+}
+
+impl ComparisonHeader {
+    /// The header of a comparison whose first run is `first`.
+    pub fn from_run(first: &RunReport, duration_s: f64) -> Self {
+        ComparisonHeader {
+            workload: first.workload.clone(),
+            topology: first.topology.clone(),
+            cpus: first.cpus,
+            host_cpus: first.host_cpus,
+            metric: first.metric.name.clone(),
+            unit: first.metric.unit.clone(),
+            higher_is_better: first.metric.higher_is_better,
+            duration_s,
+        }
+    }
+}
+
+/// Runs the baseline, its A/A row and every other variant `repetitions`
+/// times, [`interleaved`], after one unrecorded warm-up run of the
+/// baseline (at most 1 s).
 pub fn compare(
     opts: &CompareOptions,
     progress: &mut dyn FnMut(&CompareProgress),
-) -> Result<Comparison> {
-    if opts.variants.is_empty() {
-        return Err(SchedError::Workload("no variants to compare".into()));
-    }
+) -> Result<WorkloadComparison> {
+    let cells = comparison::cells(&opts.variants)?;
     if opts.repetitions == 0 {
         return Err(SchedError::Workload(
             "repetitions must be at least 1".into(),
         ));
     }
-    let nv = opts.variants.len();
+    let nv = cells.len();
     let total = nv * opts.repetitions;
     // One unrecorded run first, so that no variant pays for the process
     // warming up (thread stacks, page faults, calibration).
     {
         let mut warm = opts.run.clone();
-        warm.mitigations = opts.variants[0];
+        warm.mitigations = cells[0].mitigations;
         warm.duration = warm.duration.min(Duration::from_secs(1));
         warm.check = false;
         let name = format!("warm-up ({})", warm.mitigations);
@@ -387,8 +377,8 @@ pub fn compare(
     let mut runs = Vec::with_capacity(total);
     for (done, (rep, v)) in interleaved(nv, opts.repetitions).enumerate() {
         let mut run = opts.run.clone();
-        run.mitigations = opts.variants[v];
-        let name = run.mitigations.to_string();
+        run.mitigations = cells[v].mitigations;
+        let name = cells[v].label.clone();
         let mut cb = |f: f64| {
             progress(&CompareProgress {
                 done,
@@ -403,177 +393,15 @@ pub fn compare(
         per_call[v] += r.sched_ns_per_call / opts.repetitions as f64;
         runs.push(r);
     }
-    let labels: Vec<String> = opts.variants.iter().map(|m| m.to_string()).collect();
-    Comparison::assemble(
-        &labels,
-        &values,
-        &per_call,
-        opts.run.duration.as_secs_f64(),
-        runs,
-    )
-}
-
-/// The order of an interleaved comparison of `variants` sets over
-/// `repetitions`: `(repetition, variant)` pairs, repetition `r` starting
-/// `r` places further along the list, so that slow drift of the host
-/// favours no variant.
-pub fn interleaved(variants: usize, repetitions: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..repetitions).flat_map(move |rep| (0..variants).map(move |k| (rep, (k + rep) % variants)))
-}
-
-/// The rows of the seeds' table from a variant-major table of metric
-/// values (`values[variant][repetition]`; variant 0 is the baseline) and
-/// each variant's mean time per `schedule` call.
-pub fn variant_rows(
-    labels: &[String],
-    values: &[Vec<f64>],
-    sched_ns_per_call: &[f64],
-    higher_is_better: bool,
-) -> Vec<VariantRow> {
-    let rel = |v: f64, base: f64| -> f64 {
-        // a zero throughput is 0%; a zero baseline or latency has no ratio
-        let (num, den) = if higher_is_better {
-            (v, base)
-        } else {
-            (base, v)
-        };
-        if den > 0.0 {
-            100.0 * num / den
-        } else {
-            f64::NAN
-        }
-    };
-    let empty = Vec::new();
-    let base = values.first().unwrap_or(&empty);
-    let base_mean = mean(base);
-    labels
-        .iter()
-        .zip(values)
-        .enumerate()
-        .map(|(v, (label, vals))| {
-            let m = mean(vals);
-            let per_rep: Vec<f64> = vals.iter().zip(base).map(|(&x, &b)| rel(x, b)).collect();
-            VariantRow {
-                mitigations: label.clone(),
-                values: vals.clone(),
-                mean: m,
-                stddev: stddev(vals),
-                relative_pct: rel(m, base_mean),
-                relative_min_pct: per_rep.iter().copied().fold(f64::INFINITY, f64::min),
-                relative_max_pct: per_rep.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-                sched_ns_per_call: sched_ns_per_call.get(v).copied().unwrap_or(f64::NAN),
-            }
-        })
-        .collect()
-}
-
-/// The arithmetic mean (0 for no values).
-pub fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len().max(1) as f64
-}
-
-/// The sample standard deviation (0 for fewer than two values).
-pub fn stddev(v: &[f64]) -> f64 {
-    if v.len() < 2 {
-        return 0.0;
-    }
-    let m = mean(v);
-    (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
-}
-
-impl Comparison {
-    /// A comparison from its runs (in the order they ran; the first names
-    /// the workload, topology and metric), the variant-major table of their
-    /// metric values and each variant's mean time per `schedule` call.
-    pub fn assemble(
-        labels: &[String],
-        values: &[Vec<f64>],
-        sched_ns_per_call: &[f64],
-        duration_s: f64,
-        runs: Vec<RunReport>,
-    ) -> Result<Self> {
-        let Some(first) = runs.first() else {
-            return Err(SchedError::Workload("a comparison needs runs".into()));
-        };
-        let hib = first.metric.higher_is_better;
-        Ok(Comparison {
-            workload: first.workload.clone(),
-            topology: first.topology.clone(),
-            cpus: first.cpus,
-            host_cpus: first.host_cpus,
-            metric: first.metric.name.clone(),
-            unit: first.metric.unit.clone(),
-            higher_is_better: hib,
-            duration_s,
-            repetitions: values.first().map_or(0, |v| v.len()),
-            rows: variant_rows(labels, values, sched_ns_per_call, hib),
-            runs,
-        })
-    }
-
-    /// The seeds' table: one row per variant with its mean metric, its
-    /// standard deviation, its relative performance (baseline 100%, above
-    /// 100% better) and the min-max of the per-repetition ratios.
-    pub fn render_table(&self) -> String {
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "{} on {} ({} CPUs{}), {} x {:.1} s per variant; metric {} [{}], {} is better",
-            self.workload,
-            self.topology,
-            self.cpus,
-            if self.host_cpus < self.cpus {
-                format!(" emulated on {} host CPUs", self.host_cpus)
-            } else {
-                String::new()
-            },
-            self.repetitions,
-            self.duration_s,
-            self.metric,
-            self.unit,
-            if self.higher_is_better {
-                "higher"
-            } else {
-                "lower"
-            }
-        );
-        let _ = writeln!(
-            s,
-            "{:<28} {:>14} {:>10} {:>9} {:>17} {:>10}",
-            "mitigations", "mean", "stddev", "relative", "min-max", "ns/sched"
-        );
-        for r in &self.rows {
-            let _ = writeln!(
-                s,
-                "{:<28} {:>14.3} {:>10.3} {:>8.1}% {:>7.1}%-{:>6.1}% {:>10.0}",
-                r.mitigations,
-                r.mean,
-                r.stddev,
-                r.relative_pct,
-                r.relative_min_pct,
-                r.relative_max_pct,
-                r.sched_ns_per_call
-            );
-        }
-        s
-    }
-
-    /// The comparison, every run included, as pretty JSON.
-    pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
-    }
+    let header = ComparisonHeader::from_run(&runs[0], opts.run.duration.as_secs_f64());
+    let labels: Vec<(String, RowKind)> = cells.iter().map(|c| (c.label.clone(), c.kind)).collect();
+    let table = Comparison::assemble(header, &labels, &values, &per_call)?;
+    Ok(WorkloadComparison { table, runs })
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stats_helpers() {
-        assert_eq!(mean(&[1.0, 2.0, 3.0]), 2.0);
-        assert!((stddev(&[1.0, 2.0, 3.0]) - 1.0).abs() < 1e-12);
-        assert_eq!(stddev(&[5.0]), 0.0);
-    }
 
     #[test]
     fn bad_requests_are_errors() {
@@ -592,37 +420,5 @@ mod tests {
             repetitions: 1,
         };
         assert!(compare(&c, &mut |_| {}).is_err());
-    }
-
-    #[test]
-    fn interleaving_rotates_the_start() {
-        let order: Vec<_> = interleaved(3, 2).collect();
-        assert_eq!(order, vec![(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (1, 0)]);
-        assert_eq!(interleaved(0, 3).count(), 0);
-    }
-
-    #[test]
-    fn rows_are_oriented_so_that_above_100_is_better() {
-        let labels = vec!["none".to_string(), "all".to_string()];
-        // latencies: the second set halves them
-        let rows = variant_rows(
-            &labels,
-            &[vec![10.0, 20.0], vec![5.0, 10.0]],
-            &[1.0, 2.0],
-            false,
-        );
-        assert_eq!(rows[0].relative_pct, 100.0);
-        assert_eq!(rows[1].relative_pct, 200.0);
-        assert_eq!(
-            (rows[1].relative_min_pct, rows[1].relative_max_pct),
-            (200.0, 200.0)
-        );
-        assert_eq!(rows[1].sched_ns_per_call, 2.0);
-        // throughputs: a zero is 0%, a zero baseline has no ratio
-        let rows = variant_rows(&labels, &[vec![4.0, 0.0], vec![0.0, 3.0]], &[], true);
-        assert_eq!(rows[1].relative_min_pct, 0.0);
-        // (a repetition without a ratio does not count in the range)
-        assert_eq!(rows[1].relative_max_pct, 0.0);
-        assert_eq!(rows[1].relative_pct, 75.0);
     }
 }

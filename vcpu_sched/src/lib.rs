@@ -37,6 +37,7 @@
 
 pub mod bench;
 pub mod check;
+pub mod comparison;
 pub mod config;
 pub mod cpumask;
 pub mod cpupri;

@@ -28,7 +28,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use vcpu_sched::bench::{interleaved, Comparison, RunReport, TaskSummary};
+use vcpu_sched::bench::{
+    interleaved, Comparison, ComparisonHeader, RowKind, RunReport, TaskSummary,
+};
+use vcpu_sched::comparison;
 use vcpu_sched::exec::{CheckConfig, CpuMapping};
 use vcpu_sched::stats::LatencyHistogram;
 use vcpu_sched::workload::Metric;
@@ -706,7 +709,10 @@ pub struct CompareProgress {
 /// A comparison and every run's full report.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BenchComparison {
-    /// The seeds' table (rows: the variants, then `host 1:1`).
+    /// The seeds' table (rows: the baseline, its A/A row, the other
+    /// sets, then `host 1:1`), its fields at the top level of the JSON as
+    /// in every comparison of the project.
+    #[serde(flatten)]
     pub table: Comparison,
     /// Executor of the scheduler rows.
     pub executor: ExecutorKind,
@@ -737,25 +743,26 @@ pub fn compare(
                 .into(),
         ));
     }
-    // (label, options)
-    let mut cells: Vec<(String, BenchOptions)> = opts
-        .variants
-        .iter()
-        .map(|m| {
+    // (label, kind, options): the baseline, its A/A row, the other sets,
+    // then the host's 1:1 threads as a peer
+    let mut cells: Vec<(String, RowKind, BenchOptions)> = comparison::cells(&opts.variants)
+        .map_err(|e| BenchError::Input(e.to_string()))?
+        .into_iter()
+        .map(|c| {
             let mut o = opts.run.clone();
-            o.mitigations = *m;
-            (m.to_string(), o)
+            o.mitigations = c.mitigations;
+            (c.label, c.kind, o)
         })
         .collect();
     if opts.host_baseline {
         let mut o = opts.run.clone();
         o.executor = ExecutorKind::Host;
-        cells.push(("host 1:1".into(), o));
+        cells.push(("host 1:1".into(), RowKind::Peer, o));
     }
     let nv = cells.len();
     let total = nv * opts.repetitions;
     {
-        let mut w = cells[0].1.clone();
+        let mut w = cells[0].2.clone();
         w.duration = w.duration.min(Duration::from_millis(500));
         w.check = false;
         run(&w, &mut |f| {
@@ -771,7 +778,7 @@ pub fn compare(
     let mut per_call = vec![0.0; nv];
     let mut reports = Vec::with_capacity(total);
     for (done, (rep, v)) in interleaved(nv, opts.repetitions).enumerate() {
-        let (label, o) = &cells[v];
+        let (label, _, o) = &cells[v];
         let r = run(o, &mut |f| {
             progress(&CompareProgress {
                 done,
@@ -784,14 +791,9 @@ pub fn compare(
         per_call[v] += r.run.sched_ns_per_call / opts.repetitions as f64;
         reports.push(r);
     }
-    let labels: Vec<String> = cells.iter().map(|(l, _)| l.clone()).collect();
-    let table = Comparison::assemble(
-        &labels,
-        &values,
-        &per_call,
-        opts.run.duration.as_secs_f64(),
-        reports.iter().map(|r| r.run.clone()).collect(),
-    )?;
+    let labels: Vec<(String, RowKind)> = cells.iter().map(|(l, k, _)| (l.clone(), *k)).collect();
+    let header = ComparisonHeader::from_run(&reports[0].run, opts.run.duration.as_secs_f64());
+    let table = Comparison::assemble(header, &labels, &values, &per_call)?;
     Ok(BenchComparison {
         table,
         executor: opts.run.executor,
