@@ -106,7 +106,7 @@ fn indexes_attr(attrs: &str) -> Option<&str> {
 /// Checks an `indexes=` value for a level of `total` objects, the way hwloc
 /// reads it, but failing where hwloc would silently drop or collapse it.
 fn check_indexes(item: &str, value: &str, total: u64, limit: u64) -> Result<(), String> {
-    let what = |m: String| format!("in `{item}`, indexes={value}: {m}");
+    let what = |m: String| format!("in `{item}`: {m}");
     if value.is_empty() {
         return Err(what("the list is empty".into()));
     }
@@ -284,8 +284,8 @@ pub fn check_synthetic(spec: &str) -> Result<SyntheticCounts, String> {
             Some(w) if w <= MAX_CPUS as u64 => w,
             _ => {
                 return Err(format!(
-                    "it has more than {MAX_CPUS} objects at the level of `{item}` \
-                     (so more than {MAX_CPUS} CPUs); the limit is {MAX_CPUS} CPUs"
+                    "it has more than {MAX_CPUS} CPUs (the counts multiply past that \
+                     at `{item}`); the limit is {MAX_CPUS} CPUs"
                 ))
             }
         };
