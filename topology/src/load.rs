@@ -126,6 +126,15 @@ fn synthetic_error(spec: &str, reason: impl Into<String>) -> TopologyError {
     }
 }
 
+/// An hwloc error in words. hwlocality's own message prints the errno
+/// with Rust's debug formatting (`Some(Errno { code: 5, .. })`).
+fn hwloc_words(e: &hwlocality::errors::RawHwlocError) -> String {
+    match e.errno {
+        Some(errno) => format!("{} failed: {errno}", e.api),
+        None => format!("{} failed", e.api),
+    }
+}
+
 /// A builder that keeps instruction caches, as `lstopo` does, so that every
 /// source describes the same levels.
 fn builder() -> hwlocality::topology::builder::TopologyBuilder {
@@ -140,7 +149,7 @@ fn builder() -> hwlocality::topology::builder::TopologyBuilder {
 pub fn load_host() -> Result<HostTopology> {
     let topo = builder()
         .build()
-        .map_err(|e| TopologyError::Host(e.to_string()))?;
+        .map_err(|e| TopologyError::Host(hwloc_words(&e)))?;
     from_hwloc("host", &topo)
 }
 
@@ -160,7 +169,12 @@ pub fn load_synthetic(spec: &str) -> Result<HostTopology> {
             )
         })?
         .build()
-        .map_err(|e| synthetic_error(spec, format!("hwloc could not build it ({e})")))?;
+        .map_err(|e| {
+            synthetic_error(
+                spec,
+                format!("hwloc could not build it ({})", hwloc_words(&e)),
+            )
+        })?;
     check_built(&topo).map_err(|r| synthetic_error(spec, r))?;
     let got = topo.objects_with_type(ObjectType::PU).count() as u64;
     if got != want.cpus {
@@ -248,7 +262,7 @@ pub fn load_xml(path: &Path) -> Result<HostTopology> {
         .from_xml(text)
         .map_err(|_| err("hwloc could not parse it as an XML topology".into()))?
         .build()
-        .map_err(|e| err(format!("hwloc could not build it ({e})")))?;
+        .map_err(|e| err(format!("hwloc could not build it ({})", hwloc_words(&e))))?;
     check_built(&topo).map_err(err)?;
     from_hwloc(&path.display().to_string(), &topo)
 }
@@ -265,7 +279,7 @@ pub fn load_cpuid_dump(dir: &Path) -> Result<HostTopology> {
         .from_xml(&xml)
         .map_err(|_| err("hwloc could not read lstopo's XML output".into()))?
         .build()
-        .map_err(|e| err(format!("hwloc could not build it: {e}")))?;
+        .map_err(|e| err(format!("hwloc could not build it ({})", hwloc_words(&e))))?;
     check_built(&topo).map_err(err)?;
     from_hwloc(&dir.display().to_string(), &topo)
 }
