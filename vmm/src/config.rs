@@ -327,7 +327,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if t.is_empty() {
         return Err(bad());
     }
+    let zero = || format!("{s:?} is no time at all: give a duration above 0, e.g. 90s or 10m");
     if let Ok(secs) = t.parse::<f64>() {
+        if secs == 0.0 {
+            return Err(zero());
+        }
         return if secs.is_finite() && secs > 0.0 && secs < 1e9 {
             Ok(Duration::from_secs_f64(secs))
         } else {
@@ -355,8 +359,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         };
         rest = next;
     }
-    if total <= 0.0 || total >= 1e9 {
-        return Err(bad());
+    if total == 0.0 {
+        return Err(zero());
+    }
+    if total >= 1e9 {
+        return Err(format!(
+            "{s:?} is too long: give at most 31 years (e.g. 10m, 1h)"
+        ));
     }
     Ok(Duration::from_secs_f64(total))
 }
@@ -588,7 +597,11 @@ mod tests {
         assert_eq!(parse_duration("45").unwrap(), Duration::from_secs(45));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("5y").is_err());
-        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("0").unwrap_err().contains("above 0"));
+        assert!(parse_duration("0s").unwrap_err().contains("above 0"));
+        assert!(parse_duration("99999999999h")
+            .unwrap_err()
+            .contains("too long"));
         assert_eq!(format_duration(Duration::from_secs(600)), "10m");
         assert_eq!(format_duration(Duration::from_secs(90)), "90s");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1.500s");
