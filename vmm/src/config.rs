@@ -19,7 +19,8 @@
 //! ```
 //!
 //! Unknown fields and bad values are errors naming the field. Flags given
-//! on the command line override the file's values.
+//! on the command line override the file's values. The file must be a
+//! regular file of at most [`MAX_CONFIG_BYTES`] (1 MiB) of UTF-8.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
