@@ -25,6 +25,8 @@
 use std::io::Read as _;
 use std::path::Path;
 
+use crate::render::plural;
+
 /// The most logical CPUs (PUs) a loaded topology may have.
 pub const MAX_CPUS: usize = 4096;
 /// The most NUMA nodes a loaded topology may have.
@@ -52,14 +54,6 @@ pub struct SyntheticCounts {
     /// NUMA nodes (attached `[numa]` items times the width of the level
     /// they hang from; 1 when there is none, as hwloc adds one).
     pub nodes: u64,
-}
-
-fn plural(n: u64, one: &str, many: &str) -> String {
-    if n == 1 {
-        format!("1 {one}")
-    } else {
-        format!("{n} {many}")
-    }
 }
 
 /// Splits a synthetic string into items at blanks outside `(..)` and `[..]`.
