@@ -457,16 +457,18 @@ impl GuestTopology {
     /// core x 2 threads, 2 nodes`.
     pub fn describe(&self) -> String {
         let c = &self.counts;
+        use crate::render::plural;
+        let n = |v: u32| u64::from(v);
         format!(
-            "{} vCPUs: {} packages x {} dies x {} LLCs x {} L2s x {} cores x {} threads, {} NUMA nodes",
-            self.cpus.len(),
-            c.packages,
-            c.dies_per_package,
-            c.llcs_per_die,
-            c.l2s_per_llc,
-            c.cores_per_l2,
-            c.threads_per_core,
-            self.num_nodes
+            "{}: {} x {} x {} x {} x {} x {}, {}",
+            plural(self.cpus.len() as u64, "vCPU", "vCPUs"),
+            plural(n(c.packages), "package", "packages"),
+            plural(n(c.dies_per_package), "die", "dies"),
+            plural(n(c.llcs_per_die), "LLC", "LLCs"),
+            plural(n(c.l2s_per_llc), "L2", "L2s"),
+            plural(n(c.cores_per_l2), "core", "cores"),
+            plural(n(c.threads_per_core), "thread", "threads"),
+            plural(n(self.num_nodes), "NUMA node", "NUMA nodes"),
         )
     }
 }

@@ -568,10 +568,18 @@ pub struct ShapeCounts {
 
 impl std::fmt::Display for ShapeCounts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::render::plural;
+        let n = |v: usize| v as u64;
         write!(
             f,
-            "{} packages, {} dies, {} NUMA nodes, {} LLCs, {} L2s, {} cores, {} CPUs",
-            self.packages, self.dies, self.nodes, self.llcs, self.l2s, self.cores, self.cpus
+            "{}, {}, {}, {}, {}, {}, {}",
+            plural(n(self.packages), "package", "packages"),
+            plural(n(self.dies), "die", "dies"),
+            plural(n(self.nodes), "NUMA node", "NUMA nodes"),
+            plural(n(self.llcs), "LLC", "LLCs"),
+            plural(n(self.l2s), "L2", "L2s"),
+            plural(n(self.cores), "core", "cores"),
+            plural(n(self.cpus), "CPU", "CPUs"),
         )
     }
 }

@@ -35,6 +35,7 @@ pub mod dump;
 pub mod error;
 pub mod guest;
 pub mod host;
+pub mod limits;
 pub mod load;
 pub mod presets;
 pub mod render;

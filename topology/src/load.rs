@@ -26,6 +26,7 @@ use hwlocality::Topology;
 
 use crate::error::{Result, TopologyError};
 use crate::host::{CacheInfo, Caches, HostTopology, NodeInfo, RawCpu};
+use crate::limits;
 use crate::presets;
 
 /// What a topology SPEC string names.
@@ -58,14 +59,29 @@ impl TopologySpec {
             return Ok(TopologySpec::Preset(p));
         }
         let path = Path::new(s);
-        if path.is_dir() {
-            return Ok(TopologySpec::CpuidDump(path.to_path_buf()));
+        if let Ok(meta) = std::fs::metadata(path) {
+            if meta.is_dir() {
+                return Ok(TopologySpec::CpuidDump(path.to_path_buf()));
+            }
+            if meta.is_file() {
+                return Ok(TopologySpec::Xml(path.to_path_buf()));
+            }
+            return Err(TopologyError::Xml {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "it is {}; give an hwloc XML file or a CPUID dump directory",
+                    limits::file_kind(&meta)
+                ),
+            });
         }
-        if path.is_file() {
-            return Ok(TopologySpec::Xml(path.to_path_buf()));
-        }
-        if s.contains(':') {
+        if s.contains(':') && !s.contains('/') {
             return Ok(TopologySpec::Synthetic(s.to_string()));
+        }
+        if s.contains('/') || s.to_ascii_lowercase().ends_with(".xml") {
+            return Err(TopologyError::Xml {
+                path: path.to_path_buf(),
+                reason: "no such file or directory".into(),
+            });
         }
         Err(TopologyError::Synthetic {
             spec: spec.to_string(),
@@ -98,10 +114,24 @@ pub fn load(spec: &str) -> Result<HostTopology> {
 }
 
 fn synthetic_error(spec: &str, reason: impl Into<String>) -> TopologyError {
+    // Echo a long description only in part.
+    let spec = match spec.char_indices().nth(100) {
+        Some((i, _)) => format!("{}...", &spec[..i]),
+        None => spec.to_string(),
+    };
     TopologyError::Synthetic {
-        spec: spec.to_string(),
+        spec,
         reason: reason.into(),
         presets: presets::names(),
+    }
+}
+
+/// An hwloc error in words. hwlocality's own message prints the errno
+/// with Rust's debug formatting (`Some(Errno { code: 5, .. })`).
+fn hwloc_words(e: &hwlocality::errors::RawHwlocError) -> String {
+    match e.errno {
+        Some(errno) => format!("{} failed: {errno}", e.api),
+        None => format!("{} failed", e.api),
     }
 }
 
@@ -119,71 +149,121 @@ fn builder() -> hwlocality::topology::builder::TopologyBuilder {
 pub fn load_host() -> Result<HostTopology> {
     let topo = builder()
         .build()
-        .map_err(|e| TopologyError::Host(e.to_string()))?;
+        .map_err(|e| TopologyError::Host(hwloc_words(&e)))?;
     from_hwloc("host", &topo)
 }
 
-/// An hwloc synthetic description.
+/// An hwloc synthetic description, checked against the [limits] first.
 pub fn load_synthetic(spec: &str) -> Result<HostTopology> {
-    // hwloc accepts some odd inputs silently; reject the obviously broken
-    // ones first so that the error names the problem.
     let trimmed = spec.trim();
-    if trimmed.is_empty() {
-        return Err(synthetic_error(spec, "it is empty"));
-    }
-    for tok in trimmed.split_whitespace() {
-        if tok.starts_with('[') {
-            continue;
-        }
-        if let Some((_, count)) = tok.split_once(':') {
-            let digits: String = count.chars().take_while(|c| c.is_ascii_digit()).collect();
-            if digits.is_empty() {
-                return Err(synthetic_error(
-                    spec,
-                    format!("item {tok:?} has no count after ':'"),
-                ));
-            }
-            if digits.parse::<u64>().map_or(true, |n| n == 0) {
-                return Err(synthetic_error(
-                    spec,
-                    format!("item {tok:?} has a zero or huge count"),
-                ));
-            }
-        } else if !tok.starts_with('(') {
-            return Err(synthetic_error(
-                spec,
-                format!("item {tok:?} is not of the form type:count (e.g. core:8)"),
-            ));
-        }
-    }
+    // hwloc accepts some odd inputs silently, and builds whatever size it
+    // is asked for: count the CPUs from the arities first.
+    let want = limits::check_synthetic(trimmed).map_err(|r| synthetic_error(spec, r))?;
     let topo = builder()
         .from_synthetic(trimmed)
-        .map_err(|e| synthetic_error(spec, format!("hwloc rejected it ({e})")))?
-        .build()
-        .map_err(|e| synthetic_error(spec, format!("hwloc could not build it ({e})")))?;
-    let t = from_hwloc(trimmed, &topo)?;
-    if t.num_cpus() > 65536 {
-        return Err(synthetic_error(
-            spec,
-            format!("it has {} CPUs; the limit is 65536", t.num_cpus()),
-        ));
-    }
-    Ok(t)
-}
-
-/// An hwloc XML export.
-pub fn load_xml(path: &Path) -> Result<HostTopology> {
-    let topo = builder()
-        .from_xml_file(path)
-        .map_err(|e| TopologyError::Xml {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
+        .map_err(|_| {
+            synthetic_error(
+                spec,
+                "hwloc rejected it (check the type names, that the last item is pu:N, \
+                 and the attributes: size=, memory= and indexes= are the known ones)",
+            )
         })?
         .build()
-        .map_err(|e| TopologyError::Xml {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
+        .map_err(|e| {
+            synthetic_error(
+                spec,
+                format!("hwloc could not build it ({})", hwloc_words(&e)),
+            )
         })?;
+    check_built(&topo).map_err(|r| synthetic_error(spec, r))?;
+    let got = topo.objects_with_type(ObjectType::PU).count() as u64;
+    if got != want.cpus {
+        return Err(synthetic_error(
+            spec,
+            format!(
+                "it describes {} CPUs but hwloc built {got}; check the indexes= lists",
+                want.cpus
+            ),
+        ));
+    }
+    from_hwloc(trimmed, &topo)
+}
+
+/// Checks a topology hwloc built from user input against the [limits]
+/// before it is converted (which is where large inputs would cost time).
+fn check_built(topo: &Topology) -> std::result::Result<(), String> {
+    let cpus = topo.objects_with_type(ObjectType::PU).count();
+    if cpus > limits::MAX_CPUS {
+        return Err(format!(
+            "it has {cpus} CPUs; the limit is {}",
+            limits::MAX_CPUS
+        ));
+    }
+    let nodes = topo.objects_with_type(ObjectType::NUMANode).count();
+    if nodes > limits::MAX_NODES {
+        return Err(format!(
+            "it has {nodes} NUMA nodes; the limit is {}",
+            limits::MAX_NODES
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for pu in topo.objects_with_type(ObjectType::PU) {
+        let Some(os) = pu.os_index() else {
+            return Err("a CPU (PU) has no OS index".into());
+        };
+        if os as u64 >= limits::MAX_OS_INDEX {
+            return Err(format!(
+                "CPU P#{os} has too large an OS index; the limit is {}",
+                limits::MAX_OS_INDEX - 1
+            ));
+        }
+        if !seen.insert(os) {
+            return Err(format!("CPU P#{os} appears twice"));
+        }
+    }
+    for n in topo.objects_with_type(ObjectType::NUMANode) {
+        if let Some(os) = n.os_index() {
+            if os as u64 >= limits::MAX_NODE_OS_INDEX {
+                return Err(format!(
+                    "NUMA node P#{os} has too large an OS index; the limit is {}",
+                    limits::MAX_NODE_OS_INDEX - 1
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An hwloc XML export: a regular file of at most
+/// [`limits::MAX_XML_BYTES`] that looks like hwloc XML.
+pub fn load_xml(path: &Path) -> Result<HostTopology> {
+    let err = |reason: String| TopologyError::Xml {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let bytes = limits::read_capped(path, limits::MAX_XML_BYTES).map_err(err)?;
+    let text = std::str::from_utf8(&bytes).map_err(|_| {
+        err("it is not text (not UTF-8); give an XML export from `lstopo --of xml`".into())
+    })?;
+    let body = text.trim_start_matches('\u{feff}').trim_start();
+    if body.is_empty() {
+        return Err(err(
+            "it is empty; give an XML export from `lstopo --of xml`".into(),
+        ));
+    }
+    if !body.starts_with('<') || !text.contains("<topology") || text.contains('\0') {
+        return Err(err(
+            "it does not look like an hwloc XML topology (no <topology> element); \
+             give an XML export from `lstopo --of xml`"
+                .into(),
+        ));
+    }
+    let topo = builder()
+        .from_xml(text)
+        .map_err(|_| err("hwloc could not parse it as an XML topology".into()))?
+        .build()
+        .map_err(|e| err(format!("hwloc could not build it ({})", hwloc_words(&e))))?;
+    check_built(&topo).map_err(err)?;
     from_hwloc(&path.display().to_string(), &topo)
 }
 
@@ -193,20 +273,71 @@ pub fn load_cpuid_dump(dir: &Path) -> Result<HostTopology> {
         path: dir.to_path_buf(),
         reason,
     };
-    if !dir.join("hwloc-cpuid-info").is_file() || !dir.join("pu0").is_file() {
-        return Err(err(
-            "it lacks hwloc-cpuid-info or pu0; a CPUID dump holds one puN file per CPU \
-             (see `vmm topology cpuid-dump`)"
-                .into(),
-        ));
-    }
+    check_dump_dir(dir).map_err(err)?;
     let xml = cpuid_dump_to_xml(dir).map_err(err)?;
     let topo = builder()
         .from_xml(&xml)
-        .map_err(|e| err(format!("hwloc could not read lstopo's XML: {e}")))?
+        .map_err(|_| err("hwloc could not read lstopo's XML output".into()))?
         .build()
-        .map_err(|e| err(format!("hwloc could not build it: {e}")))?;
+        .map_err(|e| err(format!("hwloc could not build it ({})", hwloc_words(&e))))?;
+    check_built(&topo).map_err(err)?;
     from_hwloc(&dir.display().to_string(), &topo)
+}
+
+/// A CPUID dump directory holds `hwloc-cpuid-info` and `pu0`, `pu1`, ...:
+/// regular files, at most [`limits::MAX_CPUS`] of them, none larger than
+/// [`limits::MAX_DUMP_FILE_BYTES`].
+fn check_dump_dir(dir: &Path) -> std::result::Result<(), String> {
+    let hint = "a CPUID dump directory holds hwloc-cpuid-info and one puN file per CPU \
+                (see `vmm topology cpuid-dump`)";
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot list it: {e}"))?;
+    let mut pus = 0usize;
+    let mut info = false;
+    let mut has_pu0 = false;
+    for e in entries {
+        let e = e.map_err(|e| format!("cannot list it: {e}"))?;
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let is_pu = name
+            .strip_prefix("pu")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if !is_pu && name != "hwloc-cpuid-info" {
+            continue;
+        }
+        let meta = std::fs::metadata(e.path()).map_err(|e| format!("cannot read {name}: {e}"))?;
+        if !meta.is_file() {
+            return Err(format!(
+                "{name} is {}, not a regular file",
+                limits::file_kind(&meta)
+            ));
+        }
+        if meta.len() > limits::MAX_DUMP_FILE_BYTES {
+            return Err(format!(
+                "{name} is {} bytes; a CPUID dump file is at most {} bytes",
+                meta.len(),
+                limits::MAX_DUMP_FILE_BYTES
+            ));
+        }
+        if is_pu {
+            pus += 1;
+            has_pu0 |= name == "pu0";
+            if pus > limits::MAX_CPUS {
+                return Err(format!(
+                    "it holds more than {} puN files; the limit is {} CPUs",
+                    limits::MAX_CPUS,
+                    limits::MAX_CPUS
+                ));
+            }
+        } else {
+            info = true;
+        }
+    }
+    match (info, has_pu0) {
+        (true, true) => Ok(()),
+        (false, false) => Err(format!("it holds neither hwloc-cpuid-info nor pu0; {hint}")),
+        (false, true) => Err(format!("it lacks hwloc-cpuid-info; {hint}")),
+        (true, false) => Err(format!("it lacks pu0; {hint}")),
+    }
 }
 
 /// Runs hwloc's x86 CPUID parser on `dir` and returns its XML export.

@@ -7,6 +7,16 @@ use crate::cpulist;
 use crate::guest::GuestTopology;
 use crate::host::HostTopology;
 
+/// `1 core`, `2 cores`: a count with its noun in the right number.
+pub fn plural(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
 /// Formats a byte count with a binary unit (`32 MiB`, `1.5 GiB`).
 pub fn human_bytes(b: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -26,7 +36,21 @@ pub fn human_bytes(b: u64) -> String {
 /// An `lstopo`-like tree.
 pub fn host_tree(t: &HostTopology) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "Machine ({}): {}", t.source(), t.shape());
+    let shape = t.shape();
+    // Nodes without CPUs (CXL or HBM memory, or a bare `[numa]`) are in the
+    // distance table too: say so, so that the counts add up.
+    let memory_only: Vec<u32> = (0..t.num_nodes() as u32)
+        .filter(|&n| t.cpus_of_node(n).is_empty())
+        .collect();
+    let extra = if memory_only.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", and {} without CPUs",
+            plural(memory_only.len() as u64, "NUMA node", "NUMA nodes")
+        )
+    };
+    let _ = writeln!(out, "Machine ({}): {shape}{extra}", t.source());
     let caches = t.caches();
     let llc_label = if caches.l3.is_some() { "L3" } else { "LLC" };
     let size = |c: Option<crate::host::CacheInfo>| {
@@ -114,13 +138,24 @@ pub fn host_tree(t: &HostTopology) -> String {
             }
         }
     }
+    for &n in &memory_only {
+        let info = &t.nodes()[n as usize];
+        let mem = if info.memory > 0 {
+            format!(", {}", human_bytes(info.memory))
+        } else {
+            String::new()
+        };
+        let _ = writeln!(out, "  NUMANode {n} (P#{}{mem}, no CPUs)", info.os_index);
+    }
     if t.num_nodes() > 1 {
-        let _ = writeln!(out, "NUMA distances:");
-        for a in 0..t.num_nodes() as u32 {
-            let row: Vec<String> = (0..t.num_nodes() as u32)
-                .map(|b| format!("{:>4}", t.distance(a, b)))
-                .collect();
-            let _ = writeln!(out, "  node {a}:{}", row.join(""));
+        let n = t.num_nodes() as u32;
+        let w = (n - 1).to_string().len();
+        let _ = writeln!(out, "NUMA distances between the {n} nodes:");
+        let head: Vec<String> = (0..n).map(|b| format!("{b:>4}")).collect();
+        let _ = writeln!(out, "  {:pad$}{}", "", head.join(""), pad = w + 6);
+        for a in 0..n {
+            let row: Vec<String> = (0..n).map(|b| format!("{:>4}", t.distance(a, b))).collect();
+            let _ = writeln!(out, "  node {a:>w$}:{}", row.join(""));
         }
     }
     out
@@ -217,6 +252,26 @@ mod tests {
         assert!(s.contains("L3 3 (16 MiB)"), "{s}");
         assert!(s.contains("PU 15 (P#15)"), "{s}");
         assert!(s.contains("NUMA distances"), "{s}");
+    }
+
+    #[test]
+    fn counts_agree_with_the_distance_table() {
+        let t = crate::load::load("package:1 [numa] [numa] [numa] core:2 pu:1").unwrap();
+        let s = host_tree(&t);
+        assert!(
+            s.contains("1 package, 1 die, 1 NUMA node, 1 LLC, 2 L2s, 2 cores, 2 CPUs, and 2 NUMA nodes without CPUs"),
+            "{s}"
+        );
+        assert!(s.contains("NUMANode 2 (P#2, no CPUs)"), "{s}");
+        assert!(s.contains("NUMA distances between the 3 nodes:"), "{s}");
+        let g = GuestTopology::from_spec("core:1 pu:1").unwrap();
+        assert!(
+            g.describe().starts_with(
+                "1 vCPU: 1 package x 1 die x 1 LLC x 1 L2 x 1 core x 1 thread, 1 NUMA node"
+            ),
+            "{}",
+            g.describe()
+        );
     }
 
     #[test]

@@ -19,7 +19,8 @@
 //! ```
 //!
 //! Unknown fields and bad values are errors naming the field. Flags given
-//! on the command line override the file's values.
+//! on the command line override the file's values. The file must be a
+//! regular file of at most [`MAX_CONFIG_BYTES`] (1 MiB) of UTF-8.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -42,13 +43,60 @@ pub struct ConfigError {
 }
 
 /// A string or an integer, for fields that take both.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(untagged)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum StrOrInt {
     /// Text.
     Str(String),
     /// A number.
     Int(u64),
+}
+
+/// Reads a [`StrOrInt`], saying what the field expects in plain words
+/// (serde's untagged enums only say "data did not match any variant").
+struct StrOrIntVisitor(&'static str);
+
+impl serde::de::Visitor<'_> for StrOrIntVisitor {
+    type Value = StrOrInt;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<StrOrInt, E> {
+        Ok(StrOrInt::Str(v.to_string()))
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<StrOrInt, E> {
+        Ok(StrOrInt::Int(v))
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<StrOrInt, E> {
+        u64::try_from(v)
+            .map(StrOrInt::Int)
+            .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+    }
+}
+
+fn size_field<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<StrOrInt>, D::Error> {
+    d.deserialize_any(StrOrIntVisitor(
+        "a size in quotes such as \"512M\" or \"2G\", or a whole number of MiB",
+    ))
+    .map(Some)
+}
+
+fn duration_field<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<StrOrInt>, D::Error> {
+    d.deserialize_any(StrOrIntVisitor(
+        "a duration in quotes such as \"90s\" or \"10m\", or a whole number of seconds",
+    ))
+    .map(Some)
+}
+
+/// The largest `--config` file read (a real one is a few hundred bytes).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// serde's and toml's wording, with Rust type names put in plain words.
+fn plain_toml_message(m: &str) -> String {
+    m.trim()
+        .replace("expected u32", "expected a whole number (0 to 4294967295)")
+        .replace("expected u64", "expected a whole number")
+        .replace("expected path", "expected a file path in quotes")
+        .replace("expected a string", "expected text in quotes")
 }
 
 /// The TOML file's fields.
@@ -62,6 +110,7 @@ pub struct FileConfig {
     /// `cmdline`.
     pub cmdline: Option<String>,
     /// `memory`.
+    #[serde(default, deserialize_with = "size_field")]
     pub memory: Option<StrOrInt>,
     /// `guest`.
     pub guest: Option<String>,
@@ -76,6 +125,7 @@ pub struct FileConfig {
     /// `until`.
     pub until: Option<String>,
     /// `timeout`.
+    #[serde(default, deserialize_with = "duration_field")]
     pub timeout: Option<StrOrInt>,
     /// `vendor`.
     pub vendor: Option<String>,
@@ -86,22 +136,32 @@ pub struct FileConfig {
 }
 
 impl FileConfig {
-    /// Reads and parses a file; relative paths become relative to it.
+    /// Reads and parses a file; relative paths become relative to it. The
+    /// file must be a regular file of at most [`MAX_CONFIG_BYTES`] of
+    /// UTF-8 TOML.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let field = format!("--config {}", path.display());
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        let fail = |message: String| ConfigError {
             field: field.clone(),
-            message: format!("cannot read it: {e}"),
-        })?;
-        let mut c: FileConfig = toml::from_str(&text).map_err(|e| ConfigError {
-            field: field.clone(),
-            message: e.message().to_string()
-                + &e.span()
-                    .map(|s| {
-                        let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
-                        format!(" (line {line})")
-                    })
-                    .unwrap_or_default(),
+            message,
+        };
+        let text = read_config_file(path).map_err(&fail)?;
+        let mut c: FileConfig = toml::from_str(&text).map_err(|e| {
+            let mut where_ = String::new();
+            if let Some(span) = e.span() {
+                let start = span.start.min(text.len());
+                let line_no = text[..start].matches('\n').count() + 1;
+                let line = text.lines().nth(line_no - 1).unwrap_or("");
+                where_ = format!("line {line_no}");
+                if let Some((key, _)) = line.split_once('=') {
+                    let key = key.trim();
+                    if !key.is_empty() && key.len() <= 40 && !key.starts_with('#') {
+                        where_ += &format!(", `{key}`");
+                    }
+                }
+                where_ += ": ";
+            }
+            fail(format!("{where_}{}", plain_toml_message(e.message())))
         })?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let fix = |p: &mut Option<PathBuf>| {
@@ -119,6 +179,48 @@ impl FileConfig {
             }
         }
         Ok(c)
+    }
+}
+
+/// Reads a config file: a regular file (not a directory, device or FIFO)
+/// of at most [`MAX_CONFIG_BYTES`], in UTF-8.
+fn read_config_file(path: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read it: {}", io_words(&e)))?;
+    if !meta.is_file() {
+        let kind = if meta.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file (a device, FIFO or socket)"
+        };
+        return Err(format!("it is {kind}; give a TOML file"));
+    }
+    let too_big = || {
+        format!(
+            "it is larger than {} KiB; a config file is a few lines of TOML",
+            MAX_CONFIG_BYTES >> 10
+        )
+    };
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(too_big());
+    }
+    let f = std::fs::File::open(path).map_err(|e| format!("cannot open it: {}", io_words(&e)))?;
+    let mut buf = Vec::new();
+    f.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| format!("cannot read it: {}", io_words(&e)))?;
+    if buf.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(too_big());
+    }
+    String::from_utf8(buf).map_err(|_| "it is not text (not UTF-8); give a TOML file".into())
+}
+
+/// An I/O error in words, without the `(os error N)` suffix.
+fn io_words(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
     }
 }
 
@@ -226,7 +328,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if t.is_empty() {
         return Err(bad());
     }
+    let zero = || format!("{s:?} is no time at all: give a duration above 0, e.g. 90s or 10m");
     if let Ok(secs) = t.parse::<f64>() {
+        if secs == 0.0 {
+            return Err(zero());
+        }
         return if secs.is_finite() && secs > 0.0 && secs < 1e9 {
             Ok(Duration::from_secs_f64(secs))
         } else {
@@ -254,8 +360,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         };
         rest = next;
     }
-    if total <= 0.0 || total >= 1e9 {
-        return Err(bad());
+    if total == 0.0 {
+        return Err(zero());
+    }
+    if total >= 1e9 {
+        return Err(format!(
+            "{s:?} is too long: give at most 31 years (e.g. 10m, 1h)"
+        ));
     }
     Ok(Duration::from_secs_f64(total))
 }
@@ -487,7 +598,11 @@ mod tests {
         assert_eq!(parse_duration("45").unwrap(), Duration::from_secs(45));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("5y").is_err());
-        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("0").unwrap_err().contains("above 0"));
+        assert!(parse_duration("0s").unwrap_err().contains("above 0"));
+        assert!(parse_duration("99999999999h")
+            .unwrap_err()
+            .contains("too long"));
         assert_eq!(format_duration(Duration::from_secs(600)), "10m");
         assert_eq!(format_duration(Duration::from_secs(90)), "90s");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1.500s");
@@ -580,5 +695,71 @@ console = "out.log"
         std::fs::write(&p, "kernel = 5\n").unwrap();
         let e = FileConfig::load(&p).unwrap_err().to_string();
         assert!(e.contains("invalid type"), "{e}");
+        assert!(e.contains("line 1, `kernel`"), "{e}");
+        assert!(e.contains("expected a file path in quotes"), "{e}");
+    }
+
+    #[test]
+    fn file_errors_in_plain_words() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("vm.toml");
+        for (text, want) in [
+            (
+                "memory = true\n",
+                "line 1, `memory`: invalid type: boolean `true`, expected a size in quotes",
+            ),
+            (
+                "memory = 1.5\n",
+                "expected a size in quotes such as \"512M\"",
+            ),
+            (
+                "memory = -1\n",
+                "invalid value: integer `-1`, expected a size",
+            ),
+            (
+                "timeout = [1]\n",
+                "`timeout`: invalid type: sequence, expected a duration",
+            ),
+            (
+                "numa-distance = -3\n",
+                "`numa-distance`: invalid value: integer `-3`, expected a whole number",
+            ),
+            ("numa-distance = \"x\"\n", "expected a whole number"),
+            (
+                "\n\npin = 5\n",
+                "line 3, `pin`: invalid type: integer `5`, expected text in quotes",
+            ),
+        ] {
+            std::fs::write(&p, text).unwrap();
+            let e = FileConfig::load(&p).unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?}: {e}");
+            for bad in ["untagged", "StrOrInt", "u32", "u64"] {
+                assert!(!e.contains(bad), "{text:?}: {e}");
+            }
+        }
+        let e = FileConfig::load(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("it is a directory"), "{e}");
+        let e = FileConfig::load(Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let e = FileConfig::load(&dir.path().join("nope.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.ends_with("cannot read it: No such file or directory"),
+            "{e}"
+        );
+        std::fs::write(&p, vec![b'#'; 2 << 20]).unwrap();
+        let e = FileConfig::load(&p).unwrap_err().to_string();
+        assert!(e.contains("larger than 1024 KiB"), "{e}");
+        std::fs::write(&p, b"kernel = \"\xff\"\n").unwrap();
+        let e = FileConfig::load(&p).unwrap_err().to_string();
+        assert!(e.contains("not UTF-8"), "{e}");
+        // Both spellings of a StrOrInt still load.
+        std::fs::write(&p, "memory = \"1G\"\ntimeout = 30\n").unwrap();
+        let f = FileConfig::load(&p).unwrap();
+        assert_eq!(f.memory, Some(StrOrInt::Str("1G".into())));
+        assert_eq!(f.timeout, Some(StrOrInt::Int(30)));
     }
 }
