@@ -10,7 +10,7 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`cli`] | the `vmm` command line |
+//! | [`cli`] | the `vmm` command line: one module per subcommand, [`cli::args`] the shared leaf |
 //! | [`config`] | `vmm run` flags and TOML files |
 //! | [`vm`] | building a Linux VM; the one-thread-per-vCPU runner |
 //! | [`vcpu`] | a vCPU, its run loop and the race-free kick |
@@ -21,10 +21,13 @@
 //! | [`compat`] | kvm_pvm workarounds |
 //! | [`devices`], [`console`] | COM1, i8042 and reset ports; the console sink |
 //! | [`pin`], [`rt`] | vCPU placement and real-time policy |
-//! | [`sched_bench`] | `vmm sched-bench`: the scheduler alone on synthetic tasks |
 //! | [`micro`] | built-in micro-guests and their port interface |
 //! | [`vcpu_task`] | vCPUs as `vcpu_sched` tasks; the executors |
 //! | [`bench`] | `vmm bench`: the seeds' workloads as micro-guests |
+//!
+//! `vmm sched-bench` (the scheduler alone on synthetic tasks) is
+//! [`cli::sched_bench`]: argument parsing and output over
+//! [`vcpu_sched::bench`].
 //!
 //! The architecture is described in `docs/vmm.md`.
 
@@ -42,7 +45,6 @@ pub mod memory;
 pub mod micro;
 pub mod pin;
 pub mod rt;
-pub mod sched_bench;
 pub mod vcpu;
 pub mod vcpu_task;
 pub mod vm;

@@ -19,7 +19,6 @@
 //! | `runq` | vCPU 0 rings all workers, each computes and answers (schbench) | requests/s; p99 doorbell-to-run latency |
 //! | `transcode` | 8 FIFO-99 vCPUs per VM pinned to 4 cores / 8 CPUs, a frame is a burst on each | frames/s |
 
-pub mod cli;
 pub mod guests;
 
 use std::collections::BTreeMap;

@@ -1,15 +1,17 @@
 //! `vmm bench WORKLOAD ...`: argument parsing, progress bar, tables and
-//! JSON for [`super::run`] and [`super::compare`].
+//! JSON for [`crate::bench::run`] and [`crate::bench::compare`].
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
 
-use super::{compare, run, BenchError, BenchOptions, BenchReport, CompareOptions, Workload};
-use crate::cli::InputError;
+use super::args::{check_duration, check_reps, mitigation_sets, progress_bar, InputError};
+use crate::bench::{
+    compare, run as run_bench, BenchError, BenchOptions, BenchReport, CompareOptions, VcpuRow,
+    Workload,
+};
 use crate::vcpu_task::ExecutorKind;
 
 /// `vmm bench WORKLOAD --topology SPEC --vms N --vcpus M --duration D ...`.
@@ -117,7 +119,7 @@ pub fn render_report(r: &BenchReport, per_vcpu: bool) -> String {
         .collect();
     let _ = writeln!(s, "  {}", extras.join(", "));
     let n = r.per_vcpu.len().max(1) as f64;
-    let sum = |f: fn(&super::VcpuRow) -> u64| r.per_vcpu.iter().map(f).sum::<u64>();
+    let sum = |f: fn(&VcpuRow) -> u64| r.per_vcpu.iter().map(f).sum::<u64>();
     let ts = &run.task_summary;
     let _ = writeln!(
         s,
@@ -213,18 +215,10 @@ pub fn render_report(r: &BenchReport, per_vcpu: bool) -> String {
 }
 
 /// Runs `vmm bench`.
-pub fn run_cli(a: BenchArgs) -> Result<()> {
+pub fn run(a: BenchArgs) -> Result<()> {
     let workload: Workload = a.workload.parse().map_err(classify)?;
-    if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 3600.0) {
-        return Err(InputError(format!(
-            "--duration {}: give seconds between 0 and 3600, e.g. --duration 2",
-            a.duration
-        ))
-        .into());
-    }
-    if a.reps == 0 || a.reps > 100 {
-        return Err(InputError(format!("--reps {}: give 1..=100", a.reps)).into());
-    }
+    let duration = check_duration(a.duration, "2")?;
+    check_reps(a.reps)?;
     if a.vms == 0 || a.vcpus == 0 || a.vms * a.vcpus > 4096 {
         return Err(InputError(format!(
             "--vms {} --vcpus {}: give at least 1 of each and at most 4096 vCPUs in all",
@@ -234,7 +228,7 @@ pub fn run_cli(a: BenchArgs) -> Result<()> {
     }
     let executor: ExecutorKind = a.executor.parse().map_err(InputError)?;
     let mut o = BenchOptions::new(workload, &a.topology, a.vms, a.vcpus);
-    o.duration = Duration::from_secs_f64(a.duration);
+    o.duration = duration;
     o.executor = executor;
     o.check = a.check;
     o.burst_us = a.burst_us;
@@ -244,10 +238,10 @@ pub fn run_cli(a: BenchArgs) -> Result<()> {
     topology::load(&a.topology)
         .map_err(|e| classify(BenchError::Topology(e)))
         .with_context(|| format!("--topology {}", a.topology))?;
-    let bar = crate::cli::progress_bar();
+    let bar = progress_bar();
     let json = match &a.compare {
         Some(list) => {
-            let variants = crate::cli::mitigation_sets(list)?;
+            let variants = mitigation_sets(list)?;
             let c = compare(
                 &CompareOptions {
                     run: o,
@@ -276,7 +270,8 @@ pub fn run_cli(a: BenchArgs) -> Result<()> {
                 .parse()
                 .map_err(|e| InputError(format!("--mitigations: {e}")))?;
             bar.set_message(format!("{} {}", executor, o.mitigations));
-            let r = run(&o, &mut |f| bar.set_position((f * 1000.0) as u64)).map_err(classify)?;
+            let r =
+                run_bench(&o, &mut |f| bar.set_position((f * 1000.0) as u64)).map_err(classify)?;
             bar.finish_and_clear();
             print!("{}", render_report(&r, a.per_vcpu));
             serde_json::to_string_pretty(&r).context("serialising the report")?
