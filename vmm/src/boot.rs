@@ -117,21 +117,6 @@ pub enum BootError {
     },
 }
 
-impl BootError {
-    /// Whether this error is the user's input (exit status 2).
-    pub fn is_input(&self) -> bool {
-        matches!(
-            self,
-            BootError::KernelMissing(_)
-                | BootError::NotAKernel { .. }
-                | BootError::InitrdMissing(_)
-                | BootError::TooSmall { .. }
-                | BootError::CmdlineTooLong { .. }
-                | BootError::CmdlineNul
-        )
-    }
-}
-
 /// The kernel formats understood here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KernelFormat {

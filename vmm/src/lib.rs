@@ -10,6 +10,7 @@
 //!
 //! | module | what |
 //! |---|---|
+//! | [`exit`] | exit codes: the one table of whose fault an error is (0, 1, 2, 124) |
 //! | [`cli`] | the `vmm` command line: one module per subcommand, [`cli::args`] the shared leaf |
 //! | [`config`] | `vmm run` flags and TOML files |
 //! | [`vm`] | building a Linux VM; the one-thread-per-vCPU runner |
@@ -40,6 +41,7 @@ pub mod config;
 pub mod console;
 pub mod cpuid;
 pub mod devices;
+pub mod exit;
 pub mod layout;
 pub mod memory;
 pub mod micro;
@@ -87,24 +89,4 @@ pub enum Error {
     /// Anything else.
     #[error("{0}")]
     Other(String),
-}
-
-impl Error {
-    /// Whether the user can fix this by changing the request (exit status 2).
-    pub fn is_input(&self) -> bool {
-        match self {
-            Error::Input(_) | Error::Pin(_) | Error::Config(_) => true,
-            Error::Boot(b) => b.is_input(),
-            Error::Memory(m) => matches!(
-                m,
-                memory::MemoryError::TooSmall { .. } | memory::MemoryError::TooLarge(_)
-            ),
-            Error::Acpi(_) => true,
-            Error::Topology(t) => !matches!(
-                t,
-                topology::TopologyError::Io { .. } | topology::TopologyError::Host(_)
-            ),
-            _ => false,
-        }
-    }
 }

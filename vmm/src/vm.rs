@@ -101,20 +101,6 @@ pub enum StopReason {
     Timeout(Duration),
 }
 
-impl StopReason {
-    /// The process exit status for this outcome: 0 for a clean stop, 124
-    /// for a timeout (as `timeout(1)`), 1 for a guest failure.
-    pub fn exit_status(&self) -> u8 {
-        match self {
-            StopReason::Reset { .. }
-            | StopReason::PowerOff { .. }
-            | StopReason::UntilMatched { .. } => 0,
-            StopReason::Timeout(_) => 124,
-            _ => 1,
-        }
-    }
-}
-
 impl fmt::Display for StopReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

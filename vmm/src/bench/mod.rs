@@ -40,7 +40,7 @@ use crate::vcpu_task::{ExecOptions, ExecutorKind, Placement, Running, TaskError,
 /// Errors of a benchmark run.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
-    /// A bad request (exit status 2 in the CLI).
+    /// A bad request (exit status 2 in the CLI; see [`crate::exit`]).
     #[error("{0}")]
     Input(String),
     /// The topology.
@@ -59,22 +59,6 @@ pub enum BenchError {
     /// checker found violations.
     #[error("{0}")]
     Failed(String),
-}
-
-impl BenchError {
-    /// Is it the user's input?
-    pub fn is_input(&self) -> bool {
-        match self {
-            BenchError::Input(_) => true,
-            BenchError::Micro(MicroError::Input(_)) => true,
-            BenchError::Task(TaskError::Input(_)) => true,
-            BenchError::Topology(t) => !matches!(
-                t,
-                topology::TopologyError::Io { .. } | topology::TopologyError::Host(_)
-            ),
-            _ => false,
-        }
-    }
 }
 
 /// The four guest workloads.

@@ -9,14 +9,12 @@
 //! table in [`super`]).
 //!
 //! HOW: a leaf module. It imports nothing from the subcommands or from
-//! [`super`]; they import from it.
+//! [`super`]; they import from it. [`InputError`] is
+//! [`crate::exit::InputError`], which decides its exit status.
 
 use anyhow::Result;
 
-/// A user-input problem: exits with status 2 (see [`crate::exit`]).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct InputError(pub String);
+pub use crate::exit::InputError;
 
 /// The progress bar of long runs (`bench`, `sched-bench`); drawn on stderr
 /// only when it is a terminal.

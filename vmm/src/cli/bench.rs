@@ -9,8 +9,7 @@ use clap::Args;
 
 use super::args::{check_duration, check_reps, mitigation_sets, progress_bar, InputError};
 use crate::bench::{
-    compare, run as run_bench, BenchError, BenchOptions, BenchReport, CompareOptions, VcpuRow,
-    Workload,
+    compare, run as run_bench, BenchOptions, BenchReport, CompareOptions, VcpuRow, Workload,
 };
 use crate::vcpu_task::ExecutorKind;
 
@@ -77,14 +76,6 @@ pub struct BenchArgs {
     /// Also write the full result as JSON here.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-}
-
-fn classify(e: BenchError) -> anyhow::Error {
-    if e.is_input() {
-        InputError(e.to_string()).into()
-    } else {
-        anyhow::Error::new(e)
-    }
 }
 
 /// The summary of one run: metric, extras, per-vCPU aggregates and the
@@ -216,7 +207,7 @@ pub fn render_report(r: &BenchReport, per_vcpu: bool) -> String {
 
 /// Runs `vmm bench`.
 pub fn run(a: BenchArgs) -> Result<()> {
-    let workload: Workload = a.workload.parse().map_err(classify)?;
+    let workload: Workload = a.workload.parse().map_err(anyhow::Error::new)?;
     let duration = check_duration(a.duration, "2")?;
     check_reps(a.reps)?;
     if a.vms == 0 || a.vcpus == 0 || a.vms * a.vcpus > 4096 {
@@ -235,9 +226,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     o.period_us = a.period_us;
     o.prio = a.prio;
     o.host_rt = !a.no_host_rt;
-    topology::load(&a.topology)
-        .map_err(|e| classify(BenchError::Topology(e)))
-        .with_context(|| format!("--topology {}", a.topology))?;
+    topology::load(&a.topology).with_context(|| format!("--topology {}", a.topology))?;
     let bar = progress_bar();
     let json = match &a.compare {
         Some(list) => {
@@ -255,7 +244,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     bar.set_message(format!("{} ({}/{})", p.variant, p.done + 1, p.total));
                 },
             )
-            .map_err(classify)?;
+            .map_err(anyhow::Error::new)?;
             bar.finish_and_clear();
             println!(
                 "{} VMs x {} vCPUs, scheduler rows on the {} executor",
@@ -270,8 +259,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 .parse()
                 .map_err(|e| InputError(format!("--mitigations: {e}")))?;
             bar.set_message(format!("{} {}", executor, o.mitigations));
-            let r =
-                run_bench(&o, &mut |f| bar.set_position((f * 1000.0) as u64)).map_err(classify)?;
+            let r = run_bench(&o, &mut |f| bar.set_position((f * 1000.0) as u64))
+                .map_err(anyhow::Error::new)?;
             bar.finish_and_clear();
             print!("{}", render_report(&r, a.per_vcpu));
             serde_json::to_string_pretty(&r).context("serialising the report")?

@@ -8,7 +8,8 @@
 //!
 //! Errors leave as one line on stderr. Bad input (a malformed topology
 //! string, a missing file, an impossible request) exits with status 2, other
-//! failures with 1. Nothing here panics on user input.
+//! failures with 1: [`crate::exit`] decides. Nothing here panics on user
+//! input.
 
 pub mod args;
 pub mod bench;
@@ -19,7 +20,6 @@ pub mod topology;
 
 use std::process::ExitCode;
 
-use ::topology::TopologyError;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
@@ -73,28 +73,6 @@ pub fn init_tracing(verbose: u8) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
-}
-
-/// Status 2 for bad input, 1 for everything else.
-pub fn exit_code_for(e: &anyhow::Error) -> ExitCode {
-    for cause in e.chain() {
-        if cause.downcast_ref::<InputError>().is_some() {
-            return ExitCode::from(2);
-        }
-        if let Some(v) = cause.downcast_ref::<crate::Error>() {
-            return ExitCode::from(if v.is_input() { 2 } else { 1 });
-        }
-        if cause.downcast_ref::<crate::config::ConfigError>().is_some() {
-            return ExitCode::from(2);
-        }
-        if let Some(t) = cause.downcast_ref::<TopologyError>() {
-            return match t {
-                TopologyError::Io { .. } | TopologyError::Host(_) => ExitCode::from(1),
-                _ => ExitCode::from(2),
-            };
-        }
-    }
-    ExitCode::from(1)
 }
 
 /// Runs a parsed command line.

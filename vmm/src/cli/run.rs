@@ -9,7 +9,7 @@
 //! WHY: one file per subcommand; the library does the work, this module
 //! only connects flags to it.
 //! HOW: one small function per step; errors carry the flag they are
-//! about, and `exit_code_for` decides their exit status.
+//! about, and [`crate::exit`] decides their exit status.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -84,7 +84,8 @@ pub struct RunArgs {
     pub sched: Option<String>,
 }
 
-/// Runs `vmm run`: the exit status is the stop reason's.
+/// Runs `vmm run`: the exit status is the stop reason's
+/// ([`crate::exit::for_stop`]).
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     let cfg = resolve(args)?;
     let guest = guest_topology(&cfg)?;
@@ -113,8 +114,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     };
     let vm = crate::vm::LinuxVm::build(&kvm, spec)?;
     let reason = run_vm(vm, &cfg, pins.map(|p| p.os))?;
-    let status = reason.exit_status();
-    if status == 0 {
+    let status = crate::exit::for_stop(&reason);
+    if status == crate::exit::SUCCESS {
         info!("stopped: {reason}");
     } else {
         eprintln!("error: {reason}");
@@ -252,12 +253,7 @@ fn run_vm(vm: crate::vm::LinuxVm, cfg: &RunConfig, pins: Option<Vec<u32>>) -> Re
                 halt: std::time::Duration::from_millis(1),
             };
             info!("vCPUs scheduled by vcpu_sched (workers executor, mitigations all)");
-            crate::vcpu_task::linux::run_sched(vm, &o).map_err(|e| match e {
-                crate::vcpu_task::TaskError::Input(m) => {
-                    anyhow::Error::from(super::args::InputError(m))
-                }
-                other => anyhow::Error::new(other),
-            })?
+            crate::vcpu_task::linux::run_sched(vm, &o)?
         }
     })
 }

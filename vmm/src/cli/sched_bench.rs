@@ -68,24 +68,6 @@ pub struct SchedBenchArgs {
     pub prio: Option<u8>,
 }
 
-/// Bad requests are input errors (exit 2); the rest are failures (exit 1).
-fn classify(e: SchedError) -> anyhow::Error {
-    match e {
-        SchedError::Topology(topology::TopologyError::Io { .. })
-        | SchedError::Topology(topology::TopologyError::Host(_))
-        | SchedError::Invariant { .. } => anyhow::Error::new(e),
-        SchedError::Topology(_)
-        | SchedError::Workload(_)
-        | SchedError::Config(_)
-        | SchedError::Mitigations { .. }
-        | SchedError::Policy(_)
-        | SchedError::TooManyTasks(_)
-        | SchedError::TooManyGroups(_)
-        | SchedError::TooManyCpus { .. } => InputError(e.to_string()).into(),
-        other => anyhow::Error::new(other),
-    }
-}
-
 fn input<T>(r: std::result::Result<T, SchedError>, what: &str) -> Result<T> {
     r.map_err(|e| InputError(format!("{what}: {e}")).into())
 }
@@ -112,7 +94,6 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
     // Fail on a bad topology before any progress bar appears.
     topology::load(&a.topology)
         .map_err(SchedError::from)
-        .map_err(classify)
         .with_context(|| format!("--topology {}", a.topology))?;
 
     let bar = progress_bar();
@@ -136,8 +117,7 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
                     bar.set_position((f * 1000.0) as u64);
                     bar.set_message(format!("{} rep {}", p.variant, p.repetition + 1));
                 },
-            )
-            .map_err(classify)?;
+            )?;
             bar.finish_and_clear();
             println!("{}", c.render_table());
             c.to_json()
@@ -145,8 +125,7 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
         None => {
             run.mitigations = input(a.mitigations.parse(), "--mitigations")?;
             bar.set_message(run.mitigations.to_string());
-            let r = run_workload_with(&run, &mut |f| bar.set_position((f * 1000.0) as u64))
-                .map_err(classify)?;
+            let r = run_workload_with(&run, &mut |f| bar.set_position((f * 1000.0) as u64))?;
             bar.finish_and_clear();
             println!(
                 "{} on {} [{}]: {} = {:.3} {} ({} tasks on {} CPUs, {:.1} s, {:.0} ns per schedule call, {} migrations{})",

@@ -165,12 +165,8 @@ pub fn run_sched(
     use super::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
     use crate::vm::StopReason;
 
-    crate::vcpu::install_kick_signal()
-        .map_err(|e| super::TaskError::Input(format!("the kick signal: {e}")))?;
-    let topo = Arc::new(
-        topology::load("host")
-            .map_err(|e| super::TaskError::Input(format!("host topology: {e}")))?,
-    );
+    crate::vcpu::install_kick_signal()?;
+    let topo = Arc::new(topology::load("host")?);
     let vcpus = vm.take_vcpus();
     let n = vcpus.len();
     let stats: Vec<Option<BlockingStat>> = vcpus.iter().map(BlockingStat::open).collect();

@@ -571,6 +571,12 @@ pub enum TaskError {
     /// vCPUs did not end in time.
     #[error("{0}")]
     Stuck(String),
+    /// The topology (reading the host's, or a spec).
+    #[error(transparent)]
+    Topology(#[from] topology::TopologyError),
+    /// A vCPU (the kick signal).
+    #[error(transparent)]
+    Vcpu(#[from] crate::vcpu::VcpuError),
 }
 
 /// Which executor runs the vCPUs.
