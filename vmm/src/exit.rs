@@ -108,7 +108,7 @@ pub fn fault(e: &(dyn std::error::Error + 'static)) -> Option<Fault> {
     if let Some(e) = e.downcast_ref::<MicroError>() {
         return Some(of_micro(e));
     }
-    if let Some(e) = e.downcast_ref::<crate::bench::BenchError>() {
+    if let Some(e) = e.downcast_ref::<crate::vcpu_bench::BenchError>() {
         return Some(of_bench(e));
     }
     if e.is::<crate::vcpu::VcpuError>() {
@@ -197,8 +197,8 @@ pub fn of_micro(e: &MicroError) -> Fault {
 }
 
 /// `vmm bench` runs.
-pub fn of_bench(e: &crate::bench::BenchError) -> Fault {
-    use crate::bench::BenchError;
+pub fn of_bench(e: &crate::vcpu_bench::BenchError) -> Fault {
+    use crate::vcpu_bench::BenchError;
     match e {
         BenchError::Input(_) => Fault::User,
         BenchError::Topology(t) => of_topology(t),
@@ -261,9 +261,12 @@ mod tests {
         );
         assert_eq!(status(TaskError::Stuck("x".into())), FAILURE);
         assert_eq!(
-            status(crate::bench::BenchError::Failed("x".into())),
+            status(crate::vcpu_bench::BenchError::Failed("x".into())),
             FAILURE
         );
-        assert_eq!(status(crate::bench::BenchError::Input("x".into())), INPUT);
+        assert_eq!(
+            status(crate::vcpu_bench::BenchError::Input("x".into())),
+            INPUT
+        );
     }
 }

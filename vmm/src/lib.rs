@@ -24,7 +24,7 @@
 //! | [`pin`], [`rt`] | vCPU placement and real-time policy |
 //! | [`micro`] | built-in micro-guests and their port interface |
 //! | [`vcpu_task`] | vCPUs as `vcpu_sched` tasks; the executors |
-//! | [`bench`] | `vmm bench`: the seeds' workloads as micro-guests |
+//! | [`vcpu_bench`] | `vmm bench`'s engine: the seeds' workloads as micro-guests on KVM, one run or a comparison |
 //!
 //! `vmm sched-bench` (the scheduler alone on synthetic tasks) is
 //! [`cli::sched_bench`]: argument parsing and output over
@@ -33,7 +33,6 @@
 //! The architecture is described in `docs/vmm.md`.
 
 pub mod acpi;
-pub mod bench;
 pub mod boot;
 pub mod cli;
 pub mod compat;
@@ -48,6 +47,7 @@ pub mod micro;
 pub mod pin;
 pub mod rt;
 pub mod vcpu;
+pub mod vcpu_bench;
 pub mod vcpu_task;
 pub mod vm;
 

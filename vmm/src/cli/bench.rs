@@ -1,5 +1,5 @@
 //! `vmm bench WORKLOAD ...`: argument parsing, progress bar, tables and
-//! JSON for [`crate::bench::run`] and [`crate::bench::compare`].
+//! JSON for [`crate::vcpu_bench::run`] and [`crate::vcpu_bench::compare`].
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use super::args::{check_duration, check_reps, mitigation_sets, progress_bar, InputError};
-use crate::bench::{
+use crate::vcpu_bench::{
     compare, run as run_bench, BenchOptions, BenchReport, CompareOptions, VcpuRow, Workload,
 };
 use crate::vcpu_task::ExecutorKind;
