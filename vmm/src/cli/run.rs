@@ -232,12 +232,12 @@ fn until_regex(cfg: &RunConfig) -> Result<Option<regex::Regex>> {
 fn run_vm(vm: crate::vm::LinuxVm, cfg: &RunConfig, pins: Option<Vec<u32>>) -> Result<StopReason> {
     Ok(match cfg.sched {
         SchedMode::Host => {
-            let opts = crate::vm::ThreadOptions {
+            let opts = crate::vcpu_task::linux::ThreadOptions {
                 pins,
                 rt: cfg.rt,
                 timeout: cfg.timeout,
             };
-            crate::vm::run_threads(vm, &opts)?
+            crate::vcpu_task::linux::run_threads(vm, &opts)?
         }
         SchedMode::VcpuSched => {
             let o = crate::vcpu_task::linux::LinuxSchedOptions {

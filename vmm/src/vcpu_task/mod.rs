@@ -446,8 +446,22 @@ impl VmSet {
     /// its vCPUs, and wakes each through `wake` so that blocked ones end.
     fn fail_vm(&self, vm: usize, reason: StopReason, wake: &dyn Fn(&VcpuSlot)) {
         let e = &self.vms[vm];
+        let clean = matches!(
+            reason,
+            StopReason::Reset { .. }
+                | StopReason::PowerOff { .. }
+                | StopReason::UntilMatched { .. }
+        );
         if e.control.request_stop(reason.clone()) {
-            tracing::warn!(vm = %e.name, "VM stopped: {reason}");
+            // The first line: the caller reports the whole reason (with
+            // registers, for a fault) once.
+            let what = reason.to_string();
+            let what = what.lines().next().unwrap_or_default();
+            if clean {
+                tracing::info!(vm = %e.name, "VM stopped: {what}");
+            } else {
+                tracing::warn!(vm = %e.name, "VM stopped: {what}");
+            }
         }
         for s in &self.slots[e.first..e.first + e.nvcpus] {
             wake(s);
@@ -457,7 +471,10 @@ impl VmSet {
     /// A vCPU's runner is done with it: drops the vCPU, and when it was
     /// the VM's last, tears the VM down.
     fn vcpu_exited(&self, slot: &VcpuSlot, st: &mut VcpuState) {
-        st.vcpu = None;
+        if let Some(v) = st.vcpu.take() {
+            let vm = &self.vms[slot.vm].name;
+            tracing::debug!(%vm, vcpu = v.index(), stats = ?v.stats(), "vCPU done");
+        }
         if slot.exited.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -548,6 +565,40 @@ pub(crate) fn enter(set: &VmSet, vm: &VmEntry, st: &mut VcpuState) -> Action {
             vcpu: vcpu.index(),
             what: e.to_string(),
         }),
+    }
+}
+
+/// The shutdown every executor shares: asks the set to stop, then every
+/// 2 ms wakes (`wake`) and kicks each vCPU that has not ended, until
+/// `done()` says the executor's vCPUs are all gone. After `timeout`, a
+/// [`TaskError::Stuck`] names (`describe`) up to 8 of those left.
+pub(crate) fn drain(
+    set: &VmSet,
+    timeout: Duration,
+    wake: &dyn Fn(&VcpuSlot),
+    describe: &dyn Fn(&VcpuSlot) -> String,
+    done: &mut dyn FnMut() -> bool,
+) -> Result<(), TaskError> {
+    set.request_stop();
+    let deadline = Instant::now() + timeout;
+    loop {
+        if done() {
+            return Ok(());
+        }
+        for s in set.slots().iter().filter(|s| !s.exited()) {
+            wake(s);
+            s.kicker().kick();
+        }
+        if Instant::now() > deadline {
+            let left: Vec<&Arc<VcpuSlot>> = set.slots().iter().filter(|s| !s.exited()).collect();
+            let names: Vec<String> = left.iter().take(8).map(|s| describe(s)).collect();
+            return Err(TaskError::Stuck(format!(
+                "{} vCPUs did not end within {timeout:?} of the stop: {}",
+                left.len(),
+                names.join(", ")
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
@@ -716,7 +767,11 @@ impl Running {
         let inner = match opts.kind {
             ExecutorKind::Threads => Inner::Threads(threads::ThreadsRun::start(opts, &set)?),
             ExecutorKind::Workers => Inner::Workers(workers::WorkerExecutor::start(opts, &set)?),
-            ExecutorKind::Host => Inner::Host(host::HostRun::start(opts, &set)?),
+            ExecutorKind::Host => {
+                host::warn_rt_oversubscribed(&set);
+                let ho = host::HostOptions::for_executor(opts, &set);
+                Inner::Host(host::HostRun::start(&ho, &set)?)
+            }
         };
         Ok(Self { set, inner })
     }
