@@ -15,6 +15,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::{BootEntry, BootError};
 use crate::layout::{BOOT_STACK, GDT_ADDR, IDT_ADDR, LAPIC_ADDR, PDPT_ADDR, PD_ADDR, PML4_ADDR};
+/// Identity map of the first 1 GiB with 2 MiB pages.
 pub(super) fn write_page_tables(mem: &GuestMemoryMmap) -> Result<(), vm_memory::GuestMemoryError> {
     mem.write_obj(PDPT_ADDR | 0x3, GuestAddress(PML4_ADDR))?;
     mem.write_obj(PD_ADDR | 0x3, GuestAddress(PDPT_ADDR))?;

@@ -308,8 +308,6 @@ fn write_e820(params: &mut boot_params, e820: &[E820Entry]) {
     params.e820_entries = e820.len().min(max) as u8;
 }
 
-/// Identity map of the first 1 GiB with 2 MiB pages.
-
 #[cfg(test)]
 mod tests {
     use super::entry::{segment, GDT};

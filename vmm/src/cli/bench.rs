@@ -123,16 +123,32 @@ pub fn render_report(r: &BenchReport, per_vcpu: bool) -> String {
         ts.run_delay_per_task_ns / 1e6,
         ts.migrations as f64 / n,
     );
+    render_threads(&mut s, r);
+    if !r.stalled.is_empty() {
+        let _ = writeln!(s, "  vCPUs without progress: {}", r.stalled.len());
+    }
+    if per_vcpu {
+        render_per_vcpu(&mut s, r);
+    }
+    s
+}
+
+/// Where the vCPUs' threads (host executor) or the scheduler spent time.
+fn render_threads(s: &mut String, r: &BenchReport) {
+    let run = &r.run;
+    let ts = &run.task_summary;
+    let n = r.per_vcpu.len().max(1) as f64;
+    let sum = |f: fn(&VcpuRow) -> u64| r.per_vcpu.iter().map(f).sum::<u64>();
     if r.executor == ExecutorKind::Host {
         let _ = writeln!(
-            s,
+            *s,
             "  host threads: {:.1} ms on CPU, {:.1} ms waiting on a host run queue (mean per vCPU)",
             sum(|v| v.host_run_ns) as f64 / n / 1e6,
             sum(|v| v.host_wait_ns) as f64 / n / 1e6
         );
     } else {
         let _ = writeln!(
-            s,
+            *s,
             "  scheduler: wake-to-run p50 {} ns p99 {} ns; time running {:.0} ms, queued {:.0} ms, blocked {:.0} ms (all vCPUs); {} schedule calls, {:.0} ns each",
             ts.wake_to_run_p50_ns,
             ts.wake_to_run_p99_ns,
@@ -149,7 +165,7 @@ pub fn render_report(r: &BenchReport, per_vcpu: bool) -> String {
             .collect();
         let shown = per_cpu.len().min(16);
         let _ = writeln!(
-            s,
+            *s,
             "  scheduler overhead per CPU (ms in schedule, whole run): {}{}",
             per_cpu[..shown].join(" "),
             if per_cpu.len() > shown {
@@ -165,44 +181,42 @@ pub fn render_report(r: &BenchReport, per_vcpu: bool) -> String {
             .filter(|(_, v)| *v > 0)
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
-        let _ = writeln!(s, "  counters (window): {}", c.join(", "));
+        let _ = writeln!(*s, "  counters (window): {}", c.join(", "));
     }
-    if !r.stalled.is_empty() {
-        let _ = writeln!(s, "  vCPUs without progress: {}", r.stalled.len());
-    }
-    if per_vcpu {
+}
+
+/// One line per vCPU.
+fn render_per_vcpu(s: &mut String, r: &BenchReport) {
+    let _ = writeln!(
+        *s,
+        "  {:<14} {:>8} {:>7} {:>11} {:>11} {:>11} {:>6} {:>10} {:>10} {:>10}",
+        "vcpu",
+        "entries",
+        "halts",
+        "delay_us",
+        "w2r_p50_ns",
+        "w2r_p99_ns",
+        "migr",
+        "run_ms",
+        "queue_ms",
+        "block_ms"
+    );
+    for v in &r.per_vcpu {
         let _ = writeln!(
-            s,
-            "  {:<14} {:>8} {:>7} {:>11} {:>11} {:>11} {:>6} {:>10} {:>10} {:>10}",
-            "vcpu",
-            "entries",
-            "halts",
-            "delay_us",
-            "w2r_p50_ns",
-            "w2r_p99_ns",
-            "migr",
-            "run_ms",
-            "queue_ms",
-            "block_ms"
+            *s,
+            "  {:<14} {:>8} {:>7} {:>11.1} {:>11} {:>11} {:>6} {:>10.1} {:>10.1} {:>10.1}",
+            v.name,
+            v.entries,
+            v.blocks,
+            v.run_delay_ns as f64 / 1e3,
+            v.wake_to_run_p50_ns,
+            v.wake_to_run_p99_ns,
+            v.migrations,
+            v.running_ns as f64 / 1e6,
+            v.queued_ns as f64 / 1e6,
+            v.blocked_ns as f64 / 1e6
         );
-        for v in &r.per_vcpu {
-            let _ = writeln!(
-                s,
-                "  {:<14} {:>8} {:>7} {:>11.1} {:>11} {:>11} {:>6} {:>10.1} {:>10.1} {:>10.1}",
-                v.name,
-                v.entries,
-                v.blocks,
-                v.run_delay_ns as f64 / 1e3,
-                v.wake_to_run_p50_ns,
-                v.wake_to_run_p99_ns,
-                v.migrations,
-                v.running_ns as f64 / 1e6,
-                v.queued_ns as f64 / 1e6,
-                v.blocked_ns as f64 / 1e6
-            );
-        }
     }
-    s
 }
 
 /// Runs `vmm bench`.
