@@ -112,6 +112,70 @@ fn not_a_kernel() {
     assert_input_error(&r, &["a directory"]);
 }
 
+/// A kernel path that exists but cannot be read is the user's fault too
+/// (exit 2, as a missing one): here a Unix socket, which `open` refuses
+/// even to root (tests may run as root, so permission bits would not
+/// stop the read). The same for `--initrd`. `/dev/null` reads as an empty
+/// file: not a kernel.
+#[test]
+fn unreadable_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("kernel.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let r = run(&[
+        "run",
+        "--kernel",
+        s(&sock),
+        "--memory",
+        "256M",
+        "--guest",
+        SHAPE,
+    ]);
+    assert_input_error(&r, &["cannot read", "kernel.sock"]);
+    let k = write(dir.path(), "k", &tiny_kernel(&[0xf4]));
+    let r = run(&[
+        "run",
+        "--kernel",
+        s(&k),
+        "--initrd",
+        s(&sock),
+        "--memory",
+        "256M",
+        "--guest",
+        SHAPE,
+    ]);
+    assert_input_error(&r, &["cannot read", "kernel.sock"]);
+    let r = run(&[
+        "run",
+        "--kernel",
+        "/dev/null",
+        "--memory",
+        "256M",
+        "--guest",
+        SHAPE,
+    ]);
+    assert_input_error(&r, &["not a Linux kernel", "an empty file"]);
+}
+
+/// A bad topology string is the user's fault in every command that takes
+/// one: exit 2, one line.
+#[test]
+fn bad_topology_string_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = write(dir.path(), "k", &tiny_kernel(&[0xf4]));
+    let bad = "package:two core:1";
+    for args in [
+        &["run", "--kernel", s(&k), "--memory", "256M", "--guest", bad][..],
+        &["topology", "show", "--topology", bad][..],
+        &["topology", "guest", "--guest", bad][..],
+        &["sched-bench", "runq", "--topology", bad][..],
+        &["bench", "runq", "--topology", bad][..],
+    ] {
+        let r = run(args);
+        assert_input_error(&r, &["malformed topology description"]);
+    }
+}
+
 #[test]
 fn memory_too_small() {
     let dir = tempfile::tempdir().unwrap();

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use vcpu_sched::Mitigations;
-use vmm::bench::{run, BenchOptions, Workload};
+use vmm::vcpu_bench::{run, BenchOptions, Workload};
 use vmm::vcpu_task::ExecutorKind;
 
 fn check(w: Workload, topology: &str, vms: usize, m: Mitigations, exec: ExecutorKind) {

@@ -10,7 +10,8 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`cli`] | the `vmm` command line |
+//! | [`exit`] | exit codes: the one table of whose fault an error is (0, 1, 2, 124) |
+//! | [`cli`] | the `vmm` command line: one module per subcommand, [`cli::args`] the shared leaf |
 //! | [`config`] | `vmm run` flags and TOML files |
 //! | [`vm`] | building a Linux VM; the one-thread-per-vCPU runner |
 //! | [`vcpu`] | a vCPU, its run loop and the race-free kick |
@@ -21,15 +22,17 @@
 //! | [`compat`] | kvm_pvm workarounds |
 //! | [`devices`], [`console`] | COM1, i8042 and reset ports; the console sink |
 //! | [`pin`], [`rt`] | vCPU placement and real-time policy |
-//! | [`sched_bench`] | `vmm sched-bench`: the scheduler alone on synthetic tasks |
 //! | [`micro`] | built-in micro-guests and their port interface |
 //! | [`vcpu_task`] | vCPUs as `vcpu_sched` tasks; the executors |
-//! | [`bench`] | `vmm bench`: the seeds' workloads as micro-guests |
+//! | [`vcpu_bench`] | `vmm bench`'s engine: the seeds' workloads as micro-guests on KVM, one run or a comparison |
+//!
+//! `vmm sched-bench` (the scheduler alone on synthetic tasks) is
+//! [`cli::sched_bench`]: argument parsing and output over
+//! [`vcpu_sched::bench`].
 //!
 //! The architecture is described in `docs/vmm.md`.
 
 pub mod acpi;
-pub mod bench;
 pub mod boot;
 pub mod cli;
 pub mod compat;
@@ -37,13 +40,14 @@ pub mod config;
 pub mod console;
 pub mod cpuid;
 pub mod devices;
+pub mod exit;
 pub mod layout;
 pub mod memory;
 pub mod micro;
 pub mod pin;
 pub mod rt;
-pub mod sched_bench;
 pub mod vcpu;
+pub mod vcpu_bench;
 pub mod vcpu_task;
 pub mod vm;
 
@@ -85,24 +89,4 @@ pub enum Error {
     /// Anything else.
     #[error("{0}")]
     Other(String),
-}
-
-impl Error {
-    /// Whether the user can fix this by changing the request (exit status 2).
-    pub fn is_input(&self) -> bool {
-        match self {
-            Error::Input(_) | Error::Pin(_) | Error::Config(_) => true,
-            Error::Boot(b) => b.is_input(),
-            Error::Memory(m) => matches!(
-                m,
-                memory::MemoryError::TooSmall { .. } | memory::MemoryError::TooLarge(_)
-            ),
-            Error::Acpi(_) => true,
-            Error::Topology(t) => !matches!(
-                t,
-                topology::TopologyError::Io { .. } | topology::TopologyError::Host(_)
-            ),
-            _ => false,
-        }
-    }
 }

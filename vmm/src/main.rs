@@ -10,7 +10,7 @@ fn main() -> ExitCode {
     match vmm::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {
-            let code = vmm::cli::exit_code_for(&e);
+            let code = ExitCode::from(vmm::exit::status_for_error(&e));
             // One line: the chain of contexts, outermost first.
             eprintln!("error: {e:#}");
             code

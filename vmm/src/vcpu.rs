@@ -40,7 +40,7 @@
 //! returns `Kicked` without entering the guest.
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use kvm_bindings::{
     KVM_INTERNAL_ERROR_EMULATION, KVM_INTERNAL_ERROR_EMULATION_FLAG_INSTRUCTION_BYTES,
@@ -162,11 +162,12 @@ pub fn kick_signal() -> libc::c_int {
 
 extern "C" fn kick_handler(_: libc::c_int) {}
 
-/// Installs the kick signal's handler (once per process).
+/// Installs the kick signal's handler (once per process). Every call
+/// returns the outcome of the first.
 pub fn install_kick_signal() -> Result<(), VcpuError> {
-    static ONCE: Once = Once::new();
-    static mut RESULT: i32 = 0;
-    ONCE.call_once(|| {
+    // 0: installed; otherwise the OS error of the one attempt.
+    static RESULT: OnceLock<i32> = OnceLock::new();
+    let err = *RESULT.get_or_init(|| {
         // SAFETY: a zeroed sigaction is a valid "no flags, empty mask"
         // value; the handler is an `extern "C"` function that touches
         // nothing, so it is async-signal-safe. SA_RESTART is deliberately
@@ -178,17 +179,12 @@ pub fn install_kick_signal() -> Result<(), VcpuError> {
             sa.sa_flags = 0;
             libc::sigaction(kick_signal(), &sa, std::ptr::null_mut())
         };
-        let err = if rc == 0 {
+        if rc == 0 {
             0
         } else {
             std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
-        };
-        // SAFETY: written only here, inside call_once, and read only after
-        // call_once returned, which orders the accesses.
-        unsafe { RESULT = err };
+        }
     });
-    // SAFETY: see above: call_once has completed.
-    let err = unsafe { RESULT };
     if err == 0 {
         Ok(())
     } else {

@@ -1,9 +1,9 @@
-//! A Linux VM: KVM VM, memory per node, devices, ACPI, CPUID, boot, and
-//! the one-thread-per-vCPU runner.
+//! A Linux VM: KVM VM, memory per node, devices, ACPI, CPUID and boot.
 //!
 //! [`LinuxVm::build`] does everything up to the first `KVM_RUN`; the VM is
-//! then driven by [`run_threads`] (one host thread per vCPU, the host
-//! kernel schedules them), or by any other executor that takes the vCPUs
+//! then driven by [`run_threads`](crate::vcpu_task::linux::run_threads)
+//! (one host thread per vCPU, the host kernel schedules them), or by any
+//! other executor that takes the vCPUs
 //! out with [`LinuxVm::take_vcpus`] and runs them with
 //! [`Vcpu::run`](crate::vcpu::Vcpu::run) against [`LinuxVm::devices`],
 //! reporting what it sees to [`LinuxVm::control`]. Nothing here is global
@@ -12,9 +12,8 @@
 use std::fmt;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Barrier, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use kvm_bindings::{kvm_enable_cap, kvm_pit_config, kvm_userspace_memory_region};
@@ -23,7 +22,7 @@ use kvm_bindings::{KVM_X2APIC_API_DISABLE_BROADCAST_QUIRK, KVM_X2APIC_API_USE_32
 use kvm_ioctls::{Kvm, VmFd};
 use regex::Regex;
 use topology::{GuestTopology, HostTopology, Vendor};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
 use vmm_sys_util::eventfd::EventFd;
 
@@ -36,7 +35,6 @@ use crate::devices::LegacyDevices;
 use crate::layout::COM1_GSI;
 use crate::memory::{self, GuestRam, HumanSize, MemoryPlan};
 use crate::pin::PinPlan;
-use crate::rt::{self, RtPolicy};
 use crate::vcpu::{Kicker, Vcpu, VcpuExit};
 use crate::Error;
 
@@ -101,20 +99,6 @@ pub enum StopReason {
     Timeout(Duration),
 }
 
-impl StopReason {
-    /// The process exit status for this outcome: 0 for a clean stop, 124
-    /// for a timeout (as `timeout(1)`), 1 for a guest failure.
-    pub fn exit_status(&self) -> u8 {
-        match self {
-            StopReason::Reset { .. }
-            | StopReason::PowerOff { .. }
-            | StopReason::UntilMatched { .. } => 0,
-            StopReason::Timeout(_) => 124,
-            _ => 1,
-        }
-    }
-}
-
 impl fmt::Display for StopReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -169,7 +153,6 @@ pub struct VmControl {
     cond: Condvar,
     kickers: Mutex<Vec<Kicker>>,
     started: Mutex<Option<Instant>>,
-    exited: AtomicUsize,
 }
 
 impl fmt::Debug for VmControl {
@@ -189,7 +172,6 @@ impl VmControl {
             cond: Condvar::new(),
             kickers: Mutex::new(Vec::new()),
             started: Mutex::new(None),
-            exited: AtomicUsize::new(0),
         })
     }
 
@@ -276,31 +258,6 @@ impl VmControl {
                 }
             }
         }
-    }
-
-    fn vcpu_exited(&self) {
-        // Under the lock `wait_exited` waits with, so the wakeup cannot
-        // fall between its check and its wait.
-        let _g = self.reason.lock().unwrap_or_else(|e| e.into_inner());
-        self.exited.fetch_add(1, Ordering::SeqCst);
-        self.cond.notify_all();
-    }
-
-    fn wait_exited(&self, n: usize, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        let mut g = self.reason.lock().unwrap_or_else(|e| e.into_inner());
-        while self.exited.load(Ordering::SeqCst) < n {
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            g = self
-                .cond
-                .wait_timeout(g, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        true
     }
 }
 
@@ -610,17 +567,6 @@ impl LinuxVm {
     }
 }
 
-/// How [`run_threads`] runs the vCPUs.
-#[derive(Clone, Debug, Default)]
-pub struct ThreadOptions {
-    /// vCPU `i` is pinned to OS CPU `pins[i]`.
-    pub pins: Option<Vec<u32>>,
-    /// Real-time policy for the vCPU threads.
-    pub rt: Option<RtPolicy>,
-    /// Give up after this long.
-    pub timeout: Option<Duration>,
-}
-
 /// What one vCPU thread does with an exit: keep going, or stop the VM.
 pub fn handle_exit(vcpu: &Vcpu, exit: VcpuExit) -> Option<StopReason> {
     let i = vcpu.index();
@@ -648,115 +594,4 @@ pub fn handle_exit(vcpu: &Vcpu, exit: VcpuExit) -> Option<StopReason> {
         }),
         VcpuExit::Unexpected(what) => Some(StopReason::VcpuFailed { vcpu: i, what }),
     }
-}
-
-/// Runs every vCPU on a thread of its own (`vcpu<N>`) until the VM stops.
-/// Setup failures of a thread (pinning, RT policy) are returned as errors
-/// before the guest runs.
-pub fn run_threads(mut vm: LinuxVm, opts: &ThreadOptions) -> Result<StopReason, Error> {
-    let vcpus = vm.take_vcpus();
-    let n = vcpus.len();
-    let control = vm.control();
-    let devices = vm.devices();
-    let go = Arc::new(Barrier::new(n + 1));
-    let (tx, rx) = mpsc::channel::<(usize, Result<(), String>)>();
-    let mut handles = Vec::with_capacity(n);
-    for mut vcpu in vcpus {
-        let i = vcpu.index();
-        let control = control.clone();
-        let devices = devices.clone();
-        let go = go.clone();
-        let tx = tx.clone();
-        let pin = opts.pins.as_ref().map(|p| p[i]);
-        let rt = opts.rt;
-        let h = std::thread::Builder::new()
-            .name(format!("vcpu{i}"))
-            .spawn(move || {
-                let mut setup = Ok(());
-                if let Some(cpu) = pin {
-                    if let Err(e) = rt::pin_current_thread(cpu) {
-                        setup = Err(format!("--pin: cannot pin vCPU {i} to host CPU {cpu}: {e}"));
-                    }
-                }
-                if setup.is_ok() {
-                    if let Some(p) = rt {
-                        if let Err(e) = p.apply_to_current_thread() {
-                            let hint = if e.raw_os_error() == Some(libc::EPERM) {
-                                " (needs root, CAP_SYS_NICE or a high enough RLIMIT_RTPRIO)"
-                            } else {
-                                ""
-                            };
-                            setup = Err(format!(
-                                "--rt {p}: cannot set the policy of vCPU {i}'s thread: {e}{hint}"
-                            ));
-                        }
-                    }
-                }
-                let _ = tx.send((i, setup));
-                go.wait();
-                while !control.is_stopping() {
-                    match vcpu.run(&*devices) {
-                        Ok(exit) => {
-                            if let Some(r) = handle_exit(&vcpu, exit) {
-                                control.request_stop(r);
-                            }
-                        }
-                        Err(e) => {
-                            control.request_stop(StopReason::VcpuFailed {
-                                vcpu: i,
-                                what: e.to_string(),
-                            });
-                        }
-                    }
-                }
-                debug!(vcpu = i, stats = ?vcpu.stats(), "vCPU thread done");
-                control.vcpu_exited();
-                drop(vcpu);
-            })
-            .map_err(|e| Error::Other(format!("spawning the vcpu{i} thread: {e}")))?;
-        handles.push(h);
-    }
-    drop(tx);
-    let mut setup_error = None;
-    for _ in 0..n {
-        match rx.recv() {
-            Ok((_, Ok(()))) => {}
-            Ok((_, Err(e))) => {
-                setup_error.get_or_insert(e);
-            }
-            Err(_) => {
-                setup_error.get_or_insert("a vCPU thread died during setup".to_string());
-            }
-        }
-    }
-    if let Some(e) = setup_error {
-        control.request_stop(StopReason::VcpuFailed {
-            vcpu: 0,
-            what: e.clone(),
-        });
-        go.wait();
-        for h in handles {
-            let _ = h.join();
-        }
-        return Err(Error::Input(e));
-    }
-    control.mark_started();
-    go.wait();
-    let reason = match control.wait(opts.timeout) {
-        Some(r) => r,
-        None => {
-            let t = opts.timeout.unwrap_or_default();
-            control.request_stop(StopReason::Timeout(t));
-            control.reason().unwrap_or(StopReason::Timeout(t))
-        }
-    };
-    if control.wait_exited(n, Duration::from_secs(5)) {
-        for h in handles {
-            let _ = h.join();
-        }
-    } else {
-        warn!("some vCPU threads did not stop within 5 s; leaving them behind");
-    }
-    devices.flush_console();
-    Ok(reason)
 }

@@ -1,5 +1,8 @@
-//! The baseline: plain 1:1 vCPU threads scheduled by the host kernel, as
-//! Cloud Hypervisor and Firecracker run them. No `vcpu_sched` at all.
+//! The host 1:1 runner: plain vCPU threads scheduled by the host kernel,
+//! as Cloud Hypervisor and Firecracker run them. No `vcpu_sched` at all.
+//! It is the `host` executor of `vmm bench` (the baseline) and the runner
+//! of `vmm run --sched host` ([`crate::vm::run_threads`]): the one place
+//! that runs vCPUs one thread each.
 //!
 //! Each vCPU gets a thread; an RT vCPU's thread gets `SCHED_FIFO` (or
 //! `SCHED_RR`) at the same priority, a fair one stays `SCHED_OTHER`. A
@@ -12,7 +15,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use vcpu_sched::exec::set_current_thread_policy;
 use vcpu_sched::{Policy, SchedError};
@@ -26,6 +29,130 @@ pub(crate) struct HostRun {
     set: Arc<VmSet>,
     handles: Vec<JoinHandle<()>>,
     schedstat: SchedStats,
+}
+
+/// How the vCPU threads are named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ThreadNames {
+    /// `v<VM>.<vCPU>` (many VMs in one process).
+    PerVm,
+    /// `vcpu<N>` (one VM: `vmm run`).
+    Vcpu,
+}
+
+/// How [`HostRun`] sets up its threads.
+#[derive(Clone, Debug)]
+pub(crate) struct HostOptions {
+    /// Host CPUs each vCPU's thread is pinned to, by global index (`None`,
+    /// or a missing entry: not pinned).
+    pub pins: Vec<Option<Vec<u32>>>,
+    /// Thread names.
+    pub names: ThreadNames,
+    /// A policy the host does not permit (`EPERM`) fails the start instead
+    /// of leaving the thread `SCHED_OTHER` with a warning.
+    pub strict_policy: bool,
+    /// Thread stack size (`None`: the Rust default).
+    pub stack_size: Option<usize>,
+}
+
+impl HostOptions {
+    /// The `host` executor's choices for `set`: each vCPU pinned to the
+    /// host CPUs its placement's logical CPUs map to; small stacks, as
+    /// there may be thousands.
+    pub(crate) fn for_executor(opts: &ExecOptions, set: &VmSet) -> Self {
+        let pins = set
+            .slots()
+            .iter()
+            .map(|slot| {
+                slot.placement.affinity.as_ref().map(|m| {
+                    let mut v: Vec<u32> = m.iter().map(|c| opts.host_cpu(c)).collect();
+                    v.sort_unstable();
+                    v.dedup();
+                    v
+                })
+            })
+            .collect();
+        Self {
+            pins,
+            names: ThreadNames::PerVm,
+            strict_policy: false,
+            stack_size: Some(256 << 10),
+        }
+    }
+}
+
+/// Warns when more RT vCPU threads than host CPUs could starve each other.
+pub(crate) fn warn_rt_oversubscribed(set: &VmSet) {
+    let rt = set
+        .slots()
+        .iter()
+        .filter(|s| !matches!(s.placement.policy, Policy::Fair(_)))
+        .count();
+    let host_cpus = vcpu_sched::exec::allowed_host_cpus().map_or(0, |v| v.len());
+    if rt > host_cpus {
+        // KVM-NOTES: equal-priority FIFO threads never time-slice; a
+        // vCPU that spins in the guest starves the others on its CPU.
+        tracing::warn!(
+            "{rt} RT vCPU threads on {host_cpus} host CPUs: a vCPU that does not block starves the others on its CPU"
+        );
+    }
+}
+
+/// Pins the calling thread and gives it its policy; `Err` is a message
+/// for the user.
+fn setup_thread(slot: &VcpuSlot, pins: Option<&[u32]>, strict_policy: bool) -> Result<(), String> {
+    let what = format!("vCPU {} of VM {}", slot.index, slot.vm);
+    if let Some(p) = pins {
+        pin_to(p)
+            .map_err(|e| format!("cannot pin the thread of {what} to host CPUs {p:?}: {e}"))?;
+    }
+    let policy = slot.placement.policy;
+    if let Err(e) = set_current_thread_policy(policy) {
+        let eperm = matches!(&e, SchedError::Os { source, .. }
+            if source.raw_os_error() == Some(libc::EPERM));
+        const NEEDS: &str = "needs root, CAP_SYS_NICE or a high enough RLIMIT_RTPRIO";
+        if !eperm {
+            return Err(format!(
+                "cannot give the thread of {what} the policy {policy}: {e}"
+            ));
+        }
+        if strict_policy {
+            return Err(format!(
+                "--rt {policy}: cannot set the policy of the thread of {what}: {e} ({NEEDS})"
+            ));
+        }
+        // Not permitted: run on as SCHED_OTHER.
+        warn_once(&format!(
+            "vCPU threads stay SCHED_OTHER: the policy {policy} is not permitted ({NEEDS})"
+        ));
+    }
+    Ok(())
+}
+
+/// A vCPU thread: set up, report, wait for the start, run, record its
+/// host run-queue statistics.
+fn thread_main(
+    set: &VmSet,
+    slot: &VcpuSlot,
+    setup: Result<(), String>,
+    tx: mpsc::Sender<Result<(), String>>,
+    schedstat: &SchedStats,
+) {
+    let _ = slot.thread.set(std::thread::current());
+    let ok = setup.is_ok();
+    let _ = tx.send(setup);
+    drop(tx);
+    while !set.started() && !set.stopping() {
+        std::thread::park();
+    }
+    if ok && !set.stopping() {
+        body(set, slot);
+    } else {
+        let mut st = slot.lock();
+        set.vcpu_exited(slot, &mut st);
+    }
+    let s = thread_schedstat();
+    schedstat.lock().unwrap_or_else(|p| p.into_inner())[slot.global] = s;
 }
 
 /// Wakes a vCPU thread (its token, then unpark).
@@ -112,77 +239,29 @@ fn body(set: &VmSet, slot: &VcpuSlot) {
 }
 
 impl HostRun {
-    pub(crate) fn start(opts: &ExecOptions, set: &Arc<VmSet>) -> Result<Self, TaskError> {
+    /// Starts a thread per vCPU and lets them go once every one is set up;
+    /// the first setup failure stops them all and is returned.
+    pub(crate) fn start(opts: &HostOptions, set: &Arc<VmSet>) -> Result<Self, TaskError> {
         let n = set.slots().len();
-        let rt = set
-            .slots()
-            .iter()
-            .filter(|s| !matches!(s.placement.policy, Policy::Fair(_)))
-            .count();
-        let host_cpus = vcpu_sched::exec::allowed_host_cpus().map_or(0, |v| v.len());
-        if rt > host_cpus {
-            // KVM-NOTES: equal-priority FIFO threads never time-slice; a
-            // vCPU that spins in the guest starves the others on its CPU.
-            tracing::warn!(
-                "{rt} RT vCPU threads on {host_cpus} host CPUs: a vCPU that does not block starves the others on its CPU"
-            );
-        }
         let schedstat: SchedStats = Arc::new(Mutex::new(vec![None; n]));
         let (tx, rx) = mpsc::channel::<Result<(), String>>();
         let mut handles = Vec::with_capacity(n);
         for slot in set.slots() {
-            let pins: Option<Vec<u32>> = slot.placement.affinity.as_ref().map(|m| {
-                let mut v: Vec<u32> = m.iter().map(|c| opts.host_cpu(c)).collect();
-                v.sort_unstable();
-                v.dedup();
-                v
-            });
-            let policy = slot.placement.policy;
+            let pins = opts.pins.get(slot.global).cloned().flatten();
+            let strict = opts.strict_policy;
             let (set2, slot2, tx2, ss) = (set.clone(), slot.clone(), tx.clone(), schedstat.clone());
-            let name = format!("v{}.{}", slot.vm, slot.index);
-            let h = std::thread::Builder::new()
-                .name(name)
-                .stack_size(256 << 10)
+            let name = match opts.names {
+                ThreadNames::PerVm => format!("v{}.{}", slot.vm, slot.index),
+                ThreadNames::Vcpu => format!("vcpu{}", slot.index),
+            };
+            let mut b = std::thread::Builder::new().name(name);
+            if let Some(size) = opts.stack_size {
+                b = b.stack_size(size);
+            }
+            let h = b
                 .spawn(move || {
-                    let mut setup = Ok(());
-                    if let Some(p) = &pins {
-                        if let Err(e) = pin_to(p) {
-                            setup =
-                                Err(format!("cannot pin a vCPU thread to host CPUs {p:?}: {e}"));
-                        }
-                    }
-                    if setup.is_ok() {
-                        if let Err(e) = set_current_thread_policy(policy) {
-                            let eperm = matches!(&e, SchedError::Os { source, .. }
-                                if source.raw_os_error() == Some(libc::EPERM));
-                            if eperm {
-                                // Not permitted (no root, CAP_SYS_NICE or
-                                // RLIMIT_RTPRIO): run on as SCHED_OTHER.
-                                warn_once(&format!(
-                                    "vCPU threads stay SCHED_OTHER: the policy {policy} is not permitted \
-                                     (needs root, CAP_SYS_NICE or a high enough RLIMIT_RTPRIO)"
-                                ));
-                            } else {
-                                setup = Err(format!(
-                                    "cannot give a vCPU thread the policy {policy}: {e}"
-                                ));
-                            }
-                        }
-                    }
-                    let _ = slot2.thread.set(std::thread::current());
-                    let ok = setup.is_ok();
-                    let _ = tx2.send(setup);
-                    while !set2.started() && !set2.stopping() {
-                        std::thread::park();
-                    }
-                    if ok && !set2.stopping() {
-                        body(&set2, &slot2);
-                    } else {
-                        let mut st = slot2.lock();
-                        set2.vcpu_exited(&slot2, &mut st);
-                    }
-                    let s = thread_schedstat();
-                    ss.lock().unwrap_or_else(|p| p.into_inner())[slot2.global] = s;
+                    let setup = setup_thread(&slot2, pins.as_deref(), strict);
+                    thread_main(&set2, &slot2, setup, tx2, &ss);
                 })
                 .map_err(|e| TaskError::Os {
                     context: format!(
@@ -225,29 +304,23 @@ impl HostRun {
     }
 
     pub(crate) fn shutdown(self, timeout: Duration) -> Result<ExecOutcome, TaskError> {
-        self.set.request_stop();
-        let deadline = Instant::now() + timeout;
         let mut handles = self.handles;
-        while !handles.is_empty() {
-            for s in self.set.slots() {
-                wake_slot(s);
-            }
-            let (done, rest): (Vec<_>, Vec<_>) = handles.into_iter().partition(|h| h.is_finished());
-            for h in done {
-                let _ = h.join();
-            }
-            handles = rest;
-            if handles.is_empty() {
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(TaskError::Stuck(format!(
-                    "{} vCPU threads did not end within {timeout:?}",
-                    handles.len()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        super::drain(
+            &self.set,
+            timeout,
+            &wake_slot,
+            &|s| super::threads::task_name(&self.set, s),
+            &mut || {
+                let (done, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut handles)
+                    .into_iter()
+                    .partition(|h| h.is_finished());
+                for h in done {
+                    let _ = h.join();
+                }
+                handles = rest;
+                handles.is_empty()
+            },
+        )?;
         let n = self.set.slots().len();
         Ok(ExecOutcome {
             tasks: vec![None; n],

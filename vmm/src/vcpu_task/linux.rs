@@ -1,4 +1,10 @@
-//! Linux guests under `vcpu_sched` (`vmm run --sched vcpu_sched`).
+//! Running a built Linux VM: on the host 1:1 runner ([`run_threads`],
+//! `vmm run --sched host`, the default) or under `vcpu_sched`
+//! ([`run_sched`], `vmm run --sched vcpu_sched`). Both go through the same
+//! [`VmSet`](super::VmSet) and [`LinuxMapper`]; the host runner is the
+//! `host` executor ([`super::host`]).
+//!
+//! # Under `vcpu_sched`
 //!
 //! A Linux guest has the in-kernel LAPIC, so `HLT` does not exit: KVM
 //! blocks the calling thread inside `KVM_RUN` until an interrupt arrives.
@@ -99,19 +105,29 @@ fn pread(fd: &OwnedFd, buf: &mut [u8], off: u64) -> Option<()> {
     (n == buf.len() as isize).then_some(())
 }
 
-/// The exit mapping of a Linux guest: devices as in `vmm run`; a kicked
-/// vCPU found halted sleeps `halt_ns` in the scheduler.
+/// The exit mapping of a Linux guest: devices as in `vmm run`; under the
+/// scheduler, a kicked vCPU found halted sleeps `halt_ns` there.
 pub struct LinuxMapper {
     devices: Arc<LegacyDevices>,
-    halt_ns: u64,
+    /// `None`: halted vCPUs keep their thread (the host runner).
+    halt_ns: Option<u64>,
 }
 
 impl LinuxMapper {
-    /// For a VM's devices.
+    /// For a VM's devices, under the scheduler.
     pub fn new(devices: Arc<LegacyDevices>, halt_ns: u64) -> Self {
         Self {
             devices,
-            halt_ns: halt_ns.max(1),
+            halt_ns: Some(halt_ns.max(1)),
+        }
+    }
+
+    /// For a VM's devices, on the host 1:1 runner: a halted vCPU waits in
+    /// `KVM_RUN` on its own thread.
+    pub fn host(devices: Arc<LegacyDevices>) -> Self {
+        Self {
+            devices,
+            halt_ns: None,
         }
     }
 }
@@ -129,8 +145,9 @@ impl ExitMapper for LinuxMapper {
     }
 
     fn on_kicked(&self, vcpu: &Vcpu) -> Option<Action> {
+        let halt_ns = self.halt_ns?;
         match vcpu.mp_state() {
-            Ok(KVM_MP_STATE_HALTED) => Some(Action::Sleep(self.halt_ns)),
+            Ok(KVM_MP_STATE_HALTED) => Some(Action::Sleep(halt_ns)),
             _ => None,
         }
     }
@@ -165,12 +182,8 @@ pub fn run_sched(
     use super::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
     use crate::vm::StopReason;
 
-    crate::vcpu::install_kick_signal()
-        .map_err(|e| super::TaskError::Input(format!("the kick signal: {e}")))?;
-    let topo = Arc::new(
-        topology::load("host")
-            .map_err(|e| super::TaskError::Input(format!("host topology: {e}")))?,
-    );
+    crate::vcpu::install_kick_signal()?;
+    let topo = Arc::new(topology::load("host")?);
     let vcpus = vm.take_vcpus();
     let n = vcpus.len();
     let stats: Vec<Option<BlockingStat>> = vcpus.iter().map(BlockingStat::open).collect();
@@ -256,4 +269,84 @@ pub fn run_sched(
         Err(e) => tracing::warn!("stopping the vCPUs: {e}"),
     }
     Ok(reason)
+}
+
+/// How [`run_threads`] runs the vCPUs.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadOptions {
+    /// vCPU `i` is pinned to OS CPU `pins[i]`.
+    pub pins: Option<Vec<u32>>,
+    /// Real-time policy for the vCPU threads.
+    pub rt: Option<crate::rt::RtPolicy>,
+    /// Give up after this long.
+    pub timeout: Option<std::time::Duration>,
+}
+
+/// Runs every vCPU on a thread of its own (`vcpu<N>`, the host executor)
+/// until the VM stops or the timeout passes, and returns why it stopped.
+/// Setup failures of a thread (pinning, an RT policy the host refuses)
+/// are returned as input errors before the guest runs.
+pub fn run_threads(
+    mut vm: crate::vm::LinuxVm,
+    opts: &ThreadOptions,
+) -> Result<crate::vm::StopReason, crate::Error> {
+    use std::time::Duration;
+
+    use super::host::{HostOptions, HostRun, ThreadNames};
+    use super::{GuestVm, Placement, VmSet};
+    use crate::vm::StopReason;
+
+    let vcpus = vm.take_vcpus();
+    let n = vcpus.len();
+    let control = vm.control();
+    let devices = vm.devices();
+    let policy = match opts.rt {
+        Some(crate::rt::RtPolicy::Fifo(p)) => vcpu_sched::Policy::Fifo(p),
+        Some(crate::rt::RtPolicy::Rr(p)) => vcpu_sched::Policy::Rr(p),
+        None => vcpu_sched::Policy::Fair(vcpu_sched::task::NICE_0_WEIGHT),
+    };
+    let guest = GuestVm {
+        name: "vm0".into(),
+        vcpus,
+        mapper: Arc::new(LinuxMapper::host(devices.clone())),
+        control: control.clone(),
+        placement: vec![Placement {
+            policy,
+            affinity: None,
+        }],
+        keep: Box::new(vm),
+    };
+    let set = VmSet::new(vec![guest]).map_err(task_err)?;
+    let ho = HostOptions {
+        pins: (0..n)
+            .map(|i| opts.pins.as_ref().map(|p| vec![p[i]]))
+            .collect(),
+        names: ThreadNames::Vcpu,
+        strict_policy: true,
+        stack_size: None,
+    };
+    control.mark_started();
+    let run = HostRun::start(&ho, &set).map_err(task_err)?;
+    let reason = match control.wait(opts.timeout) {
+        Some(r) => r,
+        None => {
+            let t = opts.timeout.unwrap_or_default();
+            control.request_stop(StopReason::Timeout(t));
+            control.reason().unwrap_or(StopReason::Timeout(t))
+        }
+    };
+    if let Err(e) = run.shutdown(Duration::from_secs(5)) {
+        tracing::warn!("{e}; leaving them behind");
+    }
+    devices.flush_console();
+    Ok(reason)
+}
+
+/// Executor errors of `vmm run`: a thread setup the user asked for and
+/// the host refused is input; the rest is a runtime failure.
+fn task_err(e: super::TaskError) -> crate::Error {
+    match e {
+        super::TaskError::Input(m) => crate::Error::Input(m),
+        other => crate::Error::Other(other.to_string()),
+    }
 }

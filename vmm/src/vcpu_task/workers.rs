@@ -27,7 +27,7 @@
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{JoinHandle, Thread};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use vcpu_sched::exec::{
     current_tid, pin_current_thread, run_clock, runnable_thread, set_host_rt, ClockHost,
@@ -282,41 +282,22 @@ impl WorkerExecutor {
 
     pub(crate) fn shutdown(mut self, timeout: Duration) -> Result<ExecOutcome, TaskError> {
         let set = self.sh.set.clone();
-        set.request_stop();
-        let deadline = Instant::now() + timeout;
-        let mut stuck = None;
-        while self.sh.live.load(Ordering::Acquire) > 0 {
-            for s in set.slots() {
-                if !s.exited() {
-                    self.wake_slot(s, None);
-                    s.kicker().kick();
-                }
-            }
-            if Instant::now() > deadline {
-                let left: Vec<String> = set
-                    .slots()
-                    .iter()
-                    .filter(|s| !s.exited())
-                    .take(8)
-                    .map(|s| {
-                        let t = s.task.get().copied();
-                        format!(
-                            "{} ({:?}, {:?})",
-                            super::threads::task_name(&set, s),
-                            t.map(|t| self.sched.task_state(t)),
-                            t.map(|t| self.sched.task_cpu(t))
-                        )
-                    })
-                    .collect();
-                stuck = Some(TaskError::Stuck(format!(
-                    "{} vCPUs did not end within {timeout:?} of the stop: {}",
-                    self.sh.live.load(Ordering::Acquire),
-                    left.join(", ")
-                )));
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        let stuck = super::drain(
+            &set,
+            timeout,
+            &|s| self.wake_slot(s, None),
+            &|s| {
+                let t = s.task.get().copied();
+                format!(
+                    "{} ({:?}, {:?})",
+                    super::threads::task_name(&set, s),
+                    t.map(|t| self.sched.task_state(t)),
+                    t.map(|t| self.sched.task_cpu(t))
+                )
+            },
+            &mut || self.sh.live.load(Ordering::Acquire) == 0,
+        )
+        .err();
         if let Some(c) = lock(&self.checker).as_mut() {
             if stuck.is_none() {
                 c.observe(&self.sched, set.now());

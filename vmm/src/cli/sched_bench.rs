@@ -5,10 +5,10 @@
 //! them). It drives [`vcpu_sched::bench`], which owns the measurement
 //! (calibration, warm-up, interleaved repetitions, the seeds' table); this
 //! module only parses arguments, shows progress and writes the outputs.
-//! For real KVM vCPUs under the scheduler, see `vmm bench`.
+//! For real KVM vCPUs under the scheduler, see `vmm bench`
+//! ([`super::bench`]).
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -16,7 +16,7 @@ use vcpu_sched::bench::{compare, run_workload_with, CompareOptions, RunOptions};
 use vcpu_sched::workload::WorkloadKind;
 use vcpu_sched::SchedError;
 
-use crate::cli::InputError;
+use super::args::{check_duration, check_reps, mitigation_sets, progress_bar, InputError};
 
 /// `vmm sched-bench WORKLOAD ...`.
 #[derive(Debug, Args)]
@@ -68,24 +68,6 @@ pub struct SchedBenchArgs {
     pub prio: Option<u8>,
 }
 
-/// Bad requests are input errors (exit 2); the rest are failures (exit 1).
-fn classify(e: SchedError) -> anyhow::Error {
-    match e {
-        SchedError::Topology(topology::TopologyError::Io { .. })
-        | SchedError::Topology(topology::TopologyError::Host(_))
-        | SchedError::Invariant { .. } => anyhow::Error::new(e),
-        SchedError::Topology(_)
-        | SchedError::Workload(_)
-        | SchedError::Config(_)
-        | SchedError::Mitigations { .. }
-        | SchedError::Policy(_)
-        | SchedError::TooManyTasks(_)
-        | SchedError::TooManyGroups(_)
-        | SchedError::TooManyCpus { .. } => InputError(e.to_string()).into(),
-        other => anyhow::Error::new(other),
-    }
-}
-
 fn input<T>(r: std::result::Result<T, SchedError>, what: &str) -> Result<T> {
     r.map_err(|e| InputError(format!("{what}: {e}")).into())
 }
@@ -93,23 +75,15 @@ fn input<T>(r: std::result::Result<T, SchedError>, what: &str) -> Result<T> {
 /// Runs the command.
 pub fn run(a: SchedBenchArgs) -> Result<()> {
     let workload: WorkloadKind = input(a.workload.parse(), "workload")?;
-    if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 3600.0) {
-        return Err(InputError(format!(
-            "--duration {}: give seconds between 0 and 3600, e.g. --duration 3",
-            a.duration
-        ))
-        .into());
-    }
-    if a.reps == 0 || a.reps > 100 {
-        return Err(InputError(format!("--reps {}: give 1..=100", a.reps)).into());
-    }
+    let duration = check_duration(a.duration, "3")?;
+    check_reps(a.reps)?;
     if let Some(p) = a.prio {
         if !(1..=99).contains(&p) {
             return Err(InputError(format!("--prio {p}: RT priorities are 1..=99")).into());
         }
     }
     let mut run = RunOptions::new(workload, &a.topology);
-    run.duration = Duration::from_secs_f64(a.duration);
+    run.duration = duration;
     run.check = a.check;
     run.params.tasks = a.tasks;
     run.params.groups = a.groups;
@@ -120,13 +94,12 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
     // Fail on a bad topology before any progress bar appears.
     topology::load(&a.topology)
         .map_err(SchedError::from)
-        .map_err(classify)
         .with_context(|| format!("--topology {}", a.topology))?;
 
-    let bar = crate::cli::progress_bar();
+    let bar = progress_bar();
     let json = match &a.compare {
         Some(list) => {
-            let variants = crate::cli::mitigation_sets(list)?;
+            let variants = mitigation_sets(list)?;
             if variants.len() < 2 {
                 return Err(InputError(format!(
                     "--compare {list:?}: give at least two sets, e.g. \"none;all\", or seeds"
@@ -144,8 +117,7 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
                     bar.set_position((f * 1000.0) as u64);
                     bar.set_message(format!("{} rep {}", p.variant, p.repetition + 1));
                 },
-            )
-            .map_err(classify)?;
+            )?;
             bar.finish_and_clear();
             println!("{}", c.render_table());
             c.to_json()
@@ -153,8 +125,7 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
         None => {
             run.mitigations = input(a.mitigations.parse(), "--mitigations")?;
             bar.set_message(run.mitigations.to_string());
-            let r = run_workload_with(&run, &mut |f| bar.set_position((f * 1000.0) as u64))
-                .map_err(classify)?;
+            let r = run_workload_with(&run, &mut |f| bar.set_position((f * 1000.0) as u64))?;
             bar.finish_and_clear();
             println!(
                 "{} on {} [{}]: {} = {:.3} {} ({} tasks on {} CPUs, {:.1} s, {:.0} ns per schedule call, {} migrations{})",

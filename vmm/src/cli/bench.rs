@@ -1,15 +1,16 @@
 //! `vmm bench WORKLOAD ...`: argument parsing, progress bar, tables and
-//! JSON for [`super::run`] and [`super::compare`].
+//! JSON for [`crate::vcpu_bench::run`] and [`crate::vcpu_bench::compare`].
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
 
-use super::{compare, run, BenchError, BenchOptions, BenchReport, CompareOptions, Workload};
-use crate::cli::InputError;
+use super::args::{check_duration, check_reps, mitigation_sets, progress_bar, InputError};
+use crate::vcpu_bench::{
+    compare, run as run_bench, BenchOptions, BenchReport, CompareOptions, VcpuRow, Workload,
+};
 use crate::vcpu_task::ExecutorKind;
 
 /// `vmm bench WORKLOAD --topology SPEC --vms N --vcpus M --duration D ...`.
@@ -77,14 +78,6 @@ pub struct BenchArgs {
     pub json: Option<PathBuf>,
 }
 
-fn classify(e: BenchError) -> anyhow::Error {
-    if e.is_input() {
-        InputError(e.to_string()).into()
-    } else {
-        anyhow::Error::new(e)
-    }
-}
-
 /// The summary of one run: metric, extras, per-vCPU aggregates and the
 /// scheduler's per-CPU overhead.
 pub fn render_report(r: &BenchReport, per_vcpu: bool) -> String {
@@ -117,7 +110,7 @@ pub fn render_report(r: &BenchReport, per_vcpu: bool) -> String {
         .collect();
     let _ = writeln!(s, "  {}", extras.join(", "));
     let n = r.per_vcpu.len().max(1) as f64;
-    let sum = |f: fn(&super::VcpuRow) -> u64| r.per_vcpu.iter().map(f).sum::<u64>();
+    let sum = |f: fn(&VcpuRow) -> u64| r.per_vcpu.iter().map(f).sum::<u64>();
     let ts = &run.task_summary;
     let _ = writeln!(
         s,
@@ -130,16 +123,32 @@ pub fn render_report(r: &BenchReport, per_vcpu: bool) -> String {
         ts.run_delay_per_task_ns / 1e6,
         ts.migrations as f64 / n,
     );
+    render_threads(&mut s, r);
+    if !r.stalled.is_empty() {
+        let _ = writeln!(s, "  vCPUs without progress: {}", r.stalled.len());
+    }
+    if per_vcpu {
+        render_per_vcpu(&mut s, r);
+    }
+    s
+}
+
+/// Where the vCPUs' threads (host executor) or the scheduler spent time.
+fn render_threads(s: &mut String, r: &BenchReport) {
+    let run = &r.run;
+    let ts = &run.task_summary;
+    let n = r.per_vcpu.len().max(1) as f64;
+    let sum = |f: fn(&VcpuRow) -> u64| r.per_vcpu.iter().map(f).sum::<u64>();
     if r.executor == ExecutorKind::Host {
         let _ = writeln!(
-            s,
+            *s,
             "  host threads: {:.1} ms on CPU, {:.1} ms waiting on a host run queue (mean per vCPU)",
             sum(|v| v.host_run_ns) as f64 / n / 1e6,
             sum(|v| v.host_wait_ns) as f64 / n / 1e6
         );
     } else {
         let _ = writeln!(
-            s,
+            *s,
             "  scheduler: wake-to-run p50 {} ns p99 {} ns; time running {:.0} ms, queued {:.0} ms, blocked {:.0} ms (all vCPUs); {} schedule calls, {:.0} ns each",
             ts.wake_to_run_p50_ns,
             ts.wake_to_run_p99_ns,
@@ -156,7 +165,7 @@ pub fn render_report(r: &BenchReport, per_vcpu: bool) -> String {
             .collect();
         let shown = per_cpu.len().min(16);
         let _ = writeln!(
-            s,
+            *s,
             "  scheduler overhead per CPU (ms in schedule, whole run): {}{}",
             per_cpu[..shown].join(" "),
             if per_cpu.len() > shown {
@@ -172,59 +181,49 @@ pub fn render_report(r: &BenchReport, per_vcpu: bool) -> String {
             .filter(|(_, v)| *v > 0)
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
-        let _ = writeln!(s, "  counters (window): {}", c.join(", "));
+        let _ = writeln!(*s, "  counters (window): {}", c.join(", "));
     }
-    if !r.stalled.is_empty() {
-        let _ = writeln!(s, "  vCPUs without progress: {}", r.stalled.len());
-    }
-    if per_vcpu {
+}
+
+/// One line per vCPU.
+fn render_per_vcpu(s: &mut String, r: &BenchReport) {
+    let _ = writeln!(
+        *s,
+        "  {:<14} {:>8} {:>7} {:>11} {:>11} {:>11} {:>6} {:>10} {:>10} {:>10}",
+        "vcpu",
+        "entries",
+        "halts",
+        "delay_us",
+        "w2r_p50_ns",
+        "w2r_p99_ns",
+        "migr",
+        "run_ms",
+        "queue_ms",
+        "block_ms"
+    );
+    for v in &r.per_vcpu {
         let _ = writeln!(
-            s,
-            "  {:<14} {:>8} {:>7} {:>11} {:>11} {:>11} {:>6} {:>10} {:>10} {:>10}",
-            "vcpu",
-            "entries",
-            "halts",
-            "delay_us",
-            "w2r_p50_ns",
-            "w2r_p99_ns",
-            "migr",
-            "run_ms",
-            "queue_ms",
-            "block_ms"
+            *s,
+            "  {:<14} {:>8} {:>7} {:>11.1} {:>11} {:>11} {:>6} {:>10.1} {:>10.1} {:>10.1}",
+            v.name,
+            v.entries,
+            v.blocks,
+            v.run_delay_ns as f64 / 1e3,
+            v.wake_to_run_p50_ns,
+            v.wake_to_run_p99_ns,
+            v.migrations,
+            v.running_ns as f64 / 1e6,
+            v.queued_ns as f64 / 1e6,
+            v.blocked_ns as f64 / 1e6
         );
-        for v in &r.per_vcpu {
-            let _ = writeln!(
-                s,
-                "  {:<14} {:>8} {:>7} {:>11.1} {:>11} {:>11} {:>6} {:>10.1} {:>10.1} {:>10.1}",
-                v.name,
-                v.entries,
-                v.blocks,
-                v.run_delay_ns as f64 / 1e3,
-                v.wake_to_run_p50_ns,
-                v.wake_to_run_p99_ns,
-                v.migrations,
-                v.running_ns as f64 / 1e6,
-                v.queued_ns as f64 / 1e6,
-                v.blocked_ns as f64 / 1e6
-            );
-        }
     }
-    s
 }
 
 /// Runs `vmm bench`.
-pub fn run_cli(a: BenchArgs) -> Result<()> {
-    let workload: Workload = a.workload.parse().map_err(classify)?;
-    if !(a.duration.is_finite() && a.duration > 0.0 && a.duration <= 3600.0) {
-        return Err(InputError(format!(
-            "--duration {}: give seconds between 0 and 3600, e.g. --duration 2",
-            a.duration
-        ))
-        .into());
-    }
-    if a.reps == 0 || a.reps > 100 {
-        return Err(InputError(format!("--reps {}: give 1..=100", a.reps)).into());
-    }
+pub fn run(a: BenchArgs) -> Result<()> {
+    let workload: Workload = a.workload.parse().map_err(anyhow::Error::new)?;
+    let duration = check_duration(a.duration, "2")?;
+    check_reps(a.reps)?;
     if a.vms == 0 || a.vcpus == 0 || a.vms * a.vcpus > 4096 {
         return Err(InputError(format!(
             "--vms {} --vcpus {}: give at least 1 of each and at most 4096 vCPUs in all",
@@ -234,20 +233,18 @@ pub fn run_cli(a: BenchArgs) -> Result<()> {
     }
     let executor: ExecutorKind = a.executor.parse().map_err(InputError)?;
     let mut o = BenchOptions::new(workload, &a.topology, a.vms, a.vcpus);
-    o.duration = Duration::from_secs_f64(a.duration);
+    o.duration = duration;
     o.executor = executor;
     o.check = a.check;
     o.burst_us = a.burst_us;
     o.period_us = a.period_us;
     o.prio = a.prio;
     o.host_rt = !a.no_host_rt;
-    topology::load(&a.topology)
-        .map_err(|e| classify(BenchError::Topology(e)))
-        .with_context(|| format!("--topology {}", a.topology))?;
-    let bar = crate::cli::progress_bar();
+    topology::load(&a.topology).with_context(|| format!("--topology {}", a.topology))?;
+    let bar = progress_bar();
     let json = match &a.compare {
         Some(list) => {
-            let variants = crate::cli::mitigation_sets(list)?;
+            let variants = mitigation_sets(list)?;
             let c = compare(
                 &CompareOptions {
                     run: o,
@@ -261,7 +258,7 @@ pub fn run_cli(a: BenchArgs) -> Result<()> {
                     bar.set_message(format!("{} ({}/{})", p.variant, p.done + 1, p.total));
                 },
             )
-            .map_err(classify)?;
+            .map_err(anyhow::Error::new)?;
             bar.finish_and_clear();
             println!(
                 "{} VMs x {} vCPUs, scheduler rows on the {} executor",
@@ -276,7 +273,8 @@ pub fn run_cli(a: BenchArgs) -> Result<()> {
                 .parse()
                 .map_err(|e| InputError(format!("--mitigations: {e}")))?;
             bar.set_message(format!("{} {}", executor, o.mitigations));
-            let r = run(&o, &mut |f| bar.set_position((f * 1000.0) as u64)).map_err(classify)?;
+            let r = run_bench(&o, &mut |f| bar.set_position((f * 1000.0) as u64))
+                .map_err(anyhow::Error::new)?;
             bar.finish_and_clear();
             print!("{}", render_report(&r, a.per_vcpu));
             serde_json::to_string_pretty(&r).context("serialising the report")?

@@ -1,0 +1,267 @@
+//! Telling a kernel file from anything else, without loading it.
+//!
+//! WHAT: [`inspect_kernel`] (format, footprint, boot protocol of a vmlinux
+//! or bzImage) and [`describe`] (what a file that is no kernel is).
+//! WHY: a wrong `--kernel` is the most common mistake; it is reported
+//! before anything is allocated, saying what the file is instead.
+//! HOW: reads the first 64 KiB (and an ELF's program headers and notes)
+//! and checks magic numbers, the setup header and the "Linux" ELF note.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+
+use super::BootError;
+use crate::layout::{HIMEM_START, MIB};
+
+/// The kernel formats understood here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelFormat {
+    /// Uncompressed ELF vmlinux.
+    Elf,
+    /// bzImage.
+    BzImage,
+}
+
+/// What [`inspect_kernel`] learned without loading.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelInfo {
+    /// The format.
+    pub format: KernelFormat,
+    /// The highest guest physical address the kernel occupies while booting
+    /// (image plus bss, or the bzImage's decompression footprint).
+    pub end: u64,
+    /// Boot protocol version (from the setup header; 0x20f for ELF).
+    pub protocol: u16,
+    /// Highest address the initrd may end at.
+    pub initrd_addr_max: u64,
+}
+
+pub(super) const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
+pub(super) const HDRS_MAGIC: u32 = 0x5372_6448;
+/// Boot protocol version written for ELF kernels.
+pub(super) const ELF_BOOT_PROTOCOL: u16 = 0x020f;
+/// Working memory a kernel needs beyond its image and initrd to get going.
+pub(super) const KERNEL_HEADROOM: u64 = 32 * MIB;
+
+fn u16_at(b: &[u8], o: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?))
+}
+fn u32_at(b: &[u8], o: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?))
+}
+fn u64_at(b: &[u8], o: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?))
+}
+
+/// Describes a file that is not a kernel, from its first bytes.
+pub fn describe(head: &[u8], len: u64) -> String {
+    if len == 0 {
+        return "an empty file".into();
+    }
+    let starts = |m: &[u8]| head.starts_with(m);
+    if starts(b"\x1f\x8b") {
+        return "gzip-compressed data (decompress it, or give the bzImage)".into();
+    }
+    if starts(b"\xfd7zXZ\0") {
+        return "xz-compressed data".into();
+    }
+    if starts(b"\x28\xb5\x2f\xfd") {
+        return "zstd-compressed data".into();
+    }
+    if starts(b"070701") || starts(b"070702") {
+        return "a cpio archive (an initramfs? pass it with --initrd)".into();
+    }
+    if starts(b"MZ") {
+        return "a PE/COFF executable without a Linux setup header".into();
+    }
+    if starts(b"#!") {
+        return "a script".into();
+    }
+    if starts(b"!<arch>") {
+        return "an ar archive (a .deb? extract the kernel from it)".into();
+    }
+    if starts(ELF_MAGIC) {
+        return "an ELF file".into();
+    }
+    let sample = &head[..head.len().min(512)];
+    if !sample.is_empty()
+        && sample
+            .iter()
+            .all(|&b| b == b'\n' || b == b'\r' || b == b'\t' || (0x20..0x7f).contains(&b))
+    {
+        let first: String = String::from_utf8_lossy(sample)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(40)
+            .collect();
+        return format!("a text file starting with {first:?}");
+    }
+    let hex: Vec<String> = head.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!(
+        "unrecognised data of {} bytes (starts with {})",
+        len,
+        hex.join(" ")
+    )
+}
+
+fn read_head(path: &Path, n: usize) -> Result<(Vec<u8>, u64), BootError> {
+    let read_err = |source| BootError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = File::open(path).map_err(read_err)?;
+    let len = f.metadata().map_err(read_err)?.len();
+    let mut buf = Vec::with_capacity(n);
+    f.by_ref()
+        .take(n as u64)
+        .read_to_end(&mut buf)
+        .map_err(read_err)?;
+    Ok((buf, len))
+}
+
+/// Looks at a kernel file and says what it is, or why it is not a kernel.
+pub fn inspect_kernel(path: &Path) -> Result<KernelInfo, BootError> {
+    if !path.exists() {
+        return Err(BootError::KernelMissing(path.to_path_buf()));
+    }
+    let not_kernel = |found: String| BootError::NotAKernel {
+        path: path.to_path_buf(),
+        found,
+    };
+    if path.is_dir() {
+        return Err(not_kernel("a directory".into()));
+    }
+    let (head, len) = read_head(path, 64 * 1024)?;
+    if head.len() >= 0x264 && u32_at(&head, 0x202) == Some(HDRS_MAGIC) {
+        let version = u16_at(&head, 0x206).unwrap_or(0);
+        let xloadflags = u16_at(&head, 0x236).unwrap_or(0);
+        if version < 0x020c || xloadflags & 1 == 0 {
+            return Err(not_kernel(format!(
+                "a bzImage (boot protocol {}.{:02}) without a 64-bit entry point",
+                version >> 8,
+                version & 0xff
+            )));
+        }
+        let init_size = u32_at(&head, 0x260).unwrap_or(0) as u64;
+        let pref = u64_at(&head, 0x258).unwrap_or(0).max(16 * MIB);
+        let initrd_max = u32_at(&head, 0x22c).unwrap_or(0x37ff_ffff) as u64;
+        return Ok(KernelInfo {
+            format: KernelFormat::BzImage,
+            end: pref + init_size,
+            protocol: version,
+            initrd_addr_max: initrd_max,
+        });
+    }
+    if !head.starts_with(ELF_MAGIC) {
+        return Err(not_kernel(describe(&head, len)));
+    }
+    // ELF: 64-bit, little endian, x86-64, ET_EXEC, loads above 1 MiB, and a
+    // "Linux" note.
+    if head.get(4) != Some(&2) {
+        return Err(not_kernel("a 32-bit ELF file".into()));
+    }
+    if head.get(5) != Some(&1) {
+        return Err(not_kernel("a big-endian ELF file".into()));
+    }
+    let machine = u16_at(&head, 18).unwrap_or(0);
+    if machine != 62 {
+        return Err(not_kernel(format!(
+            "an ELF file for machine {machine} (not x86-64)"
+        )));
+    }
+    let etype = u16_at(&head, 16).unwrap_or(0);
+    if etype != 2 {
+        let what = match etype {
+            1 => "a relocatable object file (ET_REL)",
+            3 => "a shared library or position-independent executable (ET_DYN)",
+            4 => "a core dump",
+            _ => "an ELF file that is not an executable",
+        };
+        return Err(not_kernel(format!("{what}, not a vmlinux")));
+    }
+    let entry = u64_at(&head, 24).unwrap_or(0);
+    let phoff = u64_at(&head, 32).unwrap_or(0);
+    let phentsize = u16_at(&head, 54).unwrap_or(0) as u64;
+    let phnum = u16_at(&head, 56).unwrap_or(0) as u64;
+    if phentsize != 56 || phnum == 0 || phnum > 64 {
+        return Err(not_kernel(
+            "an ELF executable with malformed program headers".into(),
+        ));
+    }
+    let mut f = File::open(path).map_err(|source| BootError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut ph = vec![0u8; (phentsize * phnum) as usize];
+    f.seek(SeekFrom::Start(phoff))
+        .and_then(|_| f.read_exact(&mut ph))
+        .map_err(|_| not_kernel("a truncated ELF executable".into()))?;
+    let mut end = 0u64;
+    let mut start = u64::MAX;
+    let mut linux_note = false;
+    for i in 0..phnum as usize {
+        let p = &ph[i * 56..(i + 1) * 56];
+        let ptype = u32_at(p, 0).unwrap_or(0);
+        let offset = u64_at(p, 8).unwrap_or(0);
+        let paddr = u64_at(p, 24).unwrap_or(0);
+        let filesz = u64_at(p, 32).unwrap_or(0);
+        let memsz = u64_at(p, 40).unwrap_or(0);
+        match ptype {
+            1 if filesz > 0 || memsz > 0 => {
+                start = start.min(paddr);
+                end = end.max(paddr.saturating_add(memsz));
+            }
+            4 if filesz < (1 << 20) => {
+                let mut notes = vec![0u8; filesz as usize];
+                if f.seek(SeekFrom::Start(offset))
+                    .and_then(|_| f.read_exact(&mut notes))
+                    .is_ok()
+                {
+                    linux_note |= has_note(&notes, b"Linux");
+                }
+            }
+            _ => {}
+        }
+    }
+    if start == u64::MAX {
+        return Err(not_kernel("an ELF executable with nothing to load".into()));
+    }
+    if !linux_note {
+        return Err(not_kernel(
+            "an x86-64 ELF executable without the \"Linux\" ELF note every vmlinux carries".into(),
+        ));
+    }
+    if start < HIMEM_START || entry < HIMEM_START {
+        return Err(not_kernel(format!(
+            "an ELF executable that loads at {start:#x}, below 1 MiB"
+        )));
+    }
+    Ok(KernelInfo {
+        format: KernelFormat::Elf,
+        end,
+        protocol: ELF_BOOT_PROTOCOL,
+        initrd_addr_max: 0x7fff_ffff,
+    })
+}
+
+/// Whether an ELF note segment has a note named `name`.
+pub(super) fn has_note(notes: &[u8], name: &[u8]) -> bool {
+    let mut o = 0usize;
+    while o + 12 <= notes.len() {
+        let namesz = u32_at(notes, o).unwrap_or(0) as usize;
+        let descsz = u32_at(notes, o + 4).unwrap_or(0) as usize;
+        let n0 = o + 12;
+        if n0 + namesz > notes.len() {
+            return false;
+        }
+        let n = &notes[n0..n0 + namesz];
+        if n.strip_suffix(b"\0").unwrap_or(n) == name {
+            return true;
+        }
+        o = n0 + namesz.div_ceil(4) * 4 + descsz.div_ceil(4) * 4;
+    }
+    false
+}

@@ -1,0 +1,454 @@
+//! The set of VMs an executor runs, and one vCPU's trip into the guest.
+//!
+//! WHAT: [`VmSet`] (every VM and vCPU of a run, the clock, the stop flag
+//! and the measurement window), its [`VmEntry`] and [`VcpuSlot`] rows,
+//! per-vCPU [`VcpuMetrics`], and `enter` / `resumed`: one `KVM_RUN` mapped
+//! to an [`Action`], and the latency a vCPU records when it runs again.
+//! WHY: every executor (workers, threads, host) shares exactly this state
+//! and these two steps; only how they block, wake and switch differs.
+//! HOW: the set is built once, before any executor starts; afterwards
+//! only atomics and the per-vCPU lock (taken by the vCPU's runner alone)
+//! change.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+use vcpu_sched::stats::LatencyHistogram;
+pub use vcpu_sched::workload::Window;
+use vcpu_sched::{GroupId, TaskId};
+
+use super::{Action, ExitMapper, GuestVm, Placement, TaskError};
+use crate::vcpu::{Kicker, Vcpu, VcpuExit};
+use crate::vm::{StopReason, VmControl};
+
+/// Per-vCPU counters and latencies, written only by whoever runs the vCPU.
+#[derive(Clone, Debug, Default)]
+pub struct VcpuMetrics {
+    /// `KVM_RUN` entries.
+    pub entries: u64,
+    /// Exits that blocked (HLT).
+    pub blocks: u64,
+    /// Sleeps.
+    pub sleeps: u64,
+    /// Yields.
+    pub yields: u64,
+    /// Doorbells rung.
+    pub wakes_sent: u64,
+    /// Returns from `KVM_RUN` caused by a preemption kick.
+    pub preempt_kicks: u64,
+    /// Sleep deadline to running again, inside the window.
+    pub timer_latency: LatencyHistogram,
+    /// Doorbell (or the HLT, if the doorbell came first) to running again,
+    /// inside the window.
+    pub doorbell_latency: LatencyHistogram,
+}
+
+/// State of a vCPU that only its runner touches.
+pub struct VcpuState {
+    /// The vCPU (`None` once it has ended).
+    pub vcpu: Option<Vcpu>,
+    /// Its metrics.
+    pub m: VcpuMetrics,
+}
+
+/// One vCPU as the executors see it.
+#[repr(align(128))]
+pub struct VcpuSlot {
+    /// VM id (index in the set).
+    pub vm: usize,
+    /// vCPU index in its VM.
+    pub index: usize,
+    /// Index over all vCPUs of the set.
+    pub global: usize,
+    /// Scheduling attributes.
+    pub placement: Placement,
+    state: Mutex<VcpuState>,
+    kicker: Kicker,
+    /// Its task, once created (scheduler executors).
+    pub task: OnceLock<TaskId>,
+    /// Set (first one wins) by a doorbell, taken when the vCPU runs again.
+    doorbell_at: AtomicU64,
+    exited: AtomicBool,
+    /// Exits from `KVM_RUN` so far (readable while the vCPU runs).
+    progress: AtomicU64,
+    /// A wake not yet consumed (host executor).
+    pub(crate) token: AtomicBool,
+    /// The thread running it (host executor).
+    pub(crate) thread: OnceLock<std::thread::Thread>,
+}
+
+impl VcpuSlot {
+    /// Locks the runner state. Uncontended by design: only the vCPU's
+    /// runner takes it.
+    pub fn lock(&self) -> MutexGuard<'_, VcpuState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    /// Tries to lock (executors detect a vCPU entered twice with it).
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, VcpuState>> {
+        match self.state.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+    /// Its kicker.
+    pub fn kicker(&self) -> &Kicker {
+        &self.kicker
+    }
+    /// Has it ended?
+    pub fn exited(&self) -> bool {
+        self.exited.load(Ordering::Acquire)
+    }
+}
+
+/// One VM of a set.
+pub struct VmEntry {
+    /// Index in the set.
+    pub id: usize,
+    /// Name.
+    pub name: String,
+    /// Stop requests.
+    pub control: Arc<VmControl>,
+    /// Exit mapping.
+    pub mapper: Arc<dyn ExitMapper>,
+    /// Global index of vCPU 0.
+    pub first: usize,
+    /// vCPUs.
+    pub nvcpus: usize,
+    /// Its task group (scheduler executors).
+    pub group: OnceLock<GroupId>,
+    live: AtomicUsize,
+    finished_at: AtomicU64,
+    keep: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+impl VmEntry {
+    /// Set-clock time its last vCPU ended, if it has.
+    pub fn finished_at(&self) -> Option<u64> {
+        match self.finished_at.load(Ordering::Acquire) {
+            0 => None,
+            t => Some(t),
+        }
+    }
+    /// vCPUs still running.
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::Acquire)
+    }
+    /// Why it stopped, if it failed.
+    pub fn failure(&self) -> Option<StopReason> {
+        self.control.reason()
+    }
+    /// Has its memory and fds been released?
+    pub fn torn_down(&self) -> bool {
+        self.keep
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+    }
+}
+
+/// Every VM and vCPU of one run, the clock, and the stop flag. Shared by
+/// the executor's threads and the code that drives the run.
+pub struct VmSet {
+    epoch: Instant,
+    vms: Vec<Arc<VmEntry>>,
+    slots: Vec<Arc<VcpuSlot>>,
+    started: AtomicBool,
+    started_at: AtomicU64,
+    stopping: AtomicBool,
+    /// Latencies are recorded inside this window only (on the set's
+    /// clock).
+    pub window: Window,
+}
+
+impl fmt::Debug for VmSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VmSet")
+            .field("vms", &self.vms.len())
+            .field("vcpus", &self.slots.len())
+            .finish()
+    }
+}
+
+impl VmSet {
+    /// Takes the VMs. Placement lists must have one entry, or one per vCPU.
+    pub fn new(vms: Vec<GuestVm>) -> Result<Arc<Self>, TaskError> {
+        let mut entries = Vec::with_capacity(vms.len());
+        let mut slots = Vec::new();
+        for (id, g) in vms.into_iter().enumerate() {
+            let n = g.vcpus.len();
+            if n == 0 {
+                return Err(TaskError::Input(format!("VM {} has no vCPUs", g.name)));
+            }
+            if g.placement.len() != 1 && g.placement.len() != n {
+                return Err(TaskError::Input(format!(
+                    "VM {}: {} placements for {n} vCPUs (give 1 or {n})",
+                    g.name,
+                    g.placement.len()
+                )));
+            }
+            let first = slots.len();
+            for (i, v) in g.vcpus.into_iter().enumerate() {
+                let placement = g.placement[if g.placement.len() == 1 { 0 } else { i }].clone();
+                slots.push(Arc::new(VcpuSlot {
+                    vm: id,
+                    index: i,
+                    global: first + i,
+                    placement,
+                    kicker: v.kicker(),
+                    state: Mutex::new(VcpuState {
+                        vcpu: Some(v),
+                        m: VcpuMetrics::default(),
+                    }),
+                    task: OnceLock::new(),
+                    doorbell_at: AtomicU64::new(0),
+                    exited: AtomicBool::new(false),
+                    progress: AtomicU64::new(0),
+                    token: AtomicBool::new(false),
+                    thread: OnceLock::new(),
+                }));
+            }
+            entries.push(Arc::new(VmEntry {
+                id,
+                name: g.name,
+                control: g.control,
+                mapper: g.mapper,
+                first,
+                nvcpus: n,
+                group: OnceLock::new(),
+                live: AtomicUsize::new(n),
+                finished_at: AtomicU64::new(0),
+                keep: Mutex::new(Some(g.keep)),
+            }));
+        }
+        Ok(Arc::new(Self {
+            epoch: Instant::now(),
+            vms: entries,
+            slots,
+            started: AtomicBool::new(false),
+            started_at: AtomicU64::new(0),
+            stopping: AtomicBool::new(false),
+            window: Window::default(),
+        }))
+    }
+
+    /// ns since the set was made (never 0).
+    #[inline]
+    pub fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64 + 1
+    }
+    /// The VMs.
+    pub fn vms(&self) -> &[Arc<VmEntry>] {
+        &self.vms
+    }
+    /// Every vCPU, VM by VM.
+    pub fn slots(&self) -> &[Arc<VcpuSlot>] {
+        &self.slots
+    }
+    /// vCPU `k` of VM `vm`.
+    pub fn slot(&self, vm: usize, k: usize) -> Option<&Arc<VcpuSlot>> {
+        let e = self.vms.get(vm)?;
+        if k >= e.nvcpus {
+            return None;
+        }
+        self.slots.get(e.first + k)
+    }
+    /// Have the vCPUs been let go?
+    #[inline]
+    pub fn started(&self) -> bool {
+        self.started.load(Ordering::Acquire)
+    }
+    /// When they were let go (set clock).
+    pub fn started_at(&self) -> u64 {
+        self.started_at.load(Ordering::Acquire)
+    }
+    pub(crate) fn mark_started(&self) {
+        self.started_at.store(self.now(), Ordering::Release);
+        self.started.store(true, Ordering::Release);
+    }
+    /// Is the whole set stopping?
+    #[inline]
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+    /// Opens the measurement window now.
+    pub fn open_window(&self) -> u64 {
+        let t = self.now();
+        self.window.open(t);
+        t
+    }
+    /// Exits from `KVM_RUN` of every vCPU so far, by global index; read
+    /// while the vCPUs run (progress checks).
+    pub fn progress_snapshot(&self) -> Vec<u64> {
+        self.slots
+            .iter()
+            .map(|s| s.progress.load(Ordering::Relaxed))
+            .collect()
+    }
+    /// Closes it now.
+    pub fn close_window(&self) -> u64 {
+        let t = self.now();
+        self.window.close(t);
+        t
+    }
+    /// Asks every vCPU to end: sets the flag and kicks them all (blocked
+    /// ones are woken by the executor's shutdown).
+    pub fn request_stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        for s in &self.slots {
+            s.kicker.kick();
+        }
+    }
+    /// VMs whose every vCPU has ended.
+    pub fn finished_vms(&self) -> usize {
+        self.vms.iter().filter(|v| v.live() == 0).count()
+    }
+    /// VMs that failed, with their reasons.
+    pub fn failures(&self) -> Vec<(String, StopReason)> {
+        self.vms
+            .iter()
+            .filter_map(|v| v.failure().map(|r| (v.name.clone(), r)))
+            .collect()
+    }
+
+    /// Records a doorbell to vCPU `k` of `vm` (for the latency), returning
+    /// its slot if it exists and has not ended.
+    pub(crate) fn doorbell(&self, vm: usize, k: usize, now: u64) -> Option<&Arc<VcpuSlot>> {
+        let s = self.slot(vm, k)?;
+        if s.exited() {
+            return None;
+        }
+        let _ = s
+            .doorbell_at
+            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed);
+        Some(s)
+    }
+
+    /// Stops VM `vm` for `reason`: records it (first reason wins), kicks
+    /// its vCPUs, and wakes each through `wake` so that blocked ones end.
+    pub(crate) fn fail_vm(&self, vm: usize, reason: StopReason, wake: &dyn Fn(&VcpuSlot)) {
+        let e = &self.vms[vm];
+        let clean = matches!(
+            reason,
+            StopReason::Reset { .. }
+                | StopReason::PowerOff { .. }
+                | StopReason::UntilMatched { .. }
+        );
+        if e.control.request_stop(reason.clone()) {
+            // The first line: the caller reports the whole reason (with
+            // registers, for a fault) once.
+            let what = reason.to_string();
+            let what = what.lines().next().unwrap_or_default();
+            if clean {
+                tracing::info!(vm = %e.name, "VM stopped: {what}");
+            } else {
+                tracing::warn!(vm = %e.name, "VM stopped: {what}");
+            }
+        }
+        for s in &self.slots[e.first..e.first + e.nvcpus] {
+            wake(s);
+        }
+    }
+
+    /// A vCPU's runner is done with it: drops the vCPU, and when it was
+    /// the VM's last, tears the VM down.
+    pub(crate) fn vcpu_exited(&self, slot: &VcpuSlot, st: &mut VcpuState) {
+        if let Some(v) = st.vcpu.take() {
+            let vm = &self.vms[slot.vm].name;
+            tracing::debug!(%vm, vcpu = v.index(), stats = ?v.stats(), "vCPU done");
+        }
+        if slot.exited.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let e = &self.vms[slot.vm];
+        if e.live.fetch_sub(1, Ordering::AcqRel) == 1 {
+            e.finished_at.store(self.now(), Ordering::Release);
+            let keep = e.keep.lock().unwrap_or_else(|p| p.into_inner()).take();
+            drop(keep);
+        }
+    }
+
+    /// Takes the metrics of every vCPU (after the executor has stopped).
+    pub fn take_metrics(&self) -> Vec<VcpuMetrics> {
+        self.slots
+            .iter()
+            .map(|s| std::mem::take(&mut s.lock().m))
+            .collect()
+    }
+}
+
+/// How a blocked vCPU came back, for the latency it records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resume {
+    /// From a HLT that started at this time.
+    Halt(u64),
+    /// From a sleep due at this time.
+    Timer(u64),
+}
+
+/// Records the latency of a vCPU that runs again after `how`.
+pub(crate) fn resumed(set: &VmSet, slot: &VcpuSlot, m: &mut VcpuMetrics, how: Resume) {
+    let now = set.now();
+    match how {
+        Resume::Halt(blocked_at) => {
+            let d = slot.doorbell_at.swap(0, Ordering::AcqRel);
+            if d != 0 && set.window.inside(now) {
+                m.doorbell_latency
+                    .record(now.saturating_sub(d.max(blocked_at)));
+            }
+        }
+        Resume::Timer(due) => {
+            if set.window.inside(now) {
+                m.timer_latency.record(now.saturating_sub(due));
+            }
+        }
+    }
+}
+
+/// Enters the guest once and maps what comes back. The caller made its
+/// preemption check right before.
+pub(crate) fn enter(set: &VmSet, vm: &VmEntry, st: &mut VcpuState) -> Action {
+    if set.stopping() || vm.control.is_stopping() {
+        return Action::Exit;
+    }
+    let Some(vcpu) = st.vcpu.as_mut() else {
+        return Action::Exit;
+    };
+    st.m.entries += 1;
+    let r = vcpu.run(vm.mapper.io());
+    set.slots[vm.first + vcpu.index()]
+        .progress
+        .fetch_add(1, Ordering::Relaxed);
+    match r {
+        Ok(VcpuExit::Kicked) => {
+            if set.stopping() || vm.control.is_stopping() {
+                return Action::Exit;
+            }
+            match vm.mapper.on_kicked(vcpu) {
+                Some(a) => a,
+                None => {
+                    st.m.preempt_kicks += 1;
+                    Action::Continue
+                }
+            }
+        }
+        Ok(exit) => {
+            let a = vm.mapper.map_exit(vcpu, exit);
+            match a {
+                Action::Block => st.m.blocks += 1,
+                Action::Sleep(_) => st.m.sleeps += 1,
+                Action::Yield => st.m.yields += 1,
+                Action::Wake(_) => st.m.wakes_sent += 1,
+                _ => {}
+            }
+            a
+        }
+        Err(e) => Action::Fail(StopReason::VcpuFailed {
+            vcpu: vcpu.index(),
+            what: e.to_string(),
+        }),
+    }
+}
