@@ -151,6 +151,20 @@ impl CpuPri {
             CpuPri::Split(s) => s.mask(pri),
         }
     }
+
+    /// The addresses of level `pri`'s count and of its (first) mask, for
+    /// tests that check which layout was built: the baseline keeps them on
+    /// one cache line, fix 1 on separate [`crate::CACHE_PAD`] blocks.
+    #[doc(hidden)]
+    pub fn level_addrs(&self, pri: u32) -> (usize, usize) {
+        match self {
+            CpuPri::Flat(f) => {
+                let v = &f.vecs[pri as usize];
+                (&v.count as *const _ as usize, &v.mask as *const _ as usize)
+            }
+            CpuPri::Split(s) => s.level_addrs(pri),
+        }
+    }
 }
 
 #[cfg(all(test, not(loom)))]

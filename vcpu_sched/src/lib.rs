@@ -67,6 +67,8 @@ mod core_tests;
 mod layout_tests;
 #[cfg(all(test, loom))]
 mod loom_tests;
+#[cfg(all(test, not(loom)))]
+mod wiring_tests;
 
 pub use check::{InvariantChecker, Liveness, RtWait, SnapshotReport};
 pub use config::SchedConfig;

@@ -114,6 +114,16 @@ impl RtOverload {
         }
     }
 
+    /// How many overload counters there are: 1 in the baseline, one per
+    /// NUMA node with fix 2 (for tests that check which layout was built).
+    #[doc(hidden)]
+    pub fn counters(&self) -> usize {
+        match self {
+            RtOverload::Flat(_) => 1,
+            RtOverload::PerNode(n) => n.nodes(),
+        }
+    }
+
     /// All overloaded CPUs (for the invariant checker).
     pub fn mask(&self) -> CpuMask {
         match self {

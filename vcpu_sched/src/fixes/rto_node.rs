@@ -150,6 +150,11 @@ impl NodeRto {
         })
     }
 
+    /// Nodes with a counter of their own.
+    pub fn nodes(&self) -> usize {
+        self.counts.len()
+    }
+
     /// CPUs in the root domain.
     pub fn nr_cpus(&self) -> u32 {
         self.read.nr_cpus
