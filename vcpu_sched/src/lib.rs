@@ -46,6 +46,7 @@ pub mod fixes;
 pub mod group_load;
 pub mod idle;
 pub mod mitigations;
+pub mod os_thread;
 pub mod rq;
 pub mod rto;
 pub mod sched;
