@@ -20,8 +20,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use crate::cpumask::{AtomicCpuMask, CpuMask};
-use crate::rto::CpuMaskList;
+use crate::cpumask::{AtomicCpuMask, CpuMask, CpuMaskList};
 use crate::task::CpuId;
 use crate::topo::TopoMap;
 
