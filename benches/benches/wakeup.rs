@@ -50,7 +50,7 @@ fn bench(c: &mut Criterion) {
                     if w == 0 {
                         // the target CPU
                         while !stop.load(Ordering::Relaxed) {
-                            s.schedule(0, Prev::Block, now());
+                            s.schedule(0, Prev::Block, now()).unwrap();
                         }
                         return;
                     }

@@ -62,6 +62,16 @@ pub enum SchedError {
         id: u32,
     },
 
+    /// A CPU id that this scheduler does not manage (ids run from 0 to
+    /// `ncpus - 1`).
+    #[error("no such CPU {cpu}: this scheduler manages CPUs 0..{ncpus}")]
+    NoSuchCpu {
+        /// The id given.
+        cpu: u32,
+        /// How many CPUs the scheduler has.
+        ncpus: usize,
+    },
+
     /// The task is in a state that does not allow the operation.
     #[error("task {task} cannot {op} while {state}")]
     BadState {

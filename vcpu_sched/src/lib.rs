@@ -29,8 +29,10 @@
 //! let t = s.add_task(&TaskSpec::new("vcpu0").policy(Policy::Fifo(50)), 0).unwrap();
 //! s.wake(t, None, 10).unwrap();
 //! let cpu = s.task_cpu(t).unwrap(); // where it was sent (its wake list)
-//! assert_eq!(s.schedule(cpu, Prev::Keep, 20), Pick::Switch(t));
-//! assert_eq!(s.schedule(cpu, Prev::Block, 30), Pick::Idle);
+//! assert_eq!(s.schedule(cpu, Prev::Keep, 20).unwrap(), Pick::Switch(t));
+//! assert_eq!(s.schedule(cpu, Prev::Block, 30).unwrap(), Pick::Idle);
+//! // a CPU it does not manage is a typed error, not a panic
+//! assert!(matches!(s.schedule(99, Prev::Keep, 40), Err(SchedError::NoSuchCpu { cpu: 99, ncpus: 4 })));
 //! ```
 
 #![warn(missing_docs)]

@@ -136,9 +136,9 @@ fn probe_l2wake(s: &Scheduler) -> bool {
     let wake_from = |waker: CpuId| {
         let spec = TaskSpec::new("probe").affinity(CpuMask::single(target));
         let t = s.add_task(&spec, 1).unwrap();
-        let before = s.cpu_counters(waker);
+        let before = s.cpu_counters(waker).unwrap();
         assert!(s.wake(t, Some(waker), 2).unwrap());
-        let after = s.cpu_counters(waker);
+        let after = s.cpu_counters(waker).unwrap();
         let direct = after.wake_direct - before.wake_direct;
         let queued = after.wake_queued - before.wake_queued;
         assert_eq!(direct + queued, 1);
@@ -156,7 +156,7 @@ fn probe_l2wake(s: &Scheduler) -> bool {
     assert!(wake_from(sibling), "an L2 sibling enqueues directly");
     assert!(!wake_from(other_llc), "another LLC uses the wake list");
     let l2_rule = !wake_from(other_l2);
-    assert!(s.needs_attention(target));
+    assert!(s.needs_attention(target).unwrap());
     l2_rule
 }
 
@@ -168,7 +168,10 @@ fn probe_grpload(s: &Scheduler) -> bool {
     let spec = TaskSpec::new("grp").group(g).affinity(CpuMask::single(cpu));
     let t = s.add_task(&spec, 1).unwrap();
     s.wake(t, None, 2).unwrap();
-    assert_eq!(s.schedule(cpu, Prev::Keep, 3), crate::Pick::Switch(t));
+    assert_eq!(
+        s.schedule(cpu, Prev::Keep, 3).unwrap(),
+        crate::Pick::Switch(t)
+    );
     let w = Policy::default().weight() as i64;
     assert_eq!(s.group_load(g), w);
     let buckets = s.gload.per_node(g.0);

@@ -404,21 +404,40 @@ impl Scheduler {
             .collect()
     }
 
-    /// The task `cpu` is running, as last published (racy).
-    pub fn current(&self, cpu: CpuId) -> Option<TaskId> {
-        match self.cpus[cpu as usize].hot.curr.load(Ordering::Acquire) {
-            NO_TASK => None,
-            t => Some(TaskId(t)),
+    /// `cpu` itself if this scheduler manages it, else
+    /// [`SchedError::NoSuchCpu`]. Every public method that takes a CPU id
+    /// checks it with this (one compare); past it, an out-of-range index is
+    /// a broken internal invariant.
+    #[inline]
+    pub fn check_cpu(&self, cpu: CpuId) -> Result<CpuId> {
+        if (cpu as usize) < self.cpus.len() {
+            Ok(cpu)
+        } else {
+            Err(SchedError::NoSuchCpu {
+                cpu,
+                ncpus: self.cpus.len(),
+            })
         }
+    }
+
+    /// The task `cpu` is running, as last published (racy).
+    pub fn current(&self, cpu: CpuId) -> Result<Option<TaskId>> {
+        let cpu = self.check_cpu(cpu)?;
+        Ok(
+            match self.cpus[cpu as usize].hot.curr.load(Ordering::Acquire) {
+                NO_TASK => None,
+                t => Some(TaskId(t)),
+            },
+        )
     }
 
     /// Should whoever holds `cpu`'s slot call [`schedule`](Self::schedule)?
     /// One load of the CPU's hot line and one of its wake list head: cheap
     /// enough for a preemption checkpoint.
     #[inline]
-    pub fn needs_attention(&self, cpu: CpuId) -> bool {
-        let pc = &self.cpus[cpu as usize];
-        pc.hot.need_resched.load(Ordering::SeqCst) || !pc.wake.list.is_empty()
+    pub fn needs_attention(&self, cpu: CpuId) -> Result<bool> {
+        let pc = &self.cpus[self.check_cpu(cpu)? as usize];
+        Ok(pc.hot.need_resched.load(Ordering::SeqCst) || !pc.wake.list.is_empty())
     }
 
     /// For checkers: `Some(mask)` if `id` is `cpu`'s current task although
@@ -427,7 +446,13 @@ impl Scheduler {
     /// [`Scheduler::set_affinity`] stores a new mask and requests the
     /// reschedule under that lock: read without it, the pair can be seen
     /// half-done, which is not a violation.
-    pub fn running_outside_affinity(&self, cpu: CpuId, id: TaskId) -> Option<CpuMask> {
+    /// A CPU id it does not manage is an error.
+    pub fn running_outside_affinity(&self, cpu: CpuId, id: TaskId) -> Result<Option<CpuMask>> {
+        let cpu = self.check_cpu(cpu)?;
+        Ok(self.outside_affinity(cpu, id))
+    }
+
+    fn outside_affinity(&self, cpu: CpuId, id: TaskId) -> Option<CpuMask> {
         let t = self.task(id).ok()?;
         let rq = self.lock_rq(cpu);
         if rq.curr != Some(id.0) {
@@ -452,8 +477,8 @@ impl Scheduler {
     }
 
     /// One CPU's counters.
-    pub fn cpu_counters(&self, cpu: CpuId) -> SchedCounters {
-        self.cpus[cpu as usize].stats.snapshot()
+    pub fn cpu_counters(&self, cpu: CpuId) -> Result<SchedCounters> {
+        Ok(self.cpus[self.check_cpu(cpu)? as usize].stats.snapshot())
     }
 
     /// Records a state that must not exist; the invariant checker reports

@@ -9,6 +9,7 @@ use std::sync::MutexGuard;
 
 use super::{Pick, Prev, Scheduler};
 use crate::cpumask::CpuMask;
+use crate::error::Result;
 use crate::rq::{Rq, NO_TASK};
 use crate::task::{CpuId, Policy, TaskId, PRI_FAIR, PRI_IDLE};
 use crate::tasks::{state_of, PENDING, ST_BLOCKED, ST_EXITED, ST_QUEUED, ST_RUNNING, ST_WAKING};
@@ -186,7 +187,14 @@ impl Scheduler {
     /// Decides what `cpu` runs next. Call it as whoever holds `cpu`'s run
     /// slot, with `prev` saying what happens to the current task (the idle
     /// context passes [`Prev::Keep`]).
-    pub fn schedule(&self, cpu: CpuId, prev: Prev, now: u64) -> Pick {
+    ///
+    /// A CPU id it does not manage is an error ([`SchedError::NoSuchCpu`]).
+    pub fn schedule(&self, cpu: CpuId, prev: Prev, now: u64) -> Result<Pick> {
+        let cpu = self.check_cpu(cpu)?;
+        Ok(self.schedule_checked(cpu, prev, now))
+    }
+
+    fn schedule_checked(&self, cpu: CpuId, prev: Prev, now: u64) -> Pick {
         let pc = &self.cpus[cpu as usize];
         let mut rq = self.lock_rq(cpu);
         rq.clock = rq.clock.max(now);

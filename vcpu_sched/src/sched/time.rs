@@ -3,6 +3,7 @@
 use std::sync::atomic::Ordering;
 
 use super::Scheduler;
+use crate::error::Result;
 use crate::task::CpuId;
 
 impl Scheduler {
@@ -10,7 +11,14 @@ impl Scheduler {
     /// the CPU's hot line): checks the current task's slice, and now and
     /// then, if tasks wait here while other CPUs idle, kicks an idle CPU
     /// to take one (idle load balancing).
-    pub fn tick(&self, cpu: CpuId, now: u64) {
+    /// A CPU id it does not manage is an error.
+    pub fn tick(&self, cpu: CpuId, now: u64) -> Result<()> {
+        let cpu = self.check_cpu(cpu)?;
+        self.tick_checked(cpu, now);
+        Ok(())
+    }
+
+    fn tick_checked(&self, cpu: CpuId, now: u64) {
         let pc = &self.cpus[cpu as usize];
         let h = &pc.hot;
         if now >= h.slice_end.load(Ordering::Relaxed) {

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::{After, Scheduler};
 use crate::cpumask::CpuMask;
-use crate::error::{Result, SchedError};
+use crate::error::Result;
 use crate::fixes::l2_wake::direct_wakeup_allowed;
 use crate::rq::Rq;
 use crate::task::{CpuId, TaskId};
@@ -88,12 +88,7 @@ impl Scheduler {
     pub fn wake(&self, id: TaskId, waker: Option<CpuId>, now: u64) -> Result<bool> {
         let t = self.task(id)?;
         if let Some(w) = waker {
-            if w as usize >= self.cpus.len() {
-                return Err(SchedError::Config(format!(
-                    "waker CPU {w} does not exist ({} CPUs)",
-                    self.cpus.len()
-                )));
-            }
+            self.check_cpu(w)?;
         }
         let mut s = t.state.load(Ordering::Acquire);
         loop {

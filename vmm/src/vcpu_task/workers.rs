@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use vcpu_sched::exec::{
     current_tid, pin_current_thread, run_clock, runnable_thread, set_host_rt, ClockHost,
-    ClockPeriods, TimerQueue,
+    ClockPeriods, TimerQueue, CPU_OK,
 };
 use vcpu_sched::sched::Kicker as SchedKicker;
 use vcpu_sched::{
@@ -401,10 +401,10 @@ fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
     let mut prev = Prev::Keep;
     let mut resched = true;
     loop {
-        if resched || sched.needs_attention(cpu) {
+        if resched || sched.needs_attention(cpu).expect(CPU_OK) {
             let t0 = set.now();
             let exiting = prev == Prev::Exit;
-            let pick = sched.schedule(cpu, prev, t0);
+            let pick = sched.schedule(cpu, prev, t0).expect(CPU_OK);
             stats
                 .sched_ns
                 .fetch_add(set.now().saturating_sub(t0), Ordering::Relaxed);
@@ -428,7 +428,7 @@ fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
             resched = false;
             w.current.store(cur.map_or(IDLE, |t| t.0), Ordering::SeqCst);
             fence(Ordering::SeqCst);
-            if sched.needs_attention(cpu) {
+            if sched.needs_attention(cpu).expect(CPU_OK) {
                 resched = true;
                 continue;
             }
@@ -485,15 +485,15 @@ fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
             continue;
         };
         if sh.check {
-            if sched.current(cpu) != Some(t) {
+            if sched.current(cpu).expect(CPU_OK) != Some(t) {
                 sh.violation(format!(
                     "CPU {cpu} runs task {} but the core has {:?} current",
                     t.0,
-                    sched.current(cpu)
+                    sched.current(cpu).expect(CPU_OK)
                 ));
             }
             // decided under the runqueue lock (see running_outside_affinity)
-            if let Some(m) = sched.running_outside_affinity(cpu, t) {
+            if let Some(m) = sched.running_outside_affinity(cpu, t).expect(CPU_OK) {
                 sh.violation(format!(
                     "task {} runs on CPU {cpu} outside its affinity {m}",
                     t.0
@@ -501,7 +501,7 @@ fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
             }
         }
         // The check right before KVM_RUN (a later kick finds immediate_exit).
-        if sched.needs_attention(cpu) {
+        if sched.needs_attention(cpu).expect(CPU_OK) {
             resched = true;
             continue;
         }

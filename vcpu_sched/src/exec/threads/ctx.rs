@@ -11,6 +11,7 @@ use super::{IDLE, NONE};
 use crate::cpumask::CpuMask;
 use crate::error::Result;
 use crate::exec::clock::current_tid;
+use crate::exec::CPU_OK;
 use crate::sched::{Pick, Prev, Scheduler};
 use crate::task::{CpuId, TaskId};
 use crate::tasks::lock;
@@ -53,7 +54,7 @@ impl TaskCtx {
         self.sh.trt[self.id.0 as usize]
             .preempt
             .load(Ordering::Acquire)
-            || self.sched.needs_attention(self.cpu.get())
+            || self.sched.needs_attention(self.cpu.get()).expect(CPU_OK)
     }
 
     /// A preemption checkpoint: if this CPU has something to look at, let
@@ -125,7 +126,7 @@ impl TaskCtx {
             let cpu = self.cpu.get();
             self.check_holder(cpu, "switch");
             let t0 = self.sh.now();
-            let pick = self.sched.schedule(cpu, prev, t0);
+            let pick = self.sched.schedule(cpu, prev, t0).expect(CPU_OK);
             let ce = &self.sh.cpu_exec[cpu as usize];
             ce.sched_ns.fetch_add(self.sh.now() - t0, Ordering::Relaxed);
             ce.sched_calls.fetch_add(1, Ordering::Relaxed);
@@ -156,7 +157,7 @@ impl TaskCtx {
     /// The core must agree that this task is `cpu`'s current task whenever
     /// its thread holds `cpu`'s slot.
     fn check_holder(&self, cpu: CpuId, what: &str) {
-        let cur = self.sched.current(cpu);
+        let cur = self.sched.current(cpu).expect(CPU_OK);
         if cur != Some(self.id) {
             self.sh.violation(format!(
                 "task {} holds CPU {cpu}'s slot ({what}) but the core runs {:?} there; the core has it {:?} on CPU {:?}",
@@ -223,7 +224,11 @@ impl TaskCtx {
             ));
         }
         if sh.check {
-            if let Some(m) = self.sched.running_outside_affinity(cpu, self.id) {
+            if let Some(m) = self
+                .sched
+                .running_outside_affinity(cpu, self.id)
+                .expect(CPU_OK)
+            {
                 sh.violation(format!(
                     "task {} runs on CPU {cpu} outside its affinity {m}",
                     self.id.0
@@ -236,7 +241,7 @@ impl TaskCtx {
         }
         rt.preempt.store(false, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-        self.sched.needs_attention(cpu)
+        self.sched.needs_attention(cpu).expect(CPU_OK)
     }
 }
 
@@ -261,7 +266,7 @@ where
     let cpu = ctx.cpu.get();
     ctx.check_holder(cpu, "exit");
     let t0 = sh.now();
-    let pick = sched.schedule(cpu, Prev::Exit, t0);
+    let pick = sched.schedule(cpu, Prev::Exit, t0).expect(CPU_OK);
     ctx.leave(cpu);
     match pick {
         Pick::Switch(n) => sh.grant(n.0, cpu),

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::shared::Shared;
 use super::{IDLE, NONE};
 use crate::exec::clock::current_tid;
+use crate::exec::CPU_OK;
 use crate::sched::{Pick, Prev, Scheduler};
 use crate::task::CpuId;
 
@@ -55,7 +56,7 @@ pub(super) fn idle_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
             continue;
         }
         let t0 = sh.now();
-        let pick = sched.schedule(cpu, Prev::Keep, t0);
+        let pick = sched.schedule(cpu, Prev::Keep, t0).expect(CPU_OK);
         let ce = &sh.cpu_exec[cpu as usize];
         ce.sched_ns.fetch_add(sh.now() - t0, Ordering::Relaxed);
         ce.sched_calls.fetch_add(1, Ordering::Relaxed);
@@ -67,7 +68,7 @@ pub(super) fn idle_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
         } else {
             // Still idle: make sure a kick between schedule and here is seen.
             fence(Ordering::SeqCst);
-            if sched.needs_attention(cpu) {
+            if sched.needs_attention(cpu).expect(CPU_OK) {
                 slot.idle_token.store(true, Ordering::Release);
             }
         }

@@ -456,9 +456,9 @@ impl ThreadsExecutor {
                 "task {} {:?} cpu {cpu} (cpu curr {:?}, owner {}, needs attention {}), grant {}, running_on {}, preempt {}",
                 t.0,
                 st,
-                s.current(cpu),
+                s.current(cpu).ok().flatten(),
                 self.sh.slots[cpu as usize].owner.load(Ordering::Relaxed),
-                s.needs_attention(cpu),
+                s.needs_attention(cpu).unwrap_or(false),
                 grant,
                 on,
                 rt.preempt.load(Ordering::Relaxed)
