@@ -266,7 +266,29 @@ mod tests {
             assert_eq!(Mitigations::all_but(f).enabled().len(), 5);
             assert!(!Mitigations::all_but(f).has(f));
         }
-        assert_eq!(Mitigations::seeds_variants().len(), 8);
+        // baseline, each fix alone in the order of the design notes, all
+        let mut want = vec![Mitigations::none()];
+        for f in Fix::ALL {
+            want.push(Mitigations::only(f));
+        }
+        want.push(Mitigations::all());
+        assert_eq!(Mitigations::seeds_variants(), want);
+        assert_eq!(
+            Mitigations::seeds_variants()
+                .iter()
+                .map(|m| m.to_string())
+                .collect::<Vec<_>>(),
+            [
+                "none",
+                "only:cpupri",
+                "only:rto",
+                "only:shardrq",
+                "only:llcidle",
+                "only:l2wake",
+                "only:grpload",
+                "all"
+            ]
+        );
     }
 
     #[test]
@@ -294,7 +316,25 @@ mod tests {
                 });
             assert_eq!(m.to_string().parse::<Mitigations>().unwrap(), m);
         }
-        assert_eq!(" ONLY:x".trim().len(), 6);
+        // surrounding whitespace and spaces in the list are ignored; the
+        // words none/all and fix names ignore case, the only:/all-but:
+        // prefixes do not
+        assert_eq!(
+            " only:rto , grpload ".parse::<Mitigations>().unwrap(),
+            Mitigations::only(Fix::Rto).with(Fix::GrpLoad, true)
+        );
+        assert_eq!(
+            " NONE ".parse::<Mitigations>().unwrap(),
+            Mitigations::none()
+        );
+        assert_eq!("All".parse::<Mitigations>().unwrap(), Mitigations::all());
+        assert!(" ONLY:rto".parse::<Mitigations>().is_err());
+        assert!("All-But:rto".parse::<Mitigations>().is_err());
+        // a fix named twice is just on
+        assert_eq!(
+            "only:rto,rto".parse::<Mitigations>().unwrap(),
+            Mitigations::only(Fix::Rto)
+        );
         assert_eq!(
             "only:LLCIDLE".parse::<Mitigations>().unwrap(),
             Mitigations::only(Fix::LlcIdle)

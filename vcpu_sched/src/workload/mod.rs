@@ -279,6 +279,11 @@ pub fn work_unit_ns() -> f64 {
     })
 }
 
+/// How many [`work`] units make `us` microseconds on this host.
+fn units_for(us: u64) -> u64 {
+    ((us as f64 * 1000.0) / work_unit_ns()).ceil() as u64
+}
+
 #[inline(never)]
 fn unit() {
     let mut x = 0x9E37_79B9u64;
@@ -291,8 +296,7 @@ fn unit() {
 /// Does `us` microseconds worth of CPU work (as measured alone on this
 /// host), with a preemption checkpoint after every unit.
 pub fn work(ctx: &TaskCtx, us: u64) {
-    let units = ((us as f64 * 1000.0) / work_unit_ns()).ceil() as u64;
-    for _ in 0..units {
+    for _ in 0..units_for(us) {
         unit();
         ctx.checkpoint();
     }
@@ -355,7 +359,29 @@ mod tests {
 
     #[test]
     fn work_unit_is_calibrated() {
+        // The claim: `work(us)` runs `units_for(us)` units, which take `us`
+        // microseconds alone on this host. Time them directly, best of
+        // five (noise only ever adds time), and allow a wide factor: the
+        // host is shared and its clock speed varies; a wrong calibration
+        // (units of the wrong size, ns taken for us) is off by 1000x.
         let ns = work_unit_ns();
-        assert!(ns > 1.0 && ns < 100_000.0, "{ns}");
+        assert!(ns >= 1.0 && ns.is_finite(), "{ns}");
+        let us = 2_000;
+        let units = units_for(us);
+        assert_eq!(units, (us as f64 * 1000.0 / ns).ceil() as u64);
+        let best = (0..5)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                for _ in 0..units {
+                    unit();
+                }
+                t.elapsed().as_nanos() as f64
+            })
+            .fold(f64::MAX, f64::min);
+        let ratio = best / (us as f64 * 1000.0);
+        assert!(
+            (0.25..=4.0).contains(&ratio),
+            "{units} units of {ns:.1} ns took {best} ns for a {us} us target (ratio {ratio:.2})"
+        );
     }
 }
