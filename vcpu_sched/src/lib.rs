@@ -46,6 +46,7 @@ pub mod error;
 pub mod exec;
 pub mod fixes;
 pub mod group_load;
+pub mod histogram;
 pub mod idle;
 pub mod mitigations;
 pub mod os_thread;

@@ -12,7 +12,9 @@ use crate::cpumask::CpuMask;
 use crate::error::Result;
 use crate::rq::{Rq, NO_TASK};
 use crate::task::{CpuId, Policy, TaskId, PRI_FAIR, PRI_IDLE};
-use crate::tasks::{state_of, PENDING, ST_BLOCKED, ST_EXITED, ST_QUEUED, ST_RUNNING, ST_WAKING};
+use crate::tasks::{
+    lock, state_of, PENDING, ST_BLOCKED, ST_EXITED, ST_QUEUED, ST_RUNNING, ST_WAKING,
+};
 
 impl Scheduler {
     /// Makes `id` current on `rq`.
@@ -37,7 +39,7 @@ impl Scheduler {
             t.acct.runs.fetch_add(1, Ordering::Relaxed);
             let w = t.acct.woken_at.swap(0, Ordering::Relaxed);
             if w != 0 {
-                t.acct.wake_to_run.record(now.saturating_sub(w));
+                lock(&t.acct.wake_to_run).record(now.saturating_sub(w));
             }
             pc.hot.curr.store(id, Ordering::Release);
             pc.hot.switch_seq.fetch_add(1, Ordering::Relaxed);

@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, SchedError};
 use crate::exec::{TaskCtx, ThreadsExecutor};
-use crate::stats::LatencyHistogram;
+use crate::stats::Histogram;
 use crate::tasks::lock;
 
 /// Which workload.
@@ -196,12 +196,12 @@ pub struct Tally {
     /// Operations counted inside the window, per kind.
     pub counts: Mutex<BTreeMap<&'static str, u64>>,
     /// Latencies recorded inside the window.
-    pub latency: Mutex<LatencyHistogram>,
+    pub latency: Mutex<Histogram>,
 }
 
 impl Tally {
     /// Adds a body's local results.
-    pub fn publish(&self, counts: &[(&'static str, u64)], lat: Option<&LatencyHistogram>) {
+    pub fn publish(&self, counts: &[(&'static str, u64)], lat: Option<&Histogram>) {
         let mut c = lock(&self.counts);
         for (k, v) in counts {
             *c.entry(k).or_insert(0) += v;
@@ -323,7 +323,7 @@ impl Rng {
 }
 
 /// Latency extras (`p50_ns` ...) of a histogram.
-pub(crate) fn latency_extras(h: &LatencyHistogram, prefix: &str, out: &mut BTreeMap<String, f64>) {
+pub(crate) fn latency_extras(h: &Histogram, prefix: &str, out: &mut BTreeMap<String, f64>) {
     for (name, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999)] {
         out.insert(format!("{prefix}{name}_ns"), h.quantile(q) as f64);
     }

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use vcpu_sched::bench::{interleaved, Comparison, RunReport, TaskSummary};
 use vcpu_sched::exec::{CheckConfig, CpuMapping};
-use vcpu_sched::stats::LatencyHistogram;
+use vcpu_sched::stats::Histogram;
 use vcpu_sched::workload::Metric;
 use vcpu_sched::{CpuMask, Mitigations, Policy, SchedConfig};
 use vm_memory::GuestMemoryMmap;
@@ -237,7 +237,7 @@ pub struct BenchReport {
     /// Timer latency (cyclic) or doorbell latency (the others) of every
     /// vCPU inside the window, measured by the VMM from the timer's due
     /// time or the doorbell to the vCPU entering the guest again.
-    pub guest_latency: LatencyHistogram,
+    pub guest_latency: Histogram,
     /// vCPUs that made no progress in the run (fewer than two entries
     /// into the guest: never came back after their first exit).
     pub stalled: Vec<String>,
@@ -503,7 +503,7 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
 
     // Progress: every vCPU entered the guest again after the window opened.
     let mut stalled = Vec::new();
-    let mut guest_latency = LatencyHistogram::new();
+    let mut guest_latency = Histogram::new();
     let mut per_vcpu = Vec::with_capacity(metrics.len());
     for (i, m) in metrics.iter().enumerate() {
         let s = &set.slots()[i];
@@ -539,8 +539,8 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
             wakes_sent: m.wakes_sent,
             preempt_kicks: m.preempt_kicks,
             run_delay_ns: t.run_delay_ns,
-            wake_to_run_p50_ns: t.wake_to_run.quantile(0.5).unwrap_or(0),
-            wake_to_run_p99_ns: t.wake_to_run.quantile(0.99).unwrap_or(0),
+            wake_to_run_p50_ns: t.wake_to_run.quantile(0.5),
+            wake_to_run_p99_ns: t.wake_to_run.quantile(0.99),
             migrations: t.migrations,
             running_ns: t.running_ns,
             queued_ns: t.queued_ns,

@@ -59,7 +59,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use topology::HostTopology;
 use vcpu_sched::exec::{CheckConfig, CpuMapping};
-use vcpu_sched::stats::LatencyHistogram;
+use vcpu_sched::stats::Histogram;
 use vcpu_sched::{
     CpuMask, GroupId, Mitigations, Policy, SchedConfig, SchedCounters, TaskId, TaskStats,
 };
@@ -153,10 +153,10 @@ pub struct VcpuMetrics {
     /// Returns from `KVM_RUN` caused by a preemption kick.
     pub preempt_kicks: u64,
     /// Sleep deadline to running again, inside the window.
-    pub timer_latency: LatencyHistogram,
+    pub timer_latency: Histogram,
     /// Doorbell (or the HLT, if the doorbell came first) to running again,
     /// inside the window.
-    pub doorbell_latency: LatencyHistogram,
+    pub doorbell_latency: Histogram,
 }
 
 /// State of a vCPU that only its runner touches.
