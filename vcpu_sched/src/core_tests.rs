@@ -15,7 +15,7 @@ use crate::*;
 #[derive(Default)]
 pub(crate) struct RecKick(Mutex<BTreeSet<u32>>);
 
-impl Kicker for RecKick {
+impl KickCpu for RecKick {
     fn kick(&self, cpu: CpuId) {
         self.0.lock().unwrap().insert(cpu);
     }

@@ -9,7 +9,7 @@
 //!   push and pull), per-LLC shared runqueues, idle tracking with idle load
 //!   balancing, lock-free wake lists, and per-group load. Callers pass the
 //!   time; the core tells them which CPU needs attention through a
-//!   [`Kicker`].
+//!   [`KickCpu`].
 //! * **Executors** drive it. [`exec::ThreadsExecutor`] runs each task on
 //!   an OS thread that only runs while it holds its CPU's run slot, on the
 //!   real CPUs or on a big topology emulated onto them.
@@ -79,7 +79,7 @@ pub use config::SchedConfig;
 pub use cpumask::{AtomicCpuMask, CpuMask, MAX_CPUS};
 pub use error::{Result, SchedError};
 pub use mitigations::{Fix, Mitigations};
-pub use sched::{GroupInfo, Kicker, NoKick, Pick, Prev, Scheduler};
+pub use sched::{GroupInfo, KickCpu, NoKick, Pick, Prev, Scheduler};
 pub use stats::{Histogram, SchedCounters, TaskStats};
 pub use task::{CpuId, GroupId, Policy, TaskId, TaskSpec, TaskState};
 pub use topo::TopoMap;

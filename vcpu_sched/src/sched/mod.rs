@@ -6,7 +6,7 @@
 //! [`Scheduler::needs_attention`] says `c` has something to look at;
 //! anybody may call [`Scheduler::wake`]; a timer calls
 //! [`Scheduler::tick`] for every CPU now and then. The core tells the
-//! executor that a CPU should look at its state through the [`Kicker`]
+//! executor that a CPU should look at its state through the [`KickCpu`]
 //! given at construction. Time is whatever `now` (ns) the caller passes:
 //! a monotonic clock for real threads, virtual time for a simulator.
 //!
@@ -69,15 +69,15 @@ mod wakeup;
 /// the running task (a flag its body polls; for a vCPU, a signal plus
 /// `immediate_exit`). It may be called with runqueue locks held and must not
 /// call back into the scheduler.
-pub trait Kicker: Send + Sync {
+pub trait KickCpu: Send + Sync {
     /// CPU `cpu` has work to look at.
     fn kick(&self, cpu: CpuId);
 }
 
-/// A [`Kicker`] that does nothing (tests that poll).
+/// A [`KickCpu`] that does nothing (tests that poll).
 pub struct NoKick;
 
-impl Kicker for NoKick {
+impl KickCpu for NoKick {
     fn kick(&self, _cpu: CpuId) {}
 }
 
@@ -139,7 +139,7 @@ pub struct Scheduler {
     pub(crate) shared: SharedRq,
     pub(crate) idle: IdleTracker,
     pub(crate) gload: GroupLoad,
-    kicker: Arc<dyn Kicker>,
+    kicker: Arc<dyn KickCpu>,
     /// Counters of work done by callers that are not a managed CPU
     /// (timers, I/O threads, the ticker).
     ext: CpuStats,
@@ -162,7 +162,7 @@ impl Scheduler {
         topo: Arc<HostTopology>,
         mit: Mitigations,
         cfg: SchedConfig,
-        kicker: Arc<dyn Kicker>,
+        kicker: Arc<dyn KickCpu>,
     ) -> Result<Self> {
         cfg.validate()?;
         let map = TopoMap::new(&topo)?;

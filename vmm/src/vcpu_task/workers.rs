@@ -33,7 +33,7 @@ use vcpu_sched::exec::{
     current_tid, pin_current_thread, run_clock, runnable_thread, set_host_rt, ClockHost,
     ClockPeriods, TimerQueue, CPU_OK,
 };
-use vcpu_sched::sched::Kicker as SchedKicker;
+use vcpu_sched::sched::KickCpu;
 use vcpu_sched::{
     CpuId, InvariantChecker, Liveness, Pick, Prev, SchedCounters, Scheduler, TaskId, TaskSpec,
     TaskStats,
@@ -114,7 +114,7 @@ impl Shared {
 
 struct WorkerKick(Arc<Shared>);
 
-impl SchedKicker for WorkerKick {
+impl KickCpu for WorkerKick {
     fn kick(&self, cpu: CpuId) {
         let sh = &self.0;
         fence(Ordering::SeqCst);

@@ -14,7 +14,7 @@
 //! * Each managed CPU has an idle context, a thread pinned to that CPU's
 //!   host CPU, which holds the slot while the CPU is idle and parks until
 //!   it is kicked.
-//! * The core's [`Kicker`] lands here: a kicked CPU's idle context is
+//! * The core's [`KickCpu`] lands here: a kicked CPU's idle context is
 //!   unparked, or its running task's preempt flag is raised and the user's
 //!   [`KickHook`] is called (for a vCPU: a signal plus `immediate_exit`).
 //! * One clock thread ticks every CPU, fires timers and, when asked,

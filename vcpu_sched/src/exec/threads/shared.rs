@@ -10,7 +10,7 @@ use std::time::Instant;
 use super::{pin_current_thread, set_host_rt, CpuMapping, KickHook, IDLE, NONE};
 use crate::check::Liveness;
 use crate::exec::clock::{runnable_thread, ClockHost, TimerQueue};
-use crate::sched::{Kicker, Scheduler};
+use crate::sched::{KickCpu, Scheduler};
 use crate::stats::TaskStats;
 use crate::task::{CpuId, TaskId};
 use crate::tasks::lock;
@@ -146,7 +146,7 @@ impl Shared {
 
 pub(super) struct ExecKicker(pub(super) Arc<Shared>);
 
-impl Kicker for ExecKicker {
+impl KickCpu for ExecKicker {
     fn kick(&self, cpu: CpuId) {
         let sh = &self.0;
         fence(Ordering::SeqCst);
