@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use topology::HostTopology;
 
+use crate::rng::Rng;
 use crate::topo::tests::hand_topo;
 use crate::*;
 
@@ -18,25 +19,6 @@ pub(crate) struct RecKick(Mutex<BTreeSet<u32>>);
 impl KickCpu for RecKick {
     fn kick(&self, cpu: CpuId) {
         self.0.lock().unwrap().insert(cpu);
-    }
-}
-
-/// xorshift64*, deterministic and dependency-free.
-pub(crate) struct Rng(u64);
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub(crate) fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
     }
 }
 

@@ -50,6 +50,7 @@ pub mod histogram;
 pub mod idle;
 pub mod mitigations;
 pub mod os_thread;
+pub mod rng;
 pub mod rq;
 pub mod rto;
 pub mod sched;

@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, SchedError};
 use crate::exec::{TaskCtx, ThreadsExecutor};
+pub(crate) use crate::rng::Rng;
 use crate::stats::Histogram;
 use crate::tasks::lock;
 
@@ -299,26 +300,6 @@ pub fn work(ctx: &TaskCtx, us: u64) {
     for _ in 0..units_for(us) {
         unit();
         ctx.checkpoint();
-    }
-}
-
-/// xorshift64*, for bodies that need cheap deterministic randomness.
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub(crate) fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
     }
 }
 
