@@ -341,28 +341,35 @@ mod tests {
     #[test]
     fn work_unit_is_calibrated() {
         // The claim: `work(us)` runs `units_for(us)` units, which take `us`
-        // microseconds alone on this host. Time them directly, best of
-        // five (noise only ever adds time), and allow a wide factor: the
-        // host is shared and its clock speed varies; a wrong calibration
-        // (units of the wrong size, ns taken for us) is off by 1000x.
+        // microseconds alone on this host. Time them directly, best of ten
+        // (noise only ever adds time), and allow a wide factor: the host is
+        // shared and its clock speed varies; a wrong calibration (units of
+        // the wrong size, ns taken for us) is off by 1000x.
         let ns = work_unit_ns();
         assert!(ns >= 1.0 && ns.is_finite(), "{ns}");
         let us = 2_000;
         let units = units_for(us);
         assert_eq!(units, (us as f64 * 1000.0 / ns).ceil() as u64);
-        let best = (0..5)
-            .map(|_| {
-                let t = std::time::Instant::now();
-                for _ in 0..units {
-                    unit();
-                }
-                t.elapsed().as_nanos() as f64
-            })
-            .fold(f64::MAX, f64::min);
-        let ratio = best / (us as f64 * 1000.0);
-        assert!(
-            (0.25..=4.0).contains(&ratio),
-            "{units} units of {ns:.1} ns took {best} ns for a {us} us target (ratio {ratio:.2})"
-        );
+        // Under a loaded host a whole round can be slowed down; a few
+        // rounds, and a factor of 10 either way (the calibration itself may
+        // have run slow), still catch a unit of the wrong size.
+        let mut ratios = Vec::new();
+        for _ in 0..3 {
+            let best = (0..10)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    for _ in 0..units {
+                        unit();
+                    }
+                    t.elapsed().as_nanos() as f64
+                })
+                .fold(f64::MAX, f64::min);
+            let ratio = best / (us as f64 * 1000.0);
+            if (0.1..=10.0).contains(&ratio) {
+                return;
+            }
+            ratios.push(ratio);
+        }
+        panic!("{units} units of {ns:.1} ns missed a {us} us target: time/target {ratios:?}");
     }
 }
