@@ -3,7 +3,7 @@
 //! task, on a modelled genoa-2s (384 CPUs, 2 nodes). Baseline: the packed
 //! layout; fix: counts and masks on their own lines, per-node masks.
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{BenchmarkId, Criterion};
 use vcpu_sched::cpupri::CpuPri;
 use vcpu_sched::Policy;
 
@@ -32,9 +32,4 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default().sample_size(20).warm_up_time(std::time::Duration::from_secs(1)).measurement_time(std::time::Duration::from_secs(3));
-    targets = bench
-}
-criterion_main!(benches);
+benches::bench_main!(bench);

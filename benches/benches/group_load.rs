@@ -4,7 +4,7 @@
 //! Baseline: one shared sum per group (a migration subtracts and adds);
 //! fix: per-node sums (a migration inside a node writes nothing).
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{BenchmarkId, Criterion};
 use vcpu_sched::group_load::GroupLoad;
 
 fn bench(c: &mut Criterion) {
@@ -37,9 +37,4 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default().sample_size(20).warm_up_time(std::time::Duration::from_secs(1)).measurement_time(std::time::Duration::from_secs(3));
-    targets = bench
-}
-criterion_main!(benches);
+benches::bench_main!(bench);

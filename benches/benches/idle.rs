@@ -13,7 +13,7 @@
 //!   global count every time, like the baseline, on top of its own work
 //!   (its worst case).
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{BenchmarkId, Criterion};
 use vcpu_sched::idle::IdleTracker;
 
 fn bench(c: &mut Criterion) {
@@ -57,9 +57,4 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default().sample_size(20).warm_up_time(std::time::Duration::from_secs(1)).measurement_time(std::time::Duration::from_secs(3));
-    targets = bench
-}
-criterion_main!(benches);
+benches::bench_main!(bench);

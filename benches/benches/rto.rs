@@ -13,7 +13,7 @@
 //!   node's 0->1 and 1->0 transition and the fix rewrites its flag every
 //!   time (its worst case).
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{BenchmarkId, Criterion};
 use vcpu_sched::rto::RtOverload;
 
 fn bench(c: &mut Criterion) {
@@ -57,9 +57,4 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default().sample_size(20).warm_up_time(std::time::Duration::from_secs(1)).measurement_time(std::time::Duration::from_secs(3));
-    targets = bench
-}
-criterion_main!(benches);
+benches::bench_main!(bench);

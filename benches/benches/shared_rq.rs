@@ -3,7 +3,7 @@
 //! gnr-2s (one 240-CPU LLC per socket). Baseline: one queue and lock per
 //! LLC; fix: shards of 6 CPUs.
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{BenchmarkId, Criterion};
 use vcpu_sched::shared_rq::SharedRq;
 
 fn bench(c: &mut Criterion) {
@@ -30,9 +30,4 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default().sample_size(20).warm_up_time(std::time::Duration::from_secs(1)).measurement_time(std::time::Duration::from_secs(3));
-    targets = bench
-}
-criterion_main!(benches);
+benches::bench_main!(bench);

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{BenchmarkId, Criterion};
 use vcpu_sched::{CpuMask, Mitigations, NoKick, Prev, SchedConfig, Scheduler, TaskId, TaskSpec};
 
 const POOL: usize = 32;
@@ -50,7 +50,7 @@ fn bench(c: &mut Criterion) {
                     if w == 0 {
                         // the target CPU
                         while !stop.load(Ordering::Relaxed) {
-                            s.schedule(0, Prev::Block, now());
+                            s.schedule(0, Prev::Block, now()).unwrap();
                         }
                         return;
                     }
@@ -84,9 +84,4 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default().sample_size(20).warm_up_time(std::time::Duration::from_secs(1)).measurement_time(std::time::Duration::from_secs(3));
-    targets = bench
-}
-criterion_main!(benches);
+benches::bench_main!(bench);

@@ -18,6 +18,26 @@ use std::time::{Duration, Instant};
 use vcpu_sched::exec::{allowed_host_cpus, pin_current_thread};
 use vcpu_sched::TopoMap;
 
+/// The `main` of every benchmark in `benches/benches/`: criterion with this
+/// suite's settings (20 samples, 1 s warm-up, 3 s of measurement) running
+/// the given `fn(&mut Criterion)`s. Expands to a `main`, so use it once, at
+/// the end of a bench file; it names `criterion` (a dev-dependency of the
+/// bench targets), not this library.
+#[macro_export]
+macro_rules! bench_main {
+    ($($target:path),+ $(,)?) => {
+        criterion::criterion_group! {
+            name = suite;
+            config = criterion::Criterion::default()
+                .sample_size(20)
+                .warm_up_time(std::time::Duration::from_secs(1))
+                .measurement_time(std::time::Duration::from_secs(3));
+            targets = $($target),+
+        }
+        criterion::criterion_main!(suite);
+    };
+}
+
 /// The modelled topology's precomputed view.
 pub fn map(spec: &str) -> TopoMap {
     let t = topology::load(spec).expect("topology preset");

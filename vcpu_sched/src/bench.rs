@@ -109,8 +109,8 @@ impl TaskSummary {
             ts.blocked_ns += t.blocked_ns;
         }
         ts.run_delay_per_task_ns = ts.run_delay_ns as f64 / ts.tasks.max(1) as f64;
-        ts.wake_to_run_p50_ns = ts.wake_to_run.quantile(0.5).unwrap_or(0);
-        ts.wake_to_run_p99_ns = ts.wake_to_run.quantile(0.99).unwrap_or(0);
+        ts.wake_to_run_p50_ns = ts.wake_to_run.quantile(0.5);
+        ts.wake_to_run_p99_ns = ts.wake_to_run.quantile(0.99);
         ts
     }
 }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use topology::HostTopology;
 
+use crate::rng::Rng;
 use crate::topo::tests::hand_topo;
 use crate::*;
 
@@ -15,28 +16,9 @@ use crate::*;
 #[derive(Default)]
 pub(crate) struct RecKick(Mutex<BTreeSet<u32>>);
 
-impl Kicker for RecKick {
+impl KickCpu for RecKick {
     fn kick(&self, cpu: CpuId) {
         self.0.lock().unwrap().insert(cpu);
-    }
-}
-
-/// xorshift64*, deterministic and dependency-free.
-pub(crate) struct Rng(u64);
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub(crate) fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
     }
 }
 
@@ -59,7 +41,9 @@ impl Sim {
         let n = self.s.num_cpus() as u32;
         for _ in 0..10_000 {
             let kicked = std::mem::take(&mut *self.k.0.lock().unwrap());
-            let need: Vec<u32> = (0..n).filter(|&c| self.s.needs_attention(c)).collect();
+            let need: Vec<u32> = (0..n)
+                .filter(|&c| self.s.needs_attention(c).unwrap())
+                .collect();
             for c in &need {
                 assert!(
                     kicked.contains(c),
@@ -71,7 +55,7 @@ impl Sim {
             }
             for c in need {
                 self.now += 100;
-                self.s.schedule(c, Prev::Keep, self.now);
+                self.s.schedule(c, Prev::Keep, self.now).unwrap();
             }
         }
         panic!("the scheduler does not settle");
@@ -107,7 +91,7 @@ impl Sim {
 
     fn running(&self) -> Vec<(u32, TaskId)> {
         (0..self.s.num_cpus() as u32)
-            .filter_map(|c| self.s.current(c).map(|t| (c, t)))
+            .filter_map(|c| self.s.current(c).unwrap().map(|t| (c, t)))
             .collect()
     }
 }
@@ -134,16 +118,19 @@ fn prio_99_preempts_prio_1_on_one_cpu() {
             .unwrap();
         assert!(sim.s.wake(lo, None, sim.now).unwrap());
         sim.settle();
-        assert_eq!(sim.s.current(0), Some(lo));
+        assert_eq!(sim.s.current(0).unwrap(), Some(lo));
         assert!(sim.s.wake(hi, Some(0), sim.now).unwrap());
         sim.settle();
-        assert_eq!(sim.s.current(0), Some(hi), "{mit}");
+        assert_eq!(sim.s.current(0).unwrap(), Some(hi), "{mit}");
         assert_eq!(sim.s.task_state(lo).unwrap(), TaskState::Queued);
         sim.strict("99 running");
         sim.now += 10;
-        assert_eq!(sim.s.schedule(0, Prev::Block, sim.now), Pick::Switch(lo));
+        assert_eq!(
+            sim.s.schedule(0, Prev::Block, sim.now).unwrap(),
+            Pick::Switch(lo)
+        );
         sim.now += 10;
-        assert_eq!(sim.s.schedule(0, Prev::Block, sim.now), Pick::Idle);
+        assert_eq!(sim.s.schedule(0, Prev::Block, sim.now).unwrap(), Pick::Idle);
         sim.settle();
         sim.strict("all idle");
         let st = sim.s.task_stats(lo).unwrap();
@@ -200,11 +187,11 @@ fn pending_wake_cancels_block() {
     sim.s.wake(t, None, 10).unwrap();
     sim.settle();
     let cpu = sim.s.task_cpu(t).unwrap();
-    assert_eq!(sim.s.current(cpu), Some(t));
+    assert_eq!(sim.s.current(cpu).unwrap(), Some(t));
     assert!(!sim.s.wake(t, Some(cpu), 20).unwrap(), "already awake");
-    assert_eq!(sim.s.schedule(cpu, Prev::Block, 30), Pick::Same);
+    assert_eq!(sim.s.schedule(cpu, Prev::Block, 30).unwrap(), Pick::Same);
     assert_eq!(sim.s.task_state(t).unwrap(), TaskState::Running);
-    assert_eq!(sim.s.schedule(cpu, Prev::Block, 40), Pick::Idle);
+    assert_eq!(sim.s.schedule(cpu, Prev::Block, 40).unwrap(), Pick::Idle);
     assert_eq!(sim.s.task_state(t).unwrap(), TaskState::Blocked);
     sim.settle();
     sim.strict("end");
@@ -226,7 +213,7 @@ fn fair_tasks_share_by_weight() {
     sim.settle();
     for _ in 0..3000 {
         sim.now += 100_000;
-        sim.s.tick(0, sim.now);
+        sim.s.tick(0, sim.now).unwrap();
         sim.settle();
     }
     let ra = sim.s.task_stats(a).unwrap().running_ns as f64;
@@ -259,7 +246,7 @@ fn rr_rotates_equal_priorities() {
     sim.settle();
     let first = sim.s.current(0).unwrap();
     sim.now += 150_000_000;
-    sim.s.tick(0, sim.now);
+    sim.s.tick(0, sim.now).unwrap();
     sim.settle();
     assert_ne!(
         sim.s.current(0).unwrap(),
@@ -267,17 +254,17 @@ fn rr_rotates_equal_priorities() {
         "RR slice expired: the peer runs"
     );
     // FIFO never rotates by time
-    sim.s.schedule(0, Prev::Block, sim.now);
-    sim.s.schedule(0, Prev::Block, sim.now);
+    sim.s.schedule(0, Prev::Block, sim.now).unwrap();
+    sim.s.schedule(0, Prev::Block, sim.now).unwrap();
     sim.s.wake(f, None, sim.now).unwrap();
     sim.s.wake(a, None, sim.now).unwrap();
     sim.settle();
-    let cur = sim.s.current(0).unwrap();
+    let cur = sim.s.current(0).unwrap().unwrap();
     sim.now += 500_000_000;
-    sim.s.tick(0, sim.now);
+    sim.s.tick(0, sim.now).unwrap();
     sim.settle();
     if cur == f {
-        assert_eq!(sim.s.current(0), Some(f), "FIFO keeps the CPU");
+        assert_eq!(sim.s.current(0).unwrap(), Some(f), "FIFO keeps the CPU");
     }
     sim.strict("end");
 }
@@ -310,11 +297,11 @@ fn affinity_moves_queued_and_running_tasks() {
             "12".parse().unwrap()
         };
         sim.s.set_affinity(t, &dest, sim.now).unwrap();
-        assert!(sim.s.needs_attention(cpu));
+        assert!(sim.s.needs_attention(cpu).unwrap());
         sim.settle();
         sim.strict("moved");
         assert_eq!(sim.s.task_cpu(t).unwrap(), dest.first().unwrap());
-        assert_eq!(sim.s.current(dest.first().unwrap()), Some(t));
+        assert_eq!(sim.s.current(dest.first().unwrap()).unwrap(), Some(t));
         // bad masks are errors that name the problem
         let e = sim
             .s
@@ -345,15 +332,15 @@ fn a_burst_of_rt_wakeups_does_not_pile_onto_a_cpu_that_has_not_answered() {
             .unwrap();
         sim.s.wake(waker, None, sim.now).unwrap();
         sim.settle();
-        assert_eq!(sim.s.current(1), Some(waker));
+        assert_eq!(sim.s.current(1).unwrap(), Some(waker));
         let ids = sim.fifo_tasks("rt", 4, 50, CpuMask::single(0));
         // each has last run on CPU 0, which is idle again
         for &t in &ids {
             sim.s.wake(t, None, sim.now).unwrap();
             sim.settle();
-            assert_eq!(sim.s.current(0), Some(t));
+            assert_eq!(sim.s.current(0).unwrap(), Some(t));
             sim.now += 10;
-            sim.s.schedule(0, Prev::Block, sim.now);
+            sim.s.schedule(0, Prev::Block, sim.now).unwrap();
             sim.s
                 .set_affinity(t, &"0-3".parse().unwrap(), sim.now)
                 .unwrap();
@@ -365,16 +352,20 @@ fn a_burst_of_rt_wakeups_does_not_pile_onto_a_cpu_that_has_not_answered() {
         }
         // every CPU but 0 answers its kicks
         for _ in 0..100 {
-            let need: Vec<u32> = (1..16).filter(|&c| sim.s.needs_attention(c)).collect();
+            let need: Vec<u32> = (1..16)
+                .filter(|&c| sim.s.needs_attention(c).unwrap())
+                .collect();
             if need.is_empty() {
                 break;
             }
             for c in need {
                 sim.now += 100;
-                sim.s.schedule(c, Prev::Keep, sim.now);
+                sim.s.schedule(c, Prev::Keep, sim.now).unwrap();
             }
         }
-        let running: Vec<CpuId> = (2..4).filter(|&c| sim.s.current(c).is_some()).collect();
+        let running: Vec<CpuId> = (2..4)
+            .filter(|&c| sim.s.current(c).unwrap().is_some())
+            .collect();
         assert_eq!(
             running.len(),
             2,
@@ -400,7 +391,7 @@ fn push_keeps_the_head_and_sends_the_rest_away() {
             sim.s.wake(t, Some(2), sim.now).unwrap();
         }
         // CPU 3 has not answered: all three wait there, idle
-        assert_eq!(sim.s.current(3), None);
+        assert_eq!(sim.s.current(3).unwrap(), None);
         assert!(ids
             .iter()
             .all(|&t| sim.s.task_state(t).unwrap() == TaskState::Queued));
@@ -414,7 +405,7 @@ fn push_keeps_the_head_and_sends_the_rest_away() {
         for &t in &ids[1..] {
             assert_ne!(sim.s.task_cpu(t).unwrap(), 3, "{mit}\n{}", sim.s.dump());
         }
-        assert!(sim.s.needs_attention(3));
+        assert!(sim.s.needs_attention(3).unwrap());
         sim.settle();
         sim.strict("pushed");
         assert_eq!(sim.running().len(), 3);
@@ -439,7 +430,7 @@ fn l2_rule_decides_direct_or_queued() {
         assert_eq!(d.wake_direct == 1, direct_to_6, "{mit}");
         assert_eq!(d.wake_queued == 1, !direct_to_6, "{mit}");
         sim.settle();
-        assert_eq!(sim.s.current(6), Some(t));
+        assert_eq!(sim.s.current(6).unwrap(), Some(t));
         sim.strict("woken");
     }
 }
@@ -472,7 +463,7 @@ fn idle_balance_and_shared_runqueue_spread_fair_work() {
         for _ in 0..20 {
             sim.now += 5_000_000;
             for c in 0..16 {
-                sim.s.tick(c, sim.now);
+                sim.s.tick(c, sim.now).unwrap();
             }
             sim.settle();
         }
@@ -577,18 +568,18 @@ pub(crate) fn random_run(topo: HostTopology, mit: Mitigations, ops: usize, seed:
                 sim.s.wake(t, waker, sim.now).unwrap();
             }
             30..=49 => {
-                if sim.s.current(cpu).is_some() {
-                    sim.s.schedule(cpu, Prev::Block, sim.now);
+                if sim.s.current(cpu).unwrap().is_some() {
+                    sim.s.schedule(cpu, Prev::Block, sim.now).unwrap();
                 }
             }
             50..=57 => {
-                if sim.s.current(cpu).is_some() {
-                    sim.s.schedule(cpu, Prev::Yield, sim.now);
+                if sim.s.current(cpu).unwrap().is_some() {
+                    sim.s.schedule(cpu, Prev::Yield, sim.now).unwrap();
                 }
             }
             58..=69 => {
                 for c in 0..n as u32 {
-                    sim.s.tick(c, sim.now);
+                    sim.s.tick(c, sim.now).unwrap();
                 }
             }
             70..=79 => {
@@ -600,8 +591,8 @@ pub(crate) fn random_run(topo: HostTopology, mit: Mitigations, ops: usize, seed:
                     .unwrap();
             }
             80..=84 => {
-                if let Some(t) = sim.s.current(cpu) {
-                    sim.s.schedule(cpu, Prev::Exit, sim.now);
+                if let Some(t) = sim.s.current(cpu).unwrap() {
+                    sim.s.schedule(cpu, Prev::Exit, sim.now).unwrap();
                     sim.s.remove_task(t).unwrap();
                     live.retain(|x| *x != t);
                     spawn(&mut sim, &mut rng, &mut live);
@@ -639,7 +630,7 @@ pub(crate) fn random_run(topo: HostTopology, mit: Mitigations, ops: usize, seed:
         }
         for (c, _) in run {
             sim.now += 10;
-            sim.s.schedule(c, Prev::Block, sim.now);
+            sim.s.schedule(c, Prev::Block, sim.now).unwrap();
         }
         sim.settle();
     }
@@ -698,7 +689,7 @@ fn checker_blames_the_scheduler_only_when_the_acting_cpu_had_a_chance() {
             )
             .unwrap();
         sim.s.wake(t, Some(0), sim.now).unwrap();
-        assert!(sim.s.needs_attention(0));
+        assert!(sim.s.needs_attention(0).unwrap());
         sim
     };
     let verdicts = |live: &dyn Fn(u64) -> Liveness| {
@@ -752,4 +743,41 @@ fn checker_blames_the_scheduler_only_when_the_acting_cpu_had_a_chance() {
     sim.settle();
     c.observe_live(&sim.s, 5 * GRACE, &|_| Liveness::Unknown);
     assert!(c.violations.is_empty(), "{:?}", c.violations);
+}
+
+#[test]
+fn out_of_range_cpus_are_typed_errors() {
+    use crate::SchedError;
+    let topo = Arc::new(topology::load("package:1 l3:1 l2:2 core:1 pu:2").unwrap());
+    let s = Scheduler::new(
+        topo,
+        Mitigations::all(),
+        SchedConfig::default(),
+        Arc::new(crate::NoKick),
+    )
+    .unwrap();
+    let n = s.num_cpus() as u32;
+    assert_eq!(n, 4);
+    let t = s.add_task(&TaskSpec::new("t"), 0).unwrap();
+    for bad in [n, n + 1, 1000, u32::MAX] {
+        let is_no_such = |e: SchedError| {
+            assert!(
+                matches!(e, SchedError::NoSuchCpu { cpu, ncpus: 4 } if cpu == bad),
+                "{e}"
+            );
+            assert!(e.to_string().contains(&format!("no such CPU {bad}")), "{e}");
+        };
+        is_no_such(s.schedule(bad, Prev::Keep, 1).unwrap_err());
+        is_no_such(s.tick(bad, 1).unwrap_err());
+        is_no_such(s.current(bad).unwrap_err());
+        is_no_such(s.needs_attention(bad).unwrap_err());
+        is_no_such(s.cpu_counters(bad).unwrap_err());
+        is_no_such(s.running_outside_affinity(bad, t).unwrap_err());
+        is_no_such(s.wake(t, Some(bad), 1).unwrap_err());
+        is_no_such(s.check_cpu(bad).unwrap_err());
+    }
+    // the failed calls changed nothing: the task is still blocked and wakes
+    assert_eq!(s.task_state(t).unwrap(), TaskState::Blocked);
+    assert!(s.wake(t, Some(n - 1), 2).unwrap());
+    assert_eq!(s.check_cpu(n - 1).unwrap(), n - 1);
 }

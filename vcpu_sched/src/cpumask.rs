@@ -337,6 +337,28 @@ impl fmt::Debug for AtomicCpuMask {
     }
 }
 
+/// A short list of masks, most preferred first.
+#[derive(Default, Debug)]
+pub struct CpuMaskList {
+    pub(crate) masks: Vec<CpuMask>,
+}
+
+impl CpuMaskList {
+    pub(crate) fn push(&mut self, m: CpuMask) {
+        if !m.is_empty() {
+            self.masks.push(m);
+        }
+    }
+    /// The CPUs, preferred masks first.
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.masks.iter().flat_map(|m| m.iter())
+    }
+    /// No CPU at all?
+    pub fn is_empty(&self) -> bool {
+        self.masks.is_empty()
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;

@@ -1,8 +1,6 @@
 //! Typed errors of the scheduler crate. Messages name the problem and how to
 //! fix it: they reach users of the `vmm` CLI unchanged.
 
-use crate::mitigations::Fix;
-
 /// Anything that can go wrong when building or driving the scheduler.
 #[derive(Debug, thiserror::Error)]
 pub enum SchedError {
@@ -19,7 +17,8 @@ pub enum SchedError {
         max: usize,
     },
 
-    /// A mitigation set string could not be parsed.
+    /// A mitigation set string could not be parsed (built by the parsers of
+    /// [`crate::mitigations`]).
     #[error(
         "unknown mitigation set {input:?}: {reason}. Use none, all, only:FIX or all-but:FIX \
          (FIX one of {fixes}, several joined with commas)"
@@ -63,6 +62,16 @@ pub enum SchedError {
         id: u32,
     },
 
+    /// A CPU id that this scheduler does not manage (ids run from 0 to
+    /// `ncpus - 1`).
+    #[error("no such CPU {cpu}: this scheduler manages CPUs 0..{ncpus}")]
+    NoSuchCpu {
+        /// The id given.
+        cpu: u32,
+        /// How many CPUs the scheduler has.
+        ncpus: usize,
+    },
+
     /// The task is in a state that does not allow the operation.
     #[error("task {task} cannot {op} while {state}")]
     BadState {
@@ -101,20 +110,6 @@ pub enum SchedError {
         /// The first one, in words.
         first: String,
     },
-}
-
-impl SchedError {
-    pub(crate) fn mitigations(input: &str, reason: impl Into<String>) -> Self {
-        SchedError::Mitigations {
-            input: input.to_string(),
-            reason: reason.into(),
-            fixes: Fix::ALL
-                .iter()
-                .map(|f| f.name())
-                .collect::<Vec<_>>()
-                .join(", "),
-        }
-    }
 }
 
 /// Result alias for this crate.

@@ -168,6 +168,16 @@ impl IdleTracker {
         }
     }
 
+    /// LLC `llc`'s own idle count with fix 4; `None` in the baseline, which
+    /// counts idle CPUs machine-wide only (for tests of the wiring).
+    #[doc(hidden)]
+    pub fn llc_idle_count(&self, llc: u32) -> Option<i32> {
+        match &self.kind {
+            IdleKind::Global(_) => None,
+            IdleKind::PerLlc(s) => Some(s.llc_count(llc)),
+        }
+    }
+
     /// Is this the per-LLC layout?
     pub fn per_llc(&self) -> bool {
         matches!(self.kind, IdleKind::PerLlc(_))

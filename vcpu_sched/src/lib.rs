@@ -9,7 +9,7 @@
 //!   push and pull), per-LLC shared runqueues, idle tracking with idle load
 //!   balancing, lock-free wake lists, and per-group load. Callers pass the
 //!   time; the core tells them which CPU needs attention through a
-//!   [`Kicker`].
+//!   [`KickCpu`].
 //! * **Executors** drive it. [`exec::ThreadsExecutor`] runs each task on
 //!   an OS thread that only runs while it holds its CPU's run slot, on the
 //!   real CPUs or on a big topology emulated onto them.
@@ -29,8 +29,10 @@
 //! let t = s.add_task(&TaskSpec::new("vcpu0").policy(Policy::Fifo(50)), 0).unwrap();
 //! s.wake(t, None, 10).unwrap();
 //! let cpu = s.task_cpu(t).unwrap(); // where it was sent (its wake list)
-//! assert_eq!(s.schedule(cpu, Prev::Keep, 20), Pick::Switch(t));
-//! assert_eq!(s.schedule(cpu, Prev::Block, 30), Pick::Idle);
+//! assert_eq!(s.schedule(cpu, Prev::Keep, 20).unwrap(), Pick::Switch(t));
+//! assert_eq!(s.schedule(cpu, Prev::Block, 30).unwrap(), Pick::Idle);
+//! // a CPU it does not manage is a typed error, not a panic
+//! assert!(matches!(s.schedule(99, Prev::Keep, 40), Err(SchedError::NoSuchCpu { cpu: 99, ncpus: 4 })));
 //! ```
 
 #![warn(missing_docs)]
@@ -45,8 +47,11 @@ pub mod error;
 pub mod exec;
 pub mod fixes;
 pub mod group_load;
+pub mod histogram;
 pub mod idle;
 pub mod mitigations;
+pub mod os_thread;
+pub mod rng;
 pub mod rq;
 pub mod rto;
 pub mod sched;
@@ -68,13 +73,15 @@ mod core_tests;
 mod layout_tests;
 #[cfg(all(test, loom))]
 mod loom_tests;
+#[cfg(all(test, not(loom)))]
+mod wiring_tests;
 
 pub use check::{InvariantChecker, Liveness, RtWait, SnapshotReport};
 pub use config::SchedConfig;
 pub use cpumask::{AtomicCpuMask, CpuMask, MAX_CPUS};
 pub use error::{Result, SchedError};
 pub use mitigations::{Fix, Mitigations};
-pub use sched::{GroupInfo, Kicker, NoKick, Pick, Prev, Scheduler};
+pub use sched::{GroupInfo, KickCpu, NoKick, Pick, Prev, Scheduler};
 pub use stats::{Histogram, SchedCounters, TaskStats};
 pub use task::{CpuId, GroupId, Policy, TaskId, TaskSpec, TaskState};
 pub use topo::TopoMap;

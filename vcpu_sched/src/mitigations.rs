@@ -92,7 +92,7 @@ impl FromStr for Fix {
             .iter()
             .copied()
             .find(|f| f.name().eq_ignore_ascii_case(t))
-            .ok_or_else(|| SchedError::mitigations(s, format!("{t:?} is not a fix name")))
+            .ok_or_else(|| parse_error(s, format!("{t:?} is not a fix name")))
     }
 }
 
@@ -186,6 +186,17 @@ impl Mitigations {
     }
 }
 
+/// The error for a mitigation string `input` that does not parse, naming
+/// the valid fix names. Here rather than in [`crate::error`], so that the
+/// error module does not depend on this one.
+fn parse_error(input: &str, reason: impl Into<String>) -> SchedError {
+    SchedError::Mitigations {
+        input: input.to_string(),
+        reason: reason.into(),
+        fixes: join(&Fix::ALL).replace(',', ", "),
+    }
+}
+
 fn join(fixes: &[Fix]) -> String {
     fixes.iter().map(|f| f.name()).collect::<Vec<_>>().join(",")
 }
@@ -212,7 +223,7 @@ impl FromStr for Mitigations {
         let t = s.trim();
         let parse_list = |list: &str| -> Result<Vec<Fix>, SchedError> {
             if list.trim().is_empty() {
-                return Err(SchedError::mitigations(s, "the fix list is empty"));
+                return Err(parse_error(s, "the fix list is empty"));
             }
             list.split(',')
                 .map(|x| {
@@ -220,9 +231,7 @@ impl FromStr for Mitigations {
                         .iter()
                         .copied()
                         .find(|f| f.name().eq_ignore_ascii_case(x.trim()))
-                        .ok_or_else(|| {
-                            SchedError::mitigations(s, format!("{:?} is not a fix name", x.trim()))
-                        })
+                        .ok_or_else(|| parse_error(s, format!("{:?} is not a fix name", x.trim())))
                 })
                 .collect()
         };
@@ -239,10 +248,7 @@ impl FromStr for Mitigations {
                 .into_iter()
                 .fold(Self::all(), |m, f| m.with(f, false)))
         } else {
-            Err(SchedError::mitigations(
-                s,
-                "it is not one of the four forms",
-            ))
+            Err(parse_error(s, "it is not one of the four forms"))
         }
     }
 }
@@ -260,7 +266,29 @@ mod tests {
             assert_eq!(Mitigations::all_but(f).enabled().len(), 5);
             assert!(!Mitigations::all_but(f).has(f));
         }
-        assert_eq!(Mitigations::seeds_variants().len(), 8);
+        // baseline, each fix alone in the order of the design notes, all
+        let mut want = vec![Mitigations::none()];
+        for f in Fix::ALL {
+            want.push(Mitigations::only(f));
+        }
+        want.push(Mitigations::all());
+        assert_eq!(Mitigations::seeds_variants(), want);
+        assert_eq!(
+            Mitigations::seeds_variants()
+                .iter()
+                .map(|m| m.to_string())
+                .collect::<Vec<_>>(),
+            [
+                "none",
+                "only:cpupri",
+                "only:rto",
+                "only:shardrq",
+                "only:llcidle",
+                "only:l2wake",
+                "only:grpload",
+                "all"
+            ]
+        );
     }
 
     #[test]
@@ -288,7 +316,25 @@ mod tests {
                 });
             assert_eq!(m.to_string().parse::<Mitigations>().unwrap(), m);
         }
-        assert_eq!(" ONLY:x".trim().len(), 6);
+        // surrounding whitespace and spaces in the list are ignored; the
+        // words none/all and fix names ignore case, the only:/all-but:
+        // prefixes do not
+        assert_eq!(
+            " only:rto , grpload ".parse::<Mitigations>().unwrap(),
+            Mitigations::only(Fix::Rto).with(Fix::GrpLoad, true)
+        );
+        assert_eq!(
+            " NONE ".parse::<Mitigations>().unwrap(),
+            Mitigations::none()
+        );
+        assert_eq!("All".parse::<Mitigations>().unwrap(), Mitigations::all());
+        assert!(" ONLY:rto".parse::<Mitigations>().is_err());
+        assert!("All-But:rto".parse::<Mitigations>().is_err());
+        // a fix named twice is just on
+        assert_eq!(
+            "only:rto,rto".parse::<Mitigations>().unwrap(),
+            Mitigations::only(Fix::Rto)
+        );
         assert_eq!(
             "only:LLCIDLE".parse::<Mitigations>().unwrap(),
             Mitigations::only(Fix::LlcIdle)

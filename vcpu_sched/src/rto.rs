@@ -11,6 +11,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+pub use crate::cpumask::CpuMaskList;
 use crate::cpumask::{AtomicCpuMask, CpuMask};
 pub use crate::fixes::rto_node::{NodeRto, RootDomainRead, RtoNodeCount, RtoNodeFlag, RtoNodeMask};
 use crate::task::CpuId;
@@ -114,34 +115,22 @@ impl RtOverload {
         }
     }
 
+    /// How many overload counters there are: 1 in the baseline, one per
+    /// NUMA node with fix 2 (for tests that check which layout was built).
+    #[doc(hidden)]
+    pub fn counters(&self) -> usize {
+        match self {
+            RtOverload::Flat(_) => 1,
+            RtOverload::PerNode(n) => n.nodes(),
+        }
+    }
+
     /// All overloaded CPUs (for the invariant checker).
     pub fn mask(&self) -> CpuMask {
         match self {
             RtOverload::Flat(f) => f.rto_mask.load(Ordering::Relaxed),
             RtOverload::PerNode(n) => n.mask(),
         }
-    }
-}
-
-/// A short list of masks, most preferred first.
-#[derive(Default, Debug)]
-pub struct CpuMaskList {
-    pub(crate) masks: Vec<CpuMask>,
-}
-
-impl CpuMaskList {
-    pub(crate) fn push(&mut self, m: CpuMask) {
-        if !m.is_empty() {
-            self.masks.push(m);
-        }
-    }
-    /// The CPUs, preferred masks first.
-    pub fn iter(&self) -> impl Iterator<Item = CpuId> + '_ {
-        self.masks.iter().flat_map(|m| m.iter())
-    }
-    /// No CPU at all?
-    pub fn is_empty(&self) -> bool {
-        self.masks.is_empty()
     }
 }
 

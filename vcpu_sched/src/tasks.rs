@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::cpumask::CpuMask;
-use crate::stats::{AtomicHistogram, TaskStats};
+use crate::stats::{Histogram, TaskStats};
 use crate::sync;
 use crate::task::{Policy, TaskState};
 use crate::wakelist::NIL;
@@ -61,7 +61,8 @@ pub(crate) struct TaskAcct {
     pub(crate) since: AtomicU64,
     /// When the pending wakeup happened (0: none).
     pub(crate) woken_at: AtomicU64,
-    pub(crate) wake_to_run: AtomicHistogram,
+    /// Written by whoever runs the task (under its runqueue lock).
+    pub(crate) wake_to_run: Mutex<Histogram>,
 }
 
 impl TaskAcct {
@@ -75,7 +76,7 @@ impl TaskAcct {
             acct_state: AtomicU32::new(ST_BLOCKED),
             since: AtomicU64::new(0),
             woken_at: AtomicU64::new(0),
-            wake_to_run: AtomicHistogram::new(),
+            wake_to_run: Mutex::new(Histogram::new()),
         }
     }
 
@@ -104,7 +105,7 @@ impl TaskAcct {
         self.acct_state.store(ST_BLOCKED, Ordering::Relaxed);
         self.since.store(now, Ordering::Relaxed);
         self.woken_at.store(0, Ordering::Relaxed);
-        self.wake_to_run.reset();
+        *lock(&self.wake_to_run) = Histogram::new();
     }
 }
 
@@ -203,7 +204,7 @@ impl Task {
             queued_ns: t(2),
             running_ns: t(3),
             run_delay_ns: t(1) + t(2),
-            wake_to_run: self.acct.wake_to_run.snapshot(),
+            wake_to_run: lock(&self.acct.wake_to_run).clone(),
         }
     }
 }

@@ -226,7 +226,7 @@ fn liveness_tells_a_sleeping_cpu_from_a_working_one() {
         )
         .unwrap();
     wait_for("the task runs on CPU 1", &|| {
-        ex.scheduler().current(1) == Some(t)
+        ex.scheduler().current(1).unwrap() == Some(t)
     });
     let cpu_ns = || match ex.liveness(1) {
         Liveness::Runnable { cpu_ns } => Some(cpu_ns),

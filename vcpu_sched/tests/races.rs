@@ -43,12 +43,12 @@ fn block_and_wake_race_leaves_no_stale_state() {
                 let mut k = cpu as usize;
                 while !stop.load(Ordering::Relaxed) {
                     // run: block what runs here (or pick something)
-                    let prev = if s.current(cpu).is_some() {
+                    let prev = if s.current(cpu).unwrap().is_some() {
                         Prev::Block
                     } else {
                         Prev::Keep
                     };
-                    s.schedule(cpu, prev, now());
+                    s.schedule(cpu, prev, now()).unwrap();
                     // and wake others right away, from this CPU
                     for _ in 0..2 {
                         k = (k + 5) % tasks.len();

@@ -52,21 +52,11 @@ impl RtPolicy {
 
     /// Applies the policy to the calling thread.
     pub fn apply_to_current_thread(self) -> std::io::Result<()> {
-        let (policy, prio) = match self {
-            RtPolicy::Fifo(p) => (libc::SCHED_FIFO, p),
-            RtPolicy::Rr(p) => (libc::SCHED_RR, p),
-        };
-        let param = libc::sched_param {
-            sched_priority: prio as libc::c_int,
-        };
-        // SAFETY: pid 0 is the calling thread; `param` is a valid
-        // sched_param that lives across the call.
-        let rc = unsafe { libc::sched_setscheduler(0, policy, &param) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
-        }
+        use vcpu_sched::os_thread::{set_policy, HostPolicy};
+        set_policy(match self {
+            RtPolicy::Fifo(p) => HostPolicy::Fifo(p),
+            RtPolicy::Rr(p) => HostPolicy::Rr(p),
+        })
     }
 }
 
@@ -87,21 +77,10 @@ pub fn oversubscribed(vcpus: usize, pins: Option<&[u32]>, allowed_cpus: usize) -
 
 /// Sets the calling thread's CPU affinity to one OS CPU.
 pub fn pin_current_thread(os_cpu: u32) -> std::io::Result<()> {
-    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET stays in bounds
-    // because the number is checked against CPU_SETSIZE first, and
-    // sched_setaffinity reads exactly size_of::<cpu_set_t>() bytes.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if os_cpu as usize >= libc::CPU_SETSIZE as usize {
-            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        libc::CPU_SET(os_cpu as usize, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
-        }
+    if os_cpu as usize >= libc::CPU_SETSIZE as usize {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
     }
+    vcpu_sched::os_thread::set_affinity(&[os_cpu])
 }
 
 #[cfg(test)]
@@ -136,15 +115,8 @@ mod tests {
     #[test]
     fn pin_to_an_allowed_cpu() {
         // CPU 0 of this process's own affinity mask.
-        // SAFETY: sched_getaffinity fills a zeroed cpu_set_t.
-        let first = unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
-            (0..libc::CPU_SETSIZE as usize)
-                .find(|&c| libc::CPU_ISSET(c, &set))
-                .unwrap()
-        };
-        std::thread::spawn(move || pin_current_thread(first as u32).unwrap())
+        let first = vcpu_sched::os_thread::allowed_cpus().unwrap()[0];
+        std::thread::spawn(move || pin_current_thread(first).unwrap())
             .join()
             .unwrap();
         assert!(pin_current_thread(1 << 20).is_err());

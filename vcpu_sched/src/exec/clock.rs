@@ -12,6 +12,7 @@ use std::thread::Thread;
 use std::time::Duration;
 
 use crate::check::{InvariantChecker, Liveness};
+use crate::exec::CPU_OK;
 use crate::sched::Scheduler;
 use crate::task::CpuId;
 use crate::tasks::lock;
@@ -132,7 +133,7 @@ pub fn run_clock(
         let now = host.now();
         if now >= next_tick {
             for c in 0..n {
-                sched.tick(c, now);
+                sched.tick(c, now).expect(CPU_OK);
             }
             next_tick += tick;
             if next_tick < now {

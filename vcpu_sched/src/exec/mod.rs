@@ -8,6 +8,12 @@
 //! worker that runs several vCPU file descriptors itself (M:N), or a
 //! deterministic simulator, drives the same core through the same calls.
 
+/// The `expect` message of an executor's scheduler calls with its own CPU
+/// ids: those come from the scheduler's topology, so a
+/// [`NoSuchCpu`](crate::SchedError::NoSuchCpu) there is a broken invariant
+/// of the executor, not a user error.
+pub const CPU_OK: &str = "an executor's CPU ids are its scheduler's own";
+
 pub mod clock;
 pub mod threads;
 

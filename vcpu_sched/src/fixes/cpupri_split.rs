@@ -178,4 +178,12 @@ impl SplitCpuPri {
     pub fn masks_per_level(&self) -> usize {
         self.nmasks
     }
+
+    /// Addresses of level `pri`'s count and first mask (layout tests).
+    pub(crate) fn level_addrs(&self, pri: u32) -> (usize, usize) {
+        (
+            &self.counts[pri as usize] as *const _ as usize,
+            &self.masks[pri as usize * self.nmasks] as *const _ as usize,
+        )
+    }
 }

@@ -20,8 +20,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use crate::cpumask::{AtomicCpuMask, CpuMask};
-use crate::rto::CpuMaskList;
+use crate::cpumask::{AtomicCpuMask, CpuMask, CpuMaskList};
 use crate::task::CpuId;
 use crate::topo::TopoMap;
 
@@ -148,6 +147,11 @@ impl NodeRto {
         self.masks.iter().fold(CpuMask::empty(), |m, x| {
             m.or(&x.mask.load(Ordering::Relaxed))
         })
+    }
+
+    /// Nodes with a counter of their own.
+    pub fn nodes(&self) -> usize {
+        self.counts.len()
     }
 
     /// CPUs in the root domain.

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use super::{latency_extras, work, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult};
 use crate::error::Result;
 use crate::exec::ThreadsExecutor;
-use crate::stats::LatencyHistogram;
+use crate::stats::Histogram;
 use crate::task::{Policy, TaskSpec};
 
 struct Cyclic {
@@ -83,7 +83,7 @@ pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn 
         ex.spawn(
             &TaskSpec::new(format!("cyclic{i}")).policy(Policy::Fifo(prio)),
             move |ctx| {
-                let mut h = LatencyHistogram::new();
+                let mut h = Histogram::new();
                 let mut overruns = 0u64;
                 let mut next = ctx.now() + period + phase;
                 while !ctx.stopping() {

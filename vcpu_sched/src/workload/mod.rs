@@ -34,7 +34,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, SchedError};
 use crate::exec::{TaskCtx, ThreadsExecutor};
-use crate::stats::LatencyHistogram;
+pub(crate) use crate::rng::Rng;
+use crate::stats::Histogram;
 use crate::tasks::lock;
 
 /// Which workload.
@@ -196,12 +197,12 @@ pub struct Tally {
     /// Operations counted inside the window, per kind.
     pub counts: Mutex<BTreeMap<&'static str, u64>>,
     /// Latencies recorded inside the window.
-    pub latency: Mutex<LatencyHistogram>,
+    pub latency: Mutex<Histogram>,
 }
 
 impl Tally {
     /// Adds a body's local results.
-    pub fn publish(&self, counts: &[(&'static str, u64)], lat: Option<&LatencyHistogram>) {
+    pub fn publish(&self, counts: &[(&'static str, u64)], lat: Option<&Histogram>) {
         let mut c = lock(&self.counts);
         for (k, v) in counts {
             *c.entry(k).or_insert(0) += v;
@@ -279,6 +280,11 @@ pub fn work_unit_ns() -> f64 {
     })
 }
 
+/// How many [`work`] units make `us` microseconds on this host.
+fn units_for(us: u64) -> u64 {
+    ((us as f64 * 1000.0) / work_unit_ns()).ceil() as u64
+}
+
 #[inline(never)]
 fn unit() {
     let mut x = 0x9E37_79B9u64;
@@ -291,35 +297,14 @@ fn unit() {
 /// Does `us` microseconds worth of CPU work (as measured alone on this
 /// host), with a preemption checkpoint after every unit.
 pub fn work(ctx: &TaskCtx, us: u64) {
-    let units = ((us as f64 * 1000.0) / work_unit_ns()).ceil() as u64;
-    for _ in 0..units {
+    for _ in 0..units_for(us) {
         unit();
         ctx.checkpoint();
     }
 }
 
-/// xorshift64*, for bodies that need cheap deterministic randomness.
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub(crate) fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 /// Latency extras (`p50_ns` ...) of a histogram.
-pub(crate) fn latency_extras(h: &LatencyHistogram, prefix: &str, out: &mut BTreeMap<String, f64>) {
+pub(crate) fn latency_extras(h: &Histogram, prefix: &str, out: &mut BTreeMap<String, f64>) {
     for (name, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999)] {
         out.insert(format!("{prefix}{name}_ns"), h.quantile(q) as f64);
     }
@@ -355,7 +340,36 @@ mod tests {
 
     #[test]
     fn work_unit_is_calibrated() {
+        // The claim: `work(us)` runs `units_for(us)` units, which take `us`
+        // microseconds alone on this host. Time them directly, best of ten
+        // (noise only ever adds time), and allow a wide factor: the host is
+        // shared and its clock speed varies; a wrong calibration (units of
+        // the wrong size, ns taken for us) is off by 1000x.
         let ns = work_unit_ns();
-        assert!(ns > 1.0 && ns < 100_000.0, "{ns}");
+        assert!(ns >= 1.0 && ns.is_finite(), "{ns}");
+        let us = 2_000;
+        let units = units_for(us);
+        assert_eq!(units, (us as f64 * 1000.0 / ns).ceil() as u64);
+        // Under a loaded host a whole round can be slowed down; a few
+        // rounds, and a factor of 10 either way (the calibration itself may
+        // have run slow), still catch a unit of the wrong size.
+        let mut ratios = Vec::new();
+        for _ in 0..3 {
+            let best = (0..10)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    for _ in 0..units {
+                        unit();
+                    }
+                    t.elapsed().as_nanos() as f64
+                })
+                .fold(f64::MAX, f64::min);
+            let ratio = best / (us as f64 * 1000.0);
+            if (0.1..=10.0).contains(&ratio) {
+                return;
+            }
+            ratios.push(ratio);
+        }
+        panic!("{units} units of {ns:.1} ns missed a {us} us target: time/target {ratios:?}");
     }
 }

@@ -18,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 use super::{latency_extras, work, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult};
 use crate::error::Result;
 use crate::exec::ThreadsExecutor;
-use crate::stats::LatencyHistogram;
+use crate::stats::Histogram;
 use crate::task::{TaskId, TaskSpec};
 
 struct Runq {
@@ -93,7 +93,7 @@ pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn 
             let (m, tm) = (me.clone(), team.clone());
             let id = ex.spawn(&TaskSpec::new(format!("rq{g}w{k}")), move |ctx| {
                 let team = tm;
-                let mut h = LatencyHistogram::new();
+                let mut h = Histogram::new();
                 let w = &team.workers[k];
                 loop {
                     let r = w.req.swap(0, Ordering::AcqRel);

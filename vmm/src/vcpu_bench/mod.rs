@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use vcpu_sched::bench::RunReport;
-use vcpu_sched::stats::LatencyHistogram;
+use vcpu_sched::stats::Histogram;
 use vcpu_sched::Mitigations;
 
 use crate::micro::MicroError;
@@ -222,7 +222,7 @@ pub struct BenchReport {
     /// Timer latency (cyclic) or doorbell latency (the others) of every
     /// vCPU inside the window, measured by the VMM from the timer's due
     /// time or the doorbell to the vCPU entering the guest again.
-    pub guest_latency: LatencyHistogram,
+    pub guest_latency: Histogram,
     /// vCPUs that made no progress in the run (fewer than two entries
     /// into the guest: never came back after their first exit).
     pub stalled: Vec<String>,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use vcpu_sched::bench::{RunReport, TaskSummary};
 use vcpu_sched::exec::{CheckConfig, CpuMapping};
-use vcpu_sched::stats::LatencyHistogram;
+use vcpu_sched::stats::Histogram;
 use vcpu_sched::workload::Metric;
 use vcpu_sched::{CpuMask, Policy, SchedConfig};
 use vm_memory::GuestMemoryMmap;
@@ -350,7 +350,7 @@ fn measure(
 /// progress.
 struct Rows {
     rows: Vec<VcpuRow>,
-    guest_latency: LatencyHistogram,
+    guest_latency: Histogram,
     stalled: Vec<String>,
 }
 
@@ -362,7 +362,7 @@ fn vcpu_rows(
     m: &Measured,
 ) -> Rows {
     let mut stalled = Vec::new();
-    let mut guest_latency = LatencyHistogram::new();
+    let mut guest_latency = Histogram::new();
     let mut rows = Vec::with_capacity(metrics.len());
     for (i, vm_m) in metrics.iter().enumerate() {
         let s = &set.slots()[i];
@@ -399,8 +399,8 @@ fn vcpu_rows(
             wakes_sent: vm_m.wakes_sent,
             preempt_kicks: vm_m.preempt_kicks,
             run_delay_ns: t.run_delay_ns,
-            wake_to_run_p50_ns: t.wake_to_run.quantile(0.5).unwrap_or(0),
-            wake_to_run_p99_ns: t.wake_to_run.quantile(0.99).unwrap_or(0),
+            wake_to_run_p50_ns: t.wake_to_run.quantile(0.5),
+            wake_to_run_p99_ns: t.wake_to_run.quantile(0.99),
             migrations: t.migrations,
             running_ns: t.running_ns,
             queued_ns: t.queued_ns,
@@ -420,7 +420,7 @@ fn vcpu_rows(
 /// the guest's progress `count` over `secs` of window.
 fn workload_metric(
     w: Workload,
-    lat: &LatencyHistogram,
+    lat: &Histogram,
     count: f64,
     secs: f64,
 ) -> (Metric, BTreeMap<String, f64>) {

@@ -170,22 +170,7 @@ pub(crate) fn warn_once(msg: &str) {
 }
 
 fn pin_to(cpus: &[u32]) -> std::io::Result<()> {
-    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes inside it
-    // for CPUs below CPU_SETSIZE (checked); sched_setaffinity reads it.
-    let r = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cpus {
-            if (c as usize) < libc::CPU_SETSIZE as usize {
-                libc::CPU_SET(c as usize, &mut set);
-            }
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    vcpu_sched::os_thread::set_affinity(cpus)
 }
 
 /// `(time on CPU, time waiting on a run queue)` of the calling thread.

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
-use vcpu_sched::stats::LatencyHistogram;
+use vcpu_sched::stats::Histogram;
 pub use vcpu_sched::workload::Window;
 use vcpu_sched::{GroupId, TaskId};
 
@@ -40,10 +40,10 @@ pub struct VcpuMetrics {
     /// Returns from `KVM_RUN` caused by a preemption kick.
     pub preempt_kicks: u64,
     /// Sleep deadline to running again, inside the window.
-    pub timer_latency: LatencyHistogram,
+    pub timer_latency: Histogram,
     /// Doorbell (or the HLT, if the doorbell came first) to running again,
     /// inside the window.
-    pub doorbell_latency: LatencyHistogram,
+    pub doorbell_latency: Histogram,
 }
 
 /// State of a vCPU that only its runner touches.

@@ -31,9 +31,9 @@ use std::time::Duration;
 
 use vcpu_sched::exec::{
     current_tid, pin_current_thread, run_clock, runnable_thread, set_host_rt, ClockHost,
-    ClockPeriods, TimerQueue,
+    ClockPeriods, TimerQueue, CPU_OK,
 };
-use vcpu_sched::sched::Kicker as SchedKicker;
+use vcpu_sched::sched::KickCpu;
 use vcpu_sched::{
     CpuId, InvariantChecker, Liveness, Pick, Prev, SchedCounters, Scheduler, TaskId, TaskSpec,
     TaskStats,
@@ -114,7 +114,7 @@ impl Shared {
 
 struct WorkerKick(Arc<Shared>);
 
-impl SchedKicker for WorkerKick {
+impl KickCpu for WorkerKick {
     fn kick(&self, cpu: CpuId) {
         let sh = &self.0;
         fence(Ordering::SeqCst);
@@ -382,10 +382,10 @@ fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
     let mut prev = Prev::Keep;
     let mut resched = true;
     loop {
-        if resched || sched.needs_attention(cpu) {
+        if resched || sched.needs_attention(cpu).expect(CPU_OK) {
             let t0 = set.now();
             let exiting = prev == Prev::Exit;
-            let pick = sched.schedule(cpu, prev, t0);
+            let pick = sched.schedule(cpu, prev, t0).expect(CPU_OK);
             stats
                 .sched_ns
                 .fetch_add(set.now().saturating_sub(t0), Ordering::Relaxed);
@@ -409,7 +409,7 @@ fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
             resched = false;
             w.current.store(cur.map_or(IDLE, |t| t.0), Ordering::SeqCst);
             fence(Ordering::SeqCst);
-            if sched.needs_attention(cpu) {
+            if sched.needs_attention(cpu).expect(CPU_OK) {
                 resched = true;
                 continue;
             }
@@ -466,15 +466,15 @@ fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
             continue;
         };
         if sh.check {
-            if sched.current(cpu) != Some(t) {
+            if sched.current(cpu).expect(CPU_OK) != Some(t) {
                 sh.violation(format!(
                     "CPU {cpu} runs task {} but the core has {:?} current",
                     t.0,
-                    sched.current(cpu)
+                    sched.current(cpu).expect(CPU_OK)
                 ));
             }
             // decided under the runqueue lock (see running_outside_affinity)
-            if let Some(m) = sched.running_outside_affinity(cpu, t) {
+            if let Some(m) = sched.running_outside_affinity(cpu, t).expect(CPU_OK) {
                 sh.violation(format!(
                     "task {} runs on CPU {cpu} outside its affinity {m}",
                     t.0
@@ -482,7 +482,7 @@ fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
             }
         }
         // The check right before KVM_RUN (a later kick finds immediate_exit).
-        if sched.needs_attention(cpu) {
+        if sched.needs_attention(cpu).expect(CPU_OK) {
             resched = true;
             continue;
         }

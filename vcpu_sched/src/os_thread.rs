@@ -1,0 +1,164 @@
+//! OS threads: CPU affinity, scheduling policy and names, in one place.
+//!
+//! WHAT: thin safe wrappers over the `libc` calls the executors and the VMM
+//! make about their own threads: the allowed host CPUs, pinning to a CPU,
+//! the host scheduling policy (`SCHED_FIFO`, `SCHED_RR`, `SCHED_OTHER`).
+//!
+//! WHY: copies of these calls lived in the threads executor and in several
+//! VMM files, each with its own `unsafe` block and error text. One module
+//! keeps the `unsafe` in one place, each block with its reason.
+//!
+//! HOW: the primitives ([`allowed_cpus`], [`set_affinity`], [`set_policy`])
+//! act on the calling thread (pid 0) and return the OS error as
+//! `std::io::Error`; the executor-facing functions below them add context
+//! and return [`SchedError`]. Signals stay with the VMM's vCPU code for now.
+
+use std::io;
+
+use crate::error::{Result, SchedError};
+use crate::task::Policy;
+
+/// A host scheduling policy for the calling thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostPolicy {
+    /// `SCHED_FIFO` at this priority (1..=99).
+    Fifo(u8),
+    /// `SCHED_RR` at this priority (1..=99).
+    Rr(u8),
+    /// `SCHED_OTHER`, the default time-sharing policy.
+    Other,
+}
+
+/// The CPUs the calling thread may run on.
+pub fn allowed_cpus() -> io::Result<Vec<u32>> {
+    // SAFETY: an all-zero cpu_set_t is a valid (empty) set; pid 0 is the
+    // calling thread; sched_getaffinity writes at most the size we pass,
+    // which is the set's own size.
+    let (rc, set) = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let rc = libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+        (rc, set)
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((0..libc::CPU_SETSIZE as usize)
+        // SAFETY: CPU_ISSET reads bit `c` of the set, and `c` is below
+        // CPU_SETSIZE, the set's size in bits.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .map(|c| c as u32)
+        .collect())
+}
+
+/// Restricts the calling thread to `cpus`. CPUs at or above the kernel
+/// set size (`CPU_SETSIZE`, 1024) cannot be named and are left out; a set
+/// left empty is refused by the kernel (`EINVAL`).
+pub fn set_affinity(cpus: &[u32]) -> io::Result<()> {
+    // SAFETY: an all-zero cpu_set_t is a valid (empty) set; CPU_SET only
+    // writes bit `c`, checked to be below CPU_SETSIZE; sched_setaffinity
+    // reads exactly the size we pass, the set's own, and pid 0 is the
+    // calling thread.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            if (c as usize) < libc::CPU_SETSIZE as usize {
+                libc::CPU_SET(c as usize, &mut set);
+            }
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sets the calling thread's host scheduling policy. RT policies need
+/// `CAP_SYS_NICE` or an RT rlimit (`EPERM` otherwise).
+pub fn set_policy(p: HostPolicy) -> io::Result<()> {
+    let (policy, prio) = match p {
+        HostPolicy::Fifo(x) => (libc::SCHED_FIFO, x as libc::c_int),
+        HostPolicy::Rr(x) => (libc::SCHED_RR, x as libc::c_int),
+        HostPolicy::Other => (libc::SCHED_OTHER, 0),
+    };
+    let param = libc::sched_param {
+        sched_priority: prio,
+    };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param
+    // that outlives the call, which only reads it.
+    if unsafe { libc::sched_setscheduler(0, policy, &param) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The host CPUs this process may run on.
+pub fn allowed_host_cpus() -> Result<Vec<u32>> {
+    allowed_cpus().map_err(|source| SchedError::Os {
+        context: "sched_getaffinity".into(),
+        source,
+    })
+}
+
+/// Sets the calling thread's host scheduling policy (`SCHED_FIFO` or
+/// `SCHED_RR` at the task's priority; `Fair` leaves it as it is).
+pub fn set_current_thread_policy(p: Policy) -> Result<()> {
+    let host = match p {
+        Policy::Fifo(x) => HostPolicy::Fifo(x),
+        Policy::Rr(x) => HostPolicy::Rr(x),
+        Policy::Fair(_) => return Ok(()),
+    };
+    set_policy(host).map_err(|source| SchedError::Os {
+        context: format!("cannot set host {p:?} (needs CAP_SYS_NICE or an RT rlimit)"),
+        source,
+    })
+}
+
+/// Gives the calling thread host `SCHED_FIFO` at `prio + above` (at most
+/// 99); where that is not permitted, warns once per process and goes on.
+pub fn set_host_rt(prio: u8, above: u8) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    let p = prio.saturating_add(above).clamp(1, 99);
+    if let Err(e) = set_current_thread_policy(Policy::Fifo(p)) {
+        WARNED.call_once(|| tracing::warn!("executor threads stay SCHED_OTHER: {e}"));
+    }
+}
+
+/// Pins the calling thread to host CPU `cpu`.
+pub fn pin_current_thread(cpu: u32) -> Result<()> {
+    if cpu as usize >= libc::CPU_SETSIZE as usize {
+        return Err(SchedError::Config(format!(
+            "host CPU {cpu} is out of range"
+        )));
+    }
+    set_affinity(&[cpu]).map_err(|source| SchedError::Os {
+        context: format!("cannot pin a thread to host CPU {cpu}"),
+        source,
+    })
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn affinity_round_trip_on_a_thread_of_its_own() {
+        std::thread::spawn(|| {
+            let all = allowed_cpus().unwrap();
+            assert!(!all.is_empty());
+            set_affinity(&all[..1]).unwrap();
+            assert_eq!(allowed_cpus().unwrap(), all[..1].to_vec());
+            // nothing nameable left: the kernel refuses the empty set
+            let e = set_affinity(&[1 << 20]).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+            assert!(pin_current_thread(1 << 20).is_err());
+            pin_current_thread(all[0]).unwrap();
+            // SCHED_OTHER is always allowed
+            set_policy(HostPolicy::Other).unwrap();
+        })
+        .join()
+        .unwrap();
+    }
+}

@@ -1,0 +1,254 @@
+//! Balancing: RT push and pull between CPUs (guided by cpupri and RT
+//! overload tracking), the new-idle balance (RT pull, the LLC's shared
+//! runqueue, stealing a waiting fair task), and the migration they share.
+
+use std::sync::atomic::Ordering;
+
+use super::Scheduler;
+use crate::cpumask::CpuMask;
+use crate::rq::{Rq, NO_TASK};
+use crate::task::{CpuId, PRI_FAIR};
+use crate::tasks::ST_QUEUED;
+
+impl Scheduler {
+    /// Moves queued task `id` from `src` to `dst` (both locked).
+    pub(super) fn migrate_queued(&self, src: &mut Rq, dst: &mut Rq, id: u32, now: u64, by: CpuId) {
+        let t = self.t(id);
+        self.dequeue_task(src, id);
+        let st = &self.cpus[by as usize].stats;
+        if self.gload.migrate(
+            t.group.load(Ordering::Relaxed),
+            src.cpu,
+            dst.cpu,
+            t.policy().weight(),
+        ) {
+            st.group_load_writes.fetch_add(1, Ordering::Relaxed);
+        } else {
+            st.group_load_skips.fetch_add(1, Ordering::Relaxed);
+        }
+        self.enqueue_task(dst, id, now, false, false);
+        t.acct.migrations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Pushes waiting RT tasks of `cpu` to CPUs running lower priorities.
+    pub(crate) fn push_rt(&self, cpu: CpuId, now: u64) {
+        // CPUs that turned out busier than cpupri said (busier for every
+        // less urgent task too), and tasks that have nowhere to go, for the
+        // rest of this call.
+        let mut tried = CpuMask::single(cpu);
+        let mut stuck: Vec<u32> = Vec::new();
+        let mut told = false;
+        for _ in 0..32 {
+            let rq = self.lock_rq(cpu);
+            if !rq.overloaded {
+                return;
+            }
+            // The queue's head preempts what runs here: this CPU runs it
+            // next (tell it once), and it stays. The tasks behind it wait
+            // here whatever runs now, so they are pushed like any other;
+            // otherwise a burst of wakeups onto a CPU slow to answer its
+            // kick would all wait for it while other CPUs idle.
+            let head = rq.rt.iter_by_prio().next();
+            if let Some((h, hp)) = head {
+                if hp as u32 + PRI_FAIR > rq.curr_pri && !stuck.contains(&h) {
+                    stuck.push(h);
+                    if !told && !rq.in_balance {
+                        told = true;
+                        drop(rq);
+                        self.resched_cpu(cpu, Some(cpu));
+                    }
+                    continue;
+                }
+            }
+            let Some((id, prio)) = rq
+                .rt
+                .iter_by_prio()
+                .find(|&(i, _)| self.t(i).pushable.load(Ordering::Relaxed) && !stuck.contains(&i))
+            else {
+                return;
+            };
+            let tpri = prio as u32 + PRI_FAIR;
+            drop(rq);
+            let aff = self.t(id).affinity().and_not(&tried);
+            let target = self
+                .cpupri
+                .find(tpri, &aff, self.map.node_of(cpu))
+                .and_then(|m| self.map.closest(&m, cpu));
+            let Some(target) = target else {
+                stuck.push(id);
+                continue;
+            };
+            let (mut a, mut b) = self.lock2(cpu, target);
+            let t = self.t(id);
+            if t.code() != ST_QUEUED || t.cpu.load(Ordering::Acquire) != cpu {
+                continue;
+            }
+            let b_best =
+                b.rt.highest()
+                    .map(|p| p as u32 + PRI_FAIR)
+                    .unwrap_or(0)
+                    .max(b.curr_pri);
+            if b_best >= tpri || !t.allowed(target) {
+                tried.set(target);
+                continue;
+            }
+            self.migrate_queued(&mut a, &mut b, id, now, cpu);
+            let resched = !b.in_balance;
+            drop(a);
+            drop(b);
+            self.cpus[cpu as usize]
+                .stats
+                .rt_pushes
+                .fetch_add(1, Ordering::Relaxed);
+            if resched {
+                self.resched_cpu(target, Some(cpu));
+            }
+        }
+    }
+
+    /// Pulls waiting RT tasks from overloaded CPUs that are more urgent than
+    /// anything queued on `cpu`. Returns whether it pulled any.
+    pub(super) fn pull_rt(&self, cpu: CpuId, now: u64) -> bool {
+        if !self.rto.overloaded() {
+            return false;
+        }
+        let mut pulled = false;
+        let cands = self.rto.candidates(self.map.node_of(cpu));
+        for src in cands.iter() {
+            if src == cpu
+                || self.cpus[src as usize]
+                    .hot
+                    .nr_rt_queued
+                    .load(Ordering::Relaxed)
+                    == 0
+            {
+                continue;
+            }
+            let (mut me, mut s) = self.lock2(cpu, src);
+            let mut mine = me.rt.highest().map(|p| p as u32 + PRI_FAIR).unwrap_or(0);
+            if let Some(c) = me.curr {
+                mine = mine.max(self.t(c).policy().pri_idx());
+            }
+            let found = s.rt.iter_by_prio().find(|&(i, p)| {
+                let tp = p as u32 + PRI_FAIR;
+                // Only tasks more urgent than ours, and only those the source
+                // will not run next itself.
+                tp > mine
+                    && (tp <= s.curr_pri || s.curr.is_none() && s.in_balance)
+                    && self.t(i).pushable.load(Ordering::Relaxed)
+                    && self.t(i).allowed(cpu)
+            });
+            if let Some((id, _)) = found {
+                self.migrate_queued(&mut s, &mut me, id, now, cpu);
+                pulled = true;
+                self.cpus[cpu as usize]
+                    .stats
+                    .rt_pulls
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        pulled
+    }
+
+    /// Looks for work for idle `cpu`: RT pull, the LLC's shared runqueue,
+    /// then stealing a waiting fair task from a busy CPU nearby.
+    pub(super) fn newidle_balance(&self, cpu: CpuId, now: u64) -> bool {
+        if self.pull_rt(cpu, now) {
+            return true;
+        }
+        let st = &self.cpus[cpu as usize].stats;
+        for _ in 0..4 {
+            let Some(id) = self.shared.pop(cpu) else {
+                break;
+            };
+            self.t(id).in_shared.store(false, Ordering::Release);
+            if self.try_pull_fair(cpu, id, now) {
+                st.shared_pops.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+            st.shared_stale.fetch_add(1, Ordering::Relaxed);
+        }
+        self.steal_fair(cpu, now)
+    }
+
+    /// Migrates fair task `id` to `cpu` if it is still waiting elsewhere
+    /// and may run here.
+    pub(super) fn try_pull_fair(&self, cpu: CpuId, id: u32, now: u64) -> bool {
+        let t = self.t(id);
+        if t.code() != ST_QUEUED || t.policy().is_rt() {
+            return false;
+        }
+        let src = t.cpu.load(Ordering::Acquire);
+        if src == cpu {
+            return true;
+        }
+        if !t.allowed(cpu) {
+            return false;
+        }
+        let (mut me, mut s) = self.lock2(cpu, src);
+        if t.code() != ST_QUEUED || t.cpu.load(Ordering::Acquire) != src || !t.allowed(cpu) {
+            return false;
+        }
+        self.migrate_queued(&mut s, &mut me, id, now, cpu);
+        true
+    }
+
+    /// Steals one waiting fair task from a busy CPU: the one that kicked
+    /// us first, then our LLC, node, and the rest, looking at no more than
+    /// `steal_scan_limit` CPUs.
+    pub(super) fn steal_fair(&self, cpu: CpuId, now: u64) -> bool {
+        let hint = self.cpus[cpu as usize]
+            .hot
+            .balance_hint
+            .swap(NO_TASK, Ordering::Relaxed);
+        let llc = self.map.llc_span(self.map.llc_of(cpu));
+        let node = self.map.node_span(self.map.node_of(cpu));
+        let order = [
+            if hint != NO_TASK && (hint as usize) < self.cpus.len() {
+                CpuMask::single(hint)
+            } else {
+                CpuMask::empty()
+            },
+            *llc,
+            node.and_not(llc),
+            self.map.all().and_not(node),
+        ];
+        let mut budget = self.cfg.steal_scan_limit;
+        for m in order.iter() {
+            let mut m = *m;
+            m.clear(cpu);
+            let mut c = cpu;
+            while let Some(src) = m.next_wrapping(c) {
+                m.clear(src);
+                c = src;
+                if budget == 0 {
+                    return false;
+                }
+                budget -= 1;
+                if self.cpus[src as usize]
+                    .hot
+                    .nr_fair_queued
+                    .load(Ordering::Relaxed)
+                    == 0
+                {
+                    continue;
+                }
+                let (mut me, mut s) = self.lock2(cpu, src);
+                let cand = s
+                    .fair
+                    .iter_rev()
+                    .map(|(_, i)| i)
+                    .find(|&i| self.t(i).allowed(cpu));
+                if let Some(id) = cand {
+                    self.migrate_queued(&mut s, &mut me, id, now, cpu);
+                    self.cpus[cpu as usize]
+                        .stats
+                        .steals
+                        .fetch_add(1, Ordering::Relaxed);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+}

@@ -1,0 +1,227 @@
+//! Runqueue primitives: locking one or two runqueues, the reschedule
+//! request, and what changes under a runqueue lock (enqueue, dequeue,
+//! charging the current task, slices and preemption checks). The caller
+//! holds the lock of every runqueue passed in.
+
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+
+use super::Scheduler;
+use crate::fair_rq::scale_delta;
+use crate::rq::Rq;
+use crate::stats::CpuStats;
+use crate::task::{CpuId, Policy, PRI_FAIR};
+use crate::tasks::{lock, state_of, ST_QUEUED};
+
+impl Scheduler {
+    #[inline]
+    pub(super) fn stats_of(&self, cpu: Option<CpuId>) -> &CpuStats {
+        match cpu {
+            Some(c) => &self.cpus[c as usize].stats,
+            None => &self.ext,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn lock_rq(&self, cpu: CpuId) -> MutexGuard<'_, Rq> {
+        lock(&self.cpus[cpu as usize].rq.lock)
+    }
+
+    /// Locks two different runqueues in CPU order; returns (a, b).
+    pub(super) fn lock2(&self, a: CpuId, b: CpuId) -> (MutexGuard<'_, Rq>, MutexGuard<'_, Rq>) {
+        debug_assert_ne!(a, b);
+        if a < b {
+            let ga = self.lock_rq(a);
+            let gb = self.lock_rq(b);
+            (ga, gb)
+        } else {
+            let gb = self.lock_rq(b);
+            let ga = self.lock_rq(a);
+            (ga, gb)
+        }
+    }
+
+    /// Sets `cpu`'s need_resched and kicks it.
+    #[inline]
+    pub(super) fn resched_cpu(&self, cpu: CpuId, by: Option<CpuId>) {
+        self.cpus[cpu as usize]
+            .hot
+            .need_resched
+            .store(true, Ordering::SeqCst);
+        self.stats_of(by)
+            .resched_kicks
+            .fetch_add(1, Ordering::Relaxed);
+        self.kicker.kick(cpu);
+    }
+
+    pub(super) fn sync_hot(&self, rq: &Rq) {
+        let h = &self.cpus[rq.cpu as usize].hot;
+        h.nr_queued.store(rq.nr_queued(), Ordering::Relaxed);
+        h.nr_fair_queued
+            .store(rq.fair.len() as u32, Ordering::Relaxed);
+        h.nr_rt_queued.store(rq.rt.len(), Ordering::Relaxed);
+    }
+
+    pub(super) fn update_overload(&self, rq: &mut Rq) {
+        let want = rq.rt.nr_pushable > 0;
+        if want != rq.overloaded {
+            rq.overloaded = want;
+            if want {
+                self.rto.set(rq.cpu);
+            } else {
+                self.rto.clear(rq.cpu);
+            }
+        }
+    }
+
+    /// Puts a task on `rq`'s queues and marks it queued there.
+    pub(super) fn enqueue_task(&self, rq: &mut Rq, id: u32, now: u64, wakeup: bool, head: bool) {
+        let t = self.t(id);
+        let pol = t.policy();
+        match pol {
+            Policy::Fifo(p) | Policy::Rr(p) => {
+                rq.rt.enqueue(id, p, head);
+                if t.nr_allowed.load(Ordering::Relaxed) > 1 {
+                    t.pushable.store(true, Ordering::Relaxed);
+                    rq.rt.nr_pushable += 1;
+                }
+            }
+            Policy::Fair(w) => {
+                let rel = t.vruntime.load(Ordering::Relaxed) as i64;
+                let base = rq.fair.min_vruntime as i64;
+                let mut vr = base.saturating_add(rel);
+                if wakeup {
+                    // Sleeper credit, bounded: a long sleeper does not
+                    // starve the others when it comes back.
+                    vr = vr.max(base - (self.cfg.fair_latency_ns / 2) as i64);
+                }
+                let vr = vr.max(0) as u64;
+                t.vruntime.store(vr, Ordering::Relaxed);
+                rq.fair.enqueue(id, vr, w);
+            }
+        }
+        t.cpu.store(rq.cpu, Ordering::Release);
+        t.enqueue_seq.fetch_add(1, Ordering::Relaxed);
+        t.set_state(ST_QUEUED, false);
+        if wakeup {
+            t.acct.transition(ST_QUEUED, now);
+        }
+        self.sync_hot(rq);
+        self.update_overload(rq);
+    }
+
+    /// Takes a queued task off `rq`'s queues (its virtual runtime becomes
+    /// relative). Its state is left to the caller.
+    pub(super) fn dequeue_task(&self, rq: &mut Rq, id: u32) -> bool {
+        let t = self.t(id);
+        let ok = match t.policy() {
+            Policy::Fifo(p) | Policy::Rr(p) => {
+                let ok = rq.rt.dequeue(id, p);
+                if ok && t.pushable.swap(false, Ordering::Relaxed) {
+                    rq.rt.nr_pushable -= 1;
+                }
+                ok
+            }
+            Policy::Fair(w) => {
+                let vr = t.vruntime.load(Ordering::Relaxed);
+                let ok = rq.fair.dequeue(id, vr, w);
+                if ok {
+                    let rel = vr as i64 - rq.fair.min_vruntime as i64;
+                    t.vruntime.store(rel as u64, Ordering::Relaxed);
+                }
+                ok
+            }
+        };
+        if !ok {
+            let found: Vec<u64> = rq
+                .fair
+                .iter()
+                .filter(|&(_, i)| i == id)
+                .map(|(v, _)| v)
+                .collect();
+            self.anomaly(format!(
+                "task {id} ({:?}) not found in CPU {}'s queues: state {} on CPU {}, vruntime {}, tree keys for it {:?}, rt {:?}",
+                t.policy(),
+                rq.cpu,
+                state_of(t.code()).name(),
+                t.cpu.load(Ordering::Relaxed),
+                t.vruntime.load(Ordering::Relaxed),
+                found,
+                rq.rt.iter_by_prio().filter(|&(i, _)| i == id).count()
+            ));
+        }
+        self.sync_hot(rq);
+        self.update_overload(rq);
+        ok
+    }
+
+    /// Charges the current task's runtime since `exec_start`.
+    pub(super) fn update_curr(&self, rq: &mut Rq, id: u32, now: u64) {
+        let delta = now.saturating_sub(rq.exec_start);
+        rq.exec_start = now.max(rq.exec_start);
+        let t = self.t(id);
+        if let Policy::Fair(w) = t.policy() {
+            let vr = t.vruntime.load(Ordering::Relaxed) + scale_delta(delta, w);
+            t.vruntime.store(vr, Ordering::Relaxed);
+            rq.fair.update_min(Some(vr));
+        }
+    }
+
+    pub(super) fn fair_slice(&self, rq: &Rq, w: u32) -> u64 {
+        let total = rq.fair.load + w as u64;
+        let s = (self.cfg.fair_latency_ns as u128 * w as u128 / total.max(1) as u128) as u64;
+        s.max(self.cfg.fair_min_granularity_ns)
+    }
+
+    /// When the tick should next look at the current task.
+    pub(super) fn slice_end(&self, rq: &Rq, pol: Policy, now: u64) -> u64 {
+        match pol {
+            Policy::Fifo(_) => u64::MAX,
+            Policy::Rr(_) => now + self.cfg.rr_timeslice_ns,
+            Policy::Fair(w) => now + self.fair_slice(rq, w),
+        }
+    }
+
+    /// Should the current task `id` give way?
+    pub(super) fn should_switch(&self, rq: &Rq, id: u32, now: u64) -> bool {
+        let t = self.t(id);
+        let best_rt = rq.rt.highest();
+        match t.policy() {
+            Policy::Fifo(p) => best_rt.is_some_and(|b| b > p),
+            Policy::Rr(p) => {
+                best_rt.is_some_and(|b| b > p)
+                    || (rq.rt.len_at(p) > 0
+                        && now.saturating_sub(rq.slice_start) >= self.cfg.rr_timeslice_ns)
+            }
+            Policy::Fair(w) => {
+                if best_rt.is_some() {
+                    return true;
+                }
+                let Some((lvr, _)) = rq.fair.first() else {
+                    return false;
+                };
+                let cvr = t.vruntime.load(Ordering::Relaxed);
+                cvr > lvr.saturating_add(self.cfg.wakeup_granularity_ns)
+                    || (cvr > lvr && now.saturating_sub(rq.slice_start) >= self.fair_slice(rq, w))
+            }
+        }
+    }
+
+    /// Would task `id`, just queued on `rq`, preempt what runs there?
+    pub(super) fn check_preempt(&self, rq: &Rq, id: u32) -> bool {
+        let Some(c) = rq.curr else {
+            return !rq.in_balance;
+        };
+        let t = self.t(id);
+        let pri = t.policy().pri_idx();
+        if pri != rq.curr_pri {
+            return pri > rq.curr_pri;
+        }
+        if pri == PRI_FAIR {
+            let cvr = self.t(c).vruntime.load(Ordering::Relaxed);
+            let vr = t.vruntime.load(Ordering::Relaxed);
+            return cvr > vr.saturating_add(self.cfg.wakeup_granularity_ns);
+        }
+        false
+    }
+}

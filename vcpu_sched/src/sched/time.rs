@@ -1,0 +1,62 @@
+//! Time: the per-CPU tick (slice expiry and idle load-balancing kicks).
+
+use std::sync::atomic::Ordering;
+
+use super::Scheduler;
+use crate::error::Result;
+use crate::task::CpuId;
+
+impl Scheduler {
+    /// The timer tick for `cpu`. Cheap when nothing is due (a few loads of
+    /// the CPU's hot line): checks the current task's slice, and now and
+    /// then, if tasks wait here while other CPUs idle, kicks an idle CPU
+    /// to take one (idle load balancing).
+    /// A CPU id it does not manage is an error.
+    pub fn tick(&self, cpu: CpuId, now: u64) -> Result<()> {
+        let cpu = self.check_cpu(cpu)?;
+        self.tick_checked(cpu, now);
+        Ok(())
+    }
+
+    fn tick_checked(&self, cpu: CpuId, now: u64) {
+        let pc = &self.cpus[cpu as usize];
+        let h = &pc.hot;
+        if now >= h.slice_end.load(Ordering::Relaxed) {
+            let mut rq = self.lock_rq(cpu);
+            let mut resched = false;
+            match rq.curr {
+                Some(c) if !rq.in_balance => {
+                    self.update_curr(&mut rq, c, now);
+                    resched = self.should_switch(&rq, c, now);
+                    let pol = self.t(c).policy();
+                    h.slice_end
+                        .store(self.slice_end(&rq, pol, now), Ordering::Relaxed);
+                }
+                Some(_) => {}
+                None => h.slice_end.store(u64::MAX, Ordering::Relaxed),
+            }
+            drop(rq);
+            pc.stats.ticks_slow.fetch_add(1, Ordering::Relaxed);
+            if resched {
+                self.resched_cpu(cpu, Some(cpu));
+            }
+        }
+        if h.nr_queued.load(Ordering::Relaxed) > 0 && now >= h.next_balance.load(Ordering::Relaxed)
+        {
+            h.next_balance
+                .store(now + self.cfg.balance_interval_ns, Ordering::Relaxed);
+            if self.idle.any() {
+                if let Some(i) = self.idle.find(self.map.all(), cpu) {
+                    if i != cpu {
+                        self.cpus[i as usize]
+                            .hot
+                            .balance_hint
+                            .store(cpu, Ordering::Relaxed);
+                        pc.stats.balance_kicks.fetch_add(1, Ordering::Relaxed);
+                        self.resched_cpu(i, Some(cpu));
+                    }
+                }
+            }
+        }
+    }
+}
