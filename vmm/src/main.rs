@@ -5,6 +5,8 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // The origin of `vmm run --timeout`.
+    vmm::cli::args::mark_start();
     let cli = vmm::cli::Cli::parse();
     vmm::cli::init_tracing(cli.verbose);
     match vmm::cli::run(cli) {

@@ -59,7 +59,8 @@ pub enum Command {
     Bench(Box<bench::BenchArgs>),
 }
 
-/// Sets up `tracing` on stderr.
+/// Sets up `tracing` on stderr, coloured only when
+/// [`args::stderr_styled`] (a terminal, `NO_COLOR` unset).
 pub fn init_tracing(verbose: u8) {
     let default = match verbose {
         0 => "warn",
@@ -72,6 +73,7 @@ pub fn init_tracing(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(args::stderr_styled())
         .try_init();
 }
 
