@@ -57,6 +57,7 @@ pub fn vmm(args: &[&str]) -> Output {
 
 pub mod guest;
 pub mod guest_check;
+pub mod run_bounded;
 
 /// A tiny "kernel" for the VMM's error paths: an x86-64 ELF executable
 /// with the "Linux" ELF note, whose 64-bit entry at 0x100_0000 runs `code`.

@@ -28,10 +28,12 @@ pub struct BenchArgs {
     pub topology: String,
     /// Micro-guest VMs (each one a task group). At most 1024 vCPUs in
     /// all (--vms x --vcpus).
-    #[arg(long, default_value = "8", value_name = "N", value_parser = args::vm_count)]
+    #[arg(long, default_value = "8", value_name = "N", value_parser = args::vm_count,
+          allow_negative_numbers = true)]
     pub vms: usize,
     /// vCPUs per VM (1..=256).
-    #[arg(long, default_value = "8", value_name = "M", value_parser = args::vm_count)]
+    #[arg(long, default_value = "8", value_name = "M", value_parser = args::vm_count,
+          allow_negative_numbers = true)]
     pub vcpus: usize,
     /// Measured time per run, after a warm-up: 2s, 500ms, 1m or seconds
     /// (0.3); 100ms to 1h.
@@ -52,7 +54,8 @@ pub struct BenchArgs {
     #[arg(long, default_value = "workers", value_name = "KIND")]
     pub executor: String,
     /// Repetitions of every set with --compare (1..=100, default 3).
-    #[arg(long, value_name = "R", value_parser = args::reps)]
+    #[arg(long, value_name = "R", value_parser = args::reps,
+          allow_negative_numbers = true)]
     pub reps: Option<usize>,
     /// Leave the host 1:1 baseline out of a --compare.
     #[arg(long)]
@@ -63,14 +66,17 @@ pub struct BenchArgs {
     pub check: bool,
     /// Compute per operation in microseconds (1..=1000000; default per
     /// workload: cyclic 5, messaging 1, runq 20, transcode 500).
-    #[arg(long, value_name = "US", value_parser = args::burst_us)]
+    #[arg(long, value_name = "US", value_parser = args::burst_us,
+          allow_negative_numbers = true)]
     pub burst_us: Option<u64>,
     /// cyclic only: timer period in microseconds (1..=1000000).
-    #[arg(long, value_name = "US", value_parser = args::period_us)]
+    #[arg(long, value_name = "US", value_parser = args::period_us,
+          allow_negative_numbers = true)]
     pub period_us: Option<u64>,
     /// cyclic and transcode only: RT priority of their vCPUs (1..=99,
     /// default 99).
-    #[arg(long, value_name = "PRIO", value_parser = args::prio)]
+    #[arg(long, value_name = "PRIO", value_parser = args::prio,
+          allow_negative_numbers = true)]
     pub prio: Option<u8>,
     /// cyclic and transcode only: keep the executor's threads
     /// (workers, or the threads executor's vCPU and idle threads, and the

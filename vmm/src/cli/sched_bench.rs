@@ -44,7 +44,8 @@ pub struct SchedBenchArgs {
           value_parser = args::bench_duration, allow_hyphen_values = true)]
     pub duration: Duration,
     /// Repetitions of every set with --compare (1..=100, default 3).
-    #[arg(long, value_name = "N", value_parser = args::reps)]
+    #[arg(long, value_name = "N", value_parser = args::reps,
+          allow_negative_numbers = true)]
     pub reps: Option<usize>,
     /// Run the invariant checker; a violation fails the run.
     #[arg(long)]
@@ -54,24 +55,30 @@ pub struct SchedBenchArgs {
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Tasks (cyclic, stress) or workers per message task (runq); 1..=4096.
-    #[arg(long, value_name = "N", value_parser = args::count)]
+    #[arg(long, value_name = "N", value_parser = args::count,
+          allow_negative_numbers = true)]
     pub tasks: Option<usize>,
     /// Groups (messaging), message tasks (runq), VMs (transcode); 1..=4096.
-    #[arg(long, value_name = "N", value_parser = args::count)]
+    #[arg(long, value_name = "N", value_parser = args::count,
+          allow_negative_numbers = true)]
     pub groups: Option<usize>,
     /// Senders and receivers per group (messaging), tasks per VM
     /// (transcode); 1..=4096.
-    #[arg(long, value_name = "N", value_parser = args::count)]
+    #[arg(long, value_name = "N", value_parser = args::count,
+          allow_negative_numbers = true)]
     pub group_size: Option<usize>,
     /// Timer period in microseconds (cyclic, stress sleeps); 1..=1000000.
-    #[arg(long, value_name = "US", value_parser = args::period_us)]
+    #[arg(long, value_name = "US", value_parser = args::period_us,
+          allow_negative_numbers = true)]
     pub period_us: Option<u64>,
     /// Compute per operation in microseconds (cyclic, runq, transcode,
     /// stress); 1..=1000000.
-    #[arg(long, value_name = "US", value_parser = args::burst_us)]
+    #[arg(long, value_name = "US", value_parser = args::burst_us,
+          allow_negative_numbers = true)]
     pub burst_us: Option<u64>,
     /// RT priority (cyclic, transcode), 1..=99.
-    #[arg(long, value_name = "PRIO", value_parser = args::prio)]
+    #[arg(long, value_name = "PRIO", value_parser = args::prio,
+          allow_negative_numbers = true)]
     pub prio: Option<u8>,
 }
 
