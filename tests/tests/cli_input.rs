@@ -453,6 +453,11 @@ fn timeout_covers_setup() {
     ]);
     assert_exit(&r, 124, &["--timeout 1ms"]);
     assert!(r.elapsed < Duration::from_secs(5), "{}", r.context());
+    // The user's mistake is the answer, not the clock.
+    user_error(
+        &run_args(&["--timeout", "1ms"]),
+        &["--kernel /nonexistent/vmlinux", "no such file"],
+    );
 }
 
 // ------------------------------------------------------------- colour

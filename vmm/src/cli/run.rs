@@ -110,6 +110,17 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let cfg = resolve(args)?;
     check_console(&cfg)?;
     check_memory_fits(cfg.memory)?;
+    // The user's files before the clock matters: a missing kernel is the
+    // answer, not a timeout.
+    crate::boot::inspect_kernel(&cfg.kernel).map_err(crate::Error::from)?;
+    if let Some(p) = &cfg.initrd {
+        if !p.is_file() {
+            return Err(
+                crate::Error::from(crate::boot::BootError::InitrdMissing(p.clone())).into(),
+            );
+        }
+    }
+    crate::boot::check_cmdline(&cfg.cmdline).map_err(crate::Error::from)?;
     let watchdog = cfg.timeout.map(Watchdog::start);
     let phase = |p: &'static str| {
         if let Some(w) = &watchdog {
@@ -184,7 +195,7 @@ impl Watchdog {
         let state = std::sync::Arc::new(WatchState {
             timeout,
             deadline: args::started() + timeout,
-            phase: Mutex::new("parsing arguments"),
+            phase: Mutex::new("checking the request"),
             guest_started: AtomicBool::new(false),
         });
         let s = state.clone();
