@@ -43,6 +43,9 @@ fn assert_exit(r: &Bounded, code: i32, needles: &[&str]) {
 fn user_error(args: &[&str], needles: &[&str]) -> Bounded {
     let r = vmm(args);
     assert_exit(&r, 2, needles);
+    let lines: Vec<&str> = r.stderr.trim().lines().collect();
+    assert_eq!(lines.len(), 1, "one line expected:\n{}", r.context());
+    assert!(lines[0].starts_with("error: "), "{}", r.context());
     r
 }
 

@@ -2,12 +2,13 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
     // The origin of `vmm run --timeout`.
     vmm::cli::args::mark_start();
-    let cli = vmm::cli::Cli::parse();
+    let cli = match vmm::cli::parse() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     vmm::cli::init_tracing(cli.verbose);
     match vmm::cli::run(cli) {
         Ok(code) => code,

@@ -187,7 +187,10 @@ pub fn timeout(s: &str) -> Result<Duration, String> {
 /// A whole number in `lo..=hi`; `what` names the unit in messages.
 fn int_in(s: &str, lo: u64, hi: u64, what: &str) -> Result<u64, String> {
     let t = s.trim();
-    let range = format!("give {lo} to {hi} {what}");
+    let range = format!(
+        "give {lo} to {hi}{}{what}",
+        if what.is_empty() { "" } else { " " }
+    );
     if t.is_empty() {
         return Err(format!("empty: {range}"));
     }
@@ -227,7 +230,7 @@ pub fn vm_count(s: &str) -> Result<usize, String> {
 
 /// `--prio`: an RT priority, 1..=99.
 pub fn prio(s: &str) -> Result<u8, String> {
-    int_in(s, 1, 99, "(RT priorities are 1..=99)").map(|v| v as u8)
+    int_in(s, 1, 99, "(an RT priority is 1..=99)").map(|v| v as u8)
 }
 
 /// `--reps`: 1..=100.

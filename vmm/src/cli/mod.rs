@@ -77,6 +77,29 @@ pub fn init_tracing(verbose: u8) {
         .try_init();
 }
 
+/// Parses the command line. A flag value its parser refuses (the
+/// [`args`] parsers) is one line, `error: --flag: what is wrong and what to
+/// give`, and exit status 2, like every other bad input; other usage
+/// errors, `--help` and `--version` are clap's own.
+pub fn parse() -> std::result::Result<Cli, ExitCode> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let e = match Cli::try_parse() {
+        Ok(c) => return Ok(c),
+        Err(e) => e,
+    };
+    if e.kind() == ErrorKind::ValueValidation {
+        let why = std::error::Error::source(&e).map(|s| s.to_string());
+        if let (Some(ContextValue::String(arg)), Some(why)) = (e.get(ContextKind::InvalidArg), why)
+        {
+            // "--duration <DURATION>" -> "--duration"
+            let flag = arg.split_whitespace().next().unwrap_or(arg);
+            eprintln!("error: {flag}: {why}");
+            return Err(ExitCode::from(crate::exit::INPUT));
+        }
+    }
+    e.exit()
+}
+
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
