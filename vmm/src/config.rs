@@ -480,6 +480,57 @@ mod tests {
     }
 
     #[test]
+    fn console_and_mitigations() {
+        let with = |f: RunFlags| RunConfig::resolve(f, None);
+        for (v, t) in [
+            ("stdout", ConsoleTarget::Stdout),
+            ("-", ConsoleTarget::Stdout),
+            ("stderr", ConsoleTarget::Stderr),
+            ("c.log", ConsoleTarget::File("c.log".into())),
+        ] {
+            let f = RunFlags {
+                console: Some(v.into()),
+                ..flags()
+            };
+            assert_eq!(with(f).unwrap().console, t, "{v}");
+        }
+        let f = RunFlags {
+            console: Some("c.log".into()),
+            console_append: true,
+            ..flags()
+        };
+        assert_eq!(
+            with(f).unwrap().console,
+            ConsoleTarget::Append("c.log".into())
+        );
+        let f = RunFlags {
+            console_append: true,
+            ..flags()
+        };
+        assert!(with(f).unwrap_err().to_string().contains("--console FILE"));
+        let f = RunFlags {
+            mitigations: Some("none".into()),
+            ..flags()
+        };
+        assert!(with(f).unwrap_err().to_string().contains("--sched host"));
+        let f = RunFlags {
+            mitigations: Some("only:l2wake".into()),
+            sched: Some("vcpu_sched".into()),
+            ..flags()
+        };
+        assert_ne!(with(f).unwrap().mitigations, vcpu_sched::Mitigations::all());
+        assert_eq!(
+            with(flags()).unwrap().mitigations,
+            vcpu_sched::Mitigations::all()
+        );
+        let f = RunFlags {
+            pin: Some("".into()),
+            ..flags()
+        };
+        assert!(with(f).unwrap_err().to_string().contains("--pin: empty"));
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
