@@ -40,7 +40,20 @@ pub struct BoundedOutput {
     pub max_rss_kb: u64,
 }
 
+/// The short name the CLI tests use.
+pub type Bounded = BoundedOutput;
+
 impl BoundedOutput {
+    /// [`describe`](Self::describe) plus the whole stdout, for assertion
+    /// messages of tests that read both streams.
+    pub fn context(&self) -> String {
+        format!(
+            "{}\nstdout:\n{}",
+            self.describe(),
+            self.stdout.chars().take(4000).collect::<String>()
+        )
+    }
+
     /// A one-paragraph account for assertion messages.
     pub fn describe(&self) -> String {
         format!(
@@ -85,6 +98,13 @@ fn drain(mut r: impl Read + Send + 'static) -> thread::JoinHandle<(Vec<u8>, u64)
 pub fn run_bounded(args: &[&str], timeout: Duration) -> BoundedOutput {
     let mut cmd = Command::new(crate::vmm_bin());
     cmd.args(args);
+    run_bounded_cmd(cmd, timeout)
+}
+
+/// [`run_bounded`] with `env` added to the child's environment.
+pub fn run_bounded_env(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> BoundedOutput {
+    let mut cmd = Command::new(crate::vmm_bin());
+    cmd.args(args).envs(env.iter().copied());
     run_bounded_cmd(cmd, timeout)
 }
 

@@ -353,7 +353,7 @@ fn run_flags_garbage() {
         ),
         (
             &["--memory", "1G", "--timeout", "0"],
-            &["--timeout", "above 0"],
+            &["--timeout", "more than zero"],
         ),
         (
             &["--memory", "1G", "--timeout", "soon"],
@@ -368,11 +368,15 @@ fn run_flags_garbage() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         bad(&args, want);
     }
+    // The kernel is checked before the topology: give a real (tiny) one.
+    let dir = tempfile::tempdir().unwrap();
+    let kernel = dir.path().join("vmlinux");
+    std::fs::write(&kernel, integration_tests::tiny_kernel(&[0xf4])).unwrap();
     bad(
         &[
             "run",
             "--kernel",
-            "/nonexistent/vmlinux",
+            kernel.to_str().unwrap(),
             "--memory",
             "1G",
             "--guest",

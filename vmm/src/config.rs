@@ -11,7 +11,8 @@
 //! numa-distance = 21
 //! pin = "auto"                  # "none", "auto" or a CPU list "0-7"
 //! rt = "fifo:50"                # or "rr:PRIO", "none"
-//! console = "stdout"            # or a file path
+//! console = "stdout"            # "stderr", "-" (stdout) or a new file's path
+//! console-append = true         # append to the console file if it exists
 //! until = "root domain span"
 //! timeout = "10m"               # or an integer number of seconds
 //! vendor = "host"               # "intel", "amd"
@@ -122,6 +123,8 @@ pub struct FileConfig {
     pub rt: Option<String>,
     /// `console`.
     pub console: Option<String>,
+    /// `console-append`.
+    pub console_append: Option<bool>,
     /// `until`.
     pub until: Option<String>,
     /// `timeout`.
@@ -133,6 +136,8 @@ pub struct FileConfig {
     pub compat: Option<String>,
     /// `sched`.
     pub sched: Option<String>,
+    /// `mitigations` (with `sched = "vcpu_sched"` only).
+    pub mitigations: Option<String>,
 }
 
 impl FileConfig {
@@ -174,7 +179,7 @@ impl FileConfig {
         fix(&mut c.kernel);
         fix(&mut c.initrd);
         if let Some(con) = &mut c.console {
-            if con != "stdout" && Path::new(con).is_relative() {
+            if !matches!(con.as_str(), "stdout" | "stderr" | "-") && Path::new(con).is_relative() {
                 *con = dir.join(&*con).display().to_string();
             }
         }
@@ -227,10 +232,14 @@ fn io_words(e: &std::io::Error) -> String {
 /// Where the console goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConsoleTarget {
-    /// This process's stdout.
+    /// This process's stdout (`stdout` or `-`).
     Stdout,
-    /// A file (created or truncated).
+    /// This process's stderr (`stderr`).
+    Stderr,
+    /// A new file: an existing one is refused, never truncated.
     File(PathBuf),
+    /// A file appended to (created if absent): `--console-append`.
+    Append(PathBuf),
 }
 
 /// The CPUID vendor choice.
@@ -273,6 +282,8 @@ pub struct RunConfig {
     pub compat: CompatArg,
     /// Who schedules the vCPUs.
     pub sched: SchedMode,
+    /// `vcpu_sched`'s fixes (with [`SchedMode::VcpuSched`]; all by default).
+    pub mitigations: vcpu_sched::Mitigations,
 }
 
 /// `--sched`: who schedules the vCPUs of `vmm run`.
@@ -308,6 +319,8 @@ pub struct RunFlags {
     pub rt: Option<String>,
     /// `--console`.
     pub console: Option<String>,
+    /// `--console-append`.
+    pub console_append: bool,
     /// `--until`.
     pub until: Option<String>,
     /// `--timeout`.
@@ -318,73 +331,20 @@ pub struct RunFlags {
     pub compat: Option<String>,
     /// `--sched`.
     pub sched: Option<String>,
+    /// `--mitigations`.
+    pub mitigations: Option<String>,
 }
 
-/// Parses a duration: `90s`, `10m`, `1h`, `500ms`, `1m30s`, or a bare
-/// number of seconds.
+/// Parses a `--timeout`: `90s`, `10m`, `1h`, `500ms`, `1m30s`, or a
+/// number of seconds (`0.3`); the one duration parser is
+/// [`crate::cli::args::parse_duration`].
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let bad = || format!("{s:?} is not a duration: use e.g. 90s, 10m, 1h30m or 500ms");
-    if t.is_empty() {
-        return Err(bad());
-    }
-    let zero = || format!("{s:?} is no time at all: give a duration above 0, e.g. 90s or 10m");
-    if let Ok(secs) = t.parse::<f64>() {
-        if secs == 0.0 {
-            return Err(zero());
-        }
-        return if secs.is_finite() && secs > 0.0 && secs < 1e9 {
-            Ok(Duration::from_secs_f64(secs))
-        } else {
-            Err(bad())
-        };
-    }
-    let mut total = 0f64;
-    let mut rest = t;
-    while !rest.is_empty() {
-        let end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let (num, after) = rest.split_at(end);
-        let v: f64 = num.parse().map_err(|_| bad())?;
-        let uend = after
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(after.len());
-        let (unit, next) = after.split_at(uend);
-        total += v * match unit.trim() {
-            "ms" => 0.001,
-            "s" | "sec" => 1.0,
-            "m" | "min" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        rest = next;
-    }
-    if total == 0.0 {
-        return Err(zero());
-    }
-    if total >= 1e9 {
-        return Err(format!(
-            "{s:?} is too long: give at most 31 years (e.g. 10m, 1h)"
-        ));
-    }
-    Ok(Duration::from_secs_f64(total))
+    crate::cli::args::timeout(s)
 }
 
 /// Formats a duration the way [`parse_duration`] reads it.
 pub fn format_duration(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms % 1000 != 0 {
-        return format!("{:.3}s", d.as_secs_f64());
-    }
-    let s = d.as_secs();
-    if s >= 3600 && s % 3600 == 0 {
-        format!("{}h", s / 3600)
-    } else if s >= 60 && s % 60 == 0 {
-        format!("{}m", s / 60)
-    } else {
-        format!("{s}s")
-    }
+    crate::cli::args::format_duration(d)
 }
 
 impl RunConfig {
@@ -449,26 +409,40 @@ impl RunConfig {
             None => b.map(|v| (v, false)),
         };
         let pin = match pick(flags.pin, f.pin) {
-            Some((v, fl)) => PinSpec::parse(&v).map_err(|m| err(name("pin", fl), m))?,
+            Some((v, fl)) => crate::cli::args::pin(&v).map_err(|m| err(name("pin", fl), m))?,
             None => PinSpec::None,
         };
         let rt = match pick(flags.rt, f.rt) {
-            Some((v, fl)) => RtPolicy::parse(&v).map_err(|m| err(name("rt", fl), m))?,
+            Some((v, fl)) => crate::cli::args::rt(&v).map_err(|m| err(name("rt", fl), m))?,
             None => None,
         };
+        let append = flags.console_append || f.console_append.unwrap_or(false);
         let console = match pick(flags.console, f.console) {
             None => ConsoleTarget::Stdout,
             Some((v, _)) if v == "stdout" || v == "-" => ConsoleTarget::Stdout,
+            Some((v, _)) if v == "stderr" => ConsoleTarget::Stderr,
             Some((v, fl)) => {
                 if v.trim().is_empty() {
                     return Err(err(
                         name("console", fl),
-                        "empty: use stdout or a file path".into(),
+                        "empty: use stdout, stderr, - (stdout) or a file path".into(),
                     ));
                 }
-                ConsoleTarget::File(PathBuf::from(v))
+                if append {
+                    ConsoleTarget::Append(PathBuf::from(v))
+                } else {
+                    ConsoleTarget::File(PathBuf::from(v))
+                }
             }
         };
+        if append && !matches!(console, ConsoleTarget::Append(_)) {
+            return Err(err(
+                "--console-append".into(),
+                "appends to a --console FILE; without one it would be ignored: \
+                 give --console FILE or leave it out"
+                    .into(),
+            ));
+        }
         let until = match pick(flags.until, f.until) {
             Some((v, fl)) => {
                 regex::Regex::new(&v).map_err(|e| {
@@ -494,7 +468,9 @@ impl RunConfig {
                     "0 is not a time limit: give seconds > 0 or leave it out".into(),
                 ))
             }
-            (None, Some(StrOrInt::Int(s))) => Some(Duration::from_secs(s)),
+            (None, Some(StrOrInt::Int(s))) => {
+                Some(parse_duration(&s.to_string()).map_err(|m| err(name("timeout", false), m))?)
+            }
             (None, None) => None,
         };
         let vendor = match pick(flags.vendor, f.vendor) {
@@ -532,6 +508,21 @@ impl RunConfig {
                 }
             },
         };
+        let mitigations = match pick(flags.mitigations, f.mitigations) {
+            None => vcpu_sched::Mitigations::all(),
+            Some((v, fl)) => {
+                if sched != SchedMode::VcpuSched {
+                    return Err(err(
+                        name("mitigations", fl),
+                        "sets vcpu_sched's fixes; with --sched host (the default) the host \
+                         kernel schedules the vCPUs and it would be ignored: add \
+                         --sched vcpu_sched or leave it out"
+                            .into(),
+                    ));
+                }
+                crate::cli::args::mitigations(&v).map_err(|m| err(name("mitigations", fl), m))?
+            }
+        };
         Ok(RunConfig {
             kernel,
             initrd,
@@ -547,6 +538,7 @@ impl RunConfig {
             vendor,
             compat,
             sched,
+            mitigations,
         })
     }
 }
@@ -590,6 +582,57 @@ mod tests {
     }
 
     #[test]
+    fn console_and_mitigations() {
+        let with = |f: RunFlags| RunConfig::resolve(f, None);
+        for (v, t) in [
+            ("stdout", ConsoleTarget::Stdout),
+            ("-", ConsoleTarget::Stdout),
+            ("stderr", ConsoleTarget::Stderr),
+            ("c.log", ConsoleTarget::File("c.log".into())),
+        ] {
+            let f = RunFlags {
+                console: Some(v.into()),
+                ..flags()
+            };
+            assert_eq!(with(f).unwrap().console, t, "{v}");
+        }
+        let f = RunFlags {
+            console: Some("c.log".into()),
+            console_append: true,
+            ..flags()
+        };
+        assert_eq!(
+            with(f).unwrap().console,
+            ConsoleTarget::Append("c.log".into())
+        );
+        let f = RunFlags {
+            console_append: true,
+            ..flags()
+        };
+        assert!(with(f).unwrap_err().to_string().contains("--console FILE"));
+        let f = RunFlags {
+            mitigations: Some("none".into()),
+            ..flags()
+        };
+        assert!(with(f).unwrap_err().to_string().contains("--sched host"));
+        let f = RunFlags {
+            mitigations: Some("only:l2wake".into()),
+            sched: Some("vcpu_sched".into()),
+            ..flags()
+        };
+        assert_ne!(with(f).unwrap().mitigations, vcpu_sched::Mitigations::all());
+        assert_eq!(
+            with(flags()).unwrap().mitigations,
+            vcpu_sched::Mitigations::all()
+        );
+        let f = RunFlags {
+            pin: Some("".into()),
+            ..flags()
+        };
+        assert!(with(f).unwrap_err().to_string().contains("--pin: empty"));
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
@@ -598,14 +641,14 @@ mod tests {
         assert_eq!(parse_duration("45").unwrap(), Duration::from_secs(45));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("5y").is_err());
-        assert!(parse_duration("0").unwrap_err().contains("above 0"));
-        assert!(parse_duration("0s").unwrap_err().contains("above 0"));
+        assert!(parse_duration("0").unwrap_err().contains("more than zero"));
+        assert!(parse_duration("0s").unwrap_err().contains("more than zero"));
         assert!(parse_duration("99999999999h")
             .unwrap_err()
             .contains("too long"));
         assert_eq!(format_duration(Duration::from_secs(600)), "10m");
         assert_eq!(format_duration(Duration::from_secs(90)), "90s");
-        assert_eq!(format_duration(Duration::from_millis(1500)), "1.500s");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
     }
 
     #[test]

@@ -270,3 +270,47 @@ mod tests {
         );
     }
 }
+
+/// The one line printed for an error: its chain of contexts and causes,
+/// outermost first, joined by ": ", leaving out a cause whose text the
+/// line already holds (typed errors often print their source inside their
+/// own message, and the chain would repeat it).
+pub fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod one_line_tests {
+    use super::one_line;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot read /x: {source}")]
+    struct Read {
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let e = anyhow::Error::new(Read {
+            source: std::io::Error::other("it is a directory"),
+        })
+        .context("--initrd /x");
+        assert_eq!(
+            one_line(&e),
+            "--initrd /x: cannot read /x: it is a directory"
+        );
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(one_line(&e), "outer: inner");
+    }
+}

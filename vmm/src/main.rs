@@ -2,17 +2,20 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = vmm::cli::Cli::parse();
+    // The origin of `vmm run --timeout`.
+    vmm::cli::args::mark_start();
+    let cli = match vmm::cli::parse() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     vmm::cli::init_tracing(cli.verbose);
     match vmm::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {
             let code = ExitCode::from(vmm::exit::status_for_error(&e));
             // One line: the chain of contexts, outermost first.
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", vmm::exit::one_line(&e));
             code
         }
     }

@@ -511,11 +511,21 @@ impl GuestRam {
     }
 }
 
-fn host_mem_total() -> Option<u64> {
+/// The host's RAM (`MemTotal` of `/proc/meminfo`), in bytes.
+pub fn host_mem_total() -> Option<u64> {
+    meminfo("MemTotal:")
+}
+
+/// The host's RAM available without swapping (`MemAvailable`), in bytes.
+pub fn host_mem_available() -> Option<u64> {
+    meminfo("MemAvailable:")
+}
+
+fn meminfo(key: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let line = s.lines().find(|l| l.starts_with(key))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+    kb.checked_mul(1024)
 }
 
 #[cfg(test)]

@@ -151,6 +151,35 @@ pub fn check_cmdline(cmdline: &str) -> Result<(), BootError> {
     Ok(())
 }
 
+/// Checks that `--initrd` names a readable regular file, before any work:
+/// missing is [`BootError::InitrdMissing`]; a directory, socket, FIFO or
+/// anything `open` refuses is [`BootError::Read`] with the reason.
+pub fn check_initrd(p: &Path) -> Result<(), BootError> {
+    let read_err = |source| BootError::Read {
+        path: p.to_path_buf(),
+        source,
+    };
+    let meta = match std::fs::metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(BootError::InitrdMissing(p.to_path_buf()))
+        }
+        Err(e) => return Err(read_err(e)),
+        Ok(m) => m,
+    };
+    if meta.is_dir() {
+        return Err(read_err(std::io::Error::other(
+            "it is a directory; give the initramfs file",
+        )));
+    }
+    std::fs::File::open(p).map_err(read_err)?;
+    if !meta.is_file() {
+        return Err(read_err(std::io::Error::other(
+            "not a regular file; give the initramfs file",
+        )));
+    }
+    Ok(())
+}
+
 /// Checks that a kernel and initrd fit the plan, before any memory is
 /// mapped: the "memory too small" error names the minimum.
 pub fn check_fit(

@@ -3,11 +3,14 @@
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
 
-use super::args::{check_duration, check_reps, mitigation_sets, progress_bar, InputError};
+use vcpu_sched::Mitigations;
+
+use super::args::{self, ignored, mitigation_sets, progress_bar, InputError};
 use crate::vcpu_bench::{
     compare, run as run_bench, BenchOptions, BenchReport, CompareOptions, VcpuRow, Workload,
 };
@@ -23,18 +26,24 @@ pub struct BenchArgs {
     /// this process may use.
     #[arg(long, short, default_value = "host", value_name = "SPEC")]
     pub topology: String,
-    /// Micro-guest VMs (each one a task group).
-    #[arg(long, default_value_t = 8, value_name = "N")]
+    /// Micro-guest VMs (each one a task group). At most 1024 vCPUs in
+    /// all (--vms x --vcpus).
+    #[arg(long, default_value = "8", value_name = "N", value_parser = args::vm_count,
+          allow_negative_numbers = true)]
     pub vms: usize,
-    /// vCPUs per VM.
-    #[arg(long, default_value_t = 8, value_name = "M")]
+    /// vCPUs per VM (1..=256).
+    #[arg(long, default_value = "8", value_name = "M", value_parser = args::vm_count,
+          allow_negative_numbers = true)]
     pub vcpus: usize,
-    /// Measured seconds per run (after a warm-up).
-    #[arg(long, short, default_value_t = 2.0, value_name = "SECS")]
-    pub duration: f64,
-    /// One mitigation set: none, all, only:FIX[,FIX..], all-but:FIX[,..].
-    #[arg(long, short, default_value = "all", value_name = "SET")]
-    pub mitigations: String,
+    /// Measured time per run, after a warm-up: 2s, 500ms, 1m or seconds
+    /// (0.3); 100ms to 1h.
+    #[arg(long, short, default_value = "2s", value_name = "DURATION",
+          value_parser = args::bench_duration, allow_hyphen_values = true)]
+    pub duration: Duration,
+    /// One mitigation set: none, all (default), only:FIX[,FIX..],
+    /// all-but:FIX[,..]. Not with --executor host (no scheduler).
+    #[arg(long, short, value_name = "SET", value_parser = args::mitigations)]
+    pub mitigations: Option<Mitigations>,
     /// `seeds` (baseline, each fix alone, all) or `SET;SET;..` (the first
     /// is the baseline); the host 1:1 baseline is added as a last row.
     #[arg(long, value_name = "seeds|SET;SET..", conflicts_with = "mitigations")]
@@ -44,26 +53,32 @@ pub struct BenchArgs {
     /// schedules).
     #[arg(long, default_value = "workers", value_name = "KIND")]
     pub executor: String,
-    /// Repetitions of every set when comparing.
-    #[arg(long, default_value_t = 3, value_name = "R")]
-    pub reps: usize,
-    /// Leave the host 1:1 baseline out of a comparison.
+    /// Repetitions of every set with --compare (1..=100, default 3).
+    #[arg(long, value_name = "R", value_parser = args::reps,
+          allow_negative_numbers = true)]
+    pub reps: Option<usize>,
+    /// Leave the host 1:1 baseline out of a --compare.
     #[arg(long)]
     pub no_host: bool,
     /// Invariant checker on; a violation, a failed VM or a vCPU without
     /// progress fails the run (exit 1).
     #[arg(long)]
     pub check: bool,
-    /// Compute per operation in microseconds.
-    #[arg(long, value_name = "US")]
+    /// Compute per operation in microseconds (1..=1000000; default per
+    /// workload: cyclic 5, messaging 1, runq 20, transcode 500).
+    #[arg(long, value_name = "US", value_parser = args::burst_us,
+          allow_negative_numbers = true)]
     pub burst_us: Option<u64>,
-    /// cyclic: timer period in microseconds.
-    #[arg(long, value_name = "US")]
+    /// cyclic only: timer period in microseconds (1..=1000000).
+    #[arg(long, value_name = "US", value_parser = args::period_us,
+          allow_negative_numbers = true)]
     pub period_us: Option<u64>,
-    /// RT priority of cyclic and transcode vCPUs (1..=99).
-    #[arg(long, default_value_t = 99, value_name = "PRIO")]
-    pub prio: u8,
-    /// RT workloads (cyclic, transcode): keep the executor's threads
+    /// cyclic and transcode only: RT priority of their vCPUs (1..=99,
+    /// default 99).
+    #[arg(long, value_name = "PRIO", value_parser = args::prio,
+          allow_negative_numbers = true)]
+    pub prio: Option<u8>,
+    /// cyclic and transcode only: keep the executor's threads
     /// (workers, or the threads executor's vCPU and idle threads, and the
     /// clock) SCHED_OTHER on the host instead of SCHED_FIFO (the host
     /// baseline's RT vCPU threads are SCHED_FIFO either way).
@@ -73,7 +88,8 @@ pub struct BenchArgs {
     /// per state) after the summary.
     #[arg(long)]
     pub per_vcpu: bool,
-    /// Also write the full result as JSON here.
+    /// Also write the full result as JSON here (replaced if it exists;
+    /// checked before the run starts).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 }
@@ -219,26 +235,56 @@ fn render_per_vcpu(s: &mut String, r: &BenchReport) {
     }
 }
 
+/// Flags the chosen workload, executor or mode would ignore are errors.
+fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -> Result<()> {
+    let rt = matches!(workload, Workload::Cyclic | Workload::Transcode);
+    let here = format!("the {} workload", workload.name());
+    if a.period_us.is_some() && workload != Workload::Cyclic {
+        return Err(ignored("--period-us", "cyclic", &here).into());
+    }
+    if a.prio.is_some() && !rt {
+        return Err(ignored("--prio", "cyclic and transcode", &here).into());
+    }
+    if a.no_host_rt && !rt {
+        return Err(ignored("--no-host-rt", "cyclic and transcode", &here).into());
+    }
+    if a.compare.is_none() {
+        if a.reps.is_some() {
+            return Err(ignored("--reps", "--compare", "a single run").into());
+        }
+        if a.no_host {
+            return Err(ignored("--no-host", "--compare", "a single run").into());
+        }
+        if a.mitigations.is_some() && executor == ExecutorKind::Host {
+            return Err(ignored(
+                "--mitigations",
+                "the workers and threads executors",
+                "--executor host (the host kernel schedules)",
+            )
+            .into());
+        }
+    } else if a.per_vcpu {
+        return Err(ignored("--per-vcpu", "a single run", "--compare").into());
+    }
+    Ok(())
+}
+
 /// Runs `vmm bench`.
 pub fn run(a: BenchArgs) -> Result<()> {
     let workload: Workload = a.workload.parse().map_err(anyhow::Error::new)?;
-    let duration = check_duration(a.duration, "2")?;
-    check_reps(a.reps)?;
-    if a.vms == 0 || a.vcpus == 0 || a.vms * a.vcpus > 4096 {
-        return Err(InputError(format!(
-            "--vms {} --vcpus {}: give at least 1 of each and at most 4096 vCPUs in all",
-            a.vms, a.vcpus
-        ))
-        .into());
-    }
+    args::check_vcpus(a.vms, a.vcpus)?;
     let executor: ExecutorKind = a.executor.parse().map_err(InputError)?;
+    check_applicable(&a, workload, executor)?;
+    if let Some(path) = &a.json {
+        args::check_output_file("--json", path, true)?;
+    }
     let mut o = BenchOptions::new(workload, &a.topology, a.vms, a.vcpus);
-    o.duration = duration;
+    o.duration = a.duration;
     o.executor = executor;
     o.check = a.check;
     o.burst_us = a.burst_us;
     o.period_us = a.period_us;
-    o.prio = a.prio;
+    o.prio = a.prio.unwrap_or(99);
     o.host_rt = !a.no_host_rt;
     topology::load(&a.topology).with_context(|| format!("--topology {}", a.topology))?;
     let bar = progress_bar();
@@ -249,7 +295,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 &CompareOptions {
                     run: o,
                     variants,
-                    repetitions: a.reps,
+                    repetitions: a.reps.unwrap_or(3),
                     host_baseline: !a.no_host,
                 },
                 &mut |p| {
@@ -268,10 +314,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             serde_json::to_string_pretty(&c).context("serialising the comparison")?
         }
         None => {
-            o.mitigations = a
-                .mitigations
-                .parse()
-                .map_err(|e| InputError(format!("--mitigations: {e}")))?;
+            o.mitigations = a.mitigations.unwrap_or_else(Mitigations::all);
             bar.set_message(format!("{} {}", executor, o.mitigations));
             let r = run_bench(&o, &mut |f| bar.set_position((f * 1000.0) as u64))
                 .map_err(anyhow::Error::new)?;

@@ -9,14 +9,15 @@
 //! ([`super::bench`]).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
 use vcpu_sched::bench::{compare, run_workload_with, CompareOptions, RunOptions};
 use vcpu_sched::workload::WorkloadKind;
-use vcpu_sched::SchedError;
+use vcpu_sched::{Mitigations, SchedError};
 
-use super::args::{check_duration, check_reps, mitigation_sets, progress_bar, InputError};
+use super::args::{self, ignored, mitigation_sets, progress_bar, InputError};
 
 /// `vmm sched-bench WORKLOAD ...`.
 #[derive(Debug, Args)]
@@ -28,44 +29,92 @@ pub struct SchedBenchArgs {
     /// emulated onto the CPUs this process may use.
     #[arg(long, short, default_value = "host", value_name = "SPEC")]
     pub topology: String,
-    /// One mitigation set: none, all, only:FIX[,FIX..] or all-but:FIX[,..]
-    /// (fixes: cpupri, rto, shardrq, llcidle, l2wake, grpload).
-    #[arg(long, short, default_value = "all", value_name = "SET")]
-    pub mitigations: String,
+    /// One mitigation set: none, all (default), only:FIX[,FIX..] or
+    /// all-but:FIX[,..] (fixes: cpupri, rto, shardrq, llcidle, l2wake,
+    /// grpload).
+    #[arg(long, short, value_name = "SET", value_parser = args::mitigations)]
+    pub mitigations: Option<Mitigations>,
     /// Compare sets instead: `seeds` (baseline, each fix alone, all), or a
     /// list `none;all;only:l2wake` whose first entry is the baseline.
     #[arg(long, value_name = "seeds|SET;SET..", conflicts_with = "mitigations")]
     pub compare: Option<String>,
-    /// Measured seconds per run (after a warm-up).
-    #[arg(long, short, default_value_t = 3.0, value_name = "SECS")]
-    pub duration: f64,
-    /// Repetitions of every set when comparing.
-    #[arg(long, default_value_t = 3, value_name = "N")]
-    pub reps: usize,
+    /// Measured time per run, after a warm-up: 3s, 500ms, 1m or seconds
+    /// (0.3); 100ms to 1h.
+    #[arg(long, short, default_value = "3s", value_name = "DURATION",
+          value_parser = args::bench_duration, allow_hyphen_values = true)]
+    pub duration: Duration,
+    /// Repetitions of every set with --compare (1..=100, default 3).
+    #[arg(long, value_name = "N", value_parser = args::reps,
+          allow_negative_numbers = true)]
+    pub reps: Option<usize>,
     /// Run the invariant checker; a violation fails the run.
     #[arg(long)]
     pub check: bool,
-    /// Also write the full result as JSON here.
+    /// Also write the full result as JSON here (replaced if it exists;
+    /// checked before the run starts).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Tasks (cyclic, stress) or workers per message task (runq).
-    #[arg(long, value_name = "N")]
+    /// Tasks (cyclic, stress) or workers per message task (runq); 1..=4096.
+    #[arg(long, value_name = "N", value_parser = args::count,
+          allow_negative_numbers = true)]
     pub tasks: Option<usize>,
-    /// Groups (messaging), message tasks (runq), VMs (transcode).
-    #[arg(long, value_name = "N")]
+    /// Groups (messaging), message tasks (runq), VMs (transcode); 1..=4096.
+    #[arg(long, value_name = "N", value_parser = args::count,
+          allow_negative_numbers = true)]
     pub groups: Option<usize>,
-    /// Senders and receivers per group (messaging), tasks per VM (transcode).
-    #[arg(long, value_name = "N")]
+    /// Senders and receivers per group (messaging), tasks per VM
+    /// (transcode); 1..=4096.
+    #[arg(long, value_name = "N", value_parser = args::count,
+          allow_negative_numbers = true)]
     pub group_size: Option<usize>,
-    /// Timer period in microseconds (cyclic, stress sleeps).
-    #[arg(long, value_name = "US")]
+    /// Timer period in microseconds (cyclic, stress sleeps); 1..=1000000.
+    #[arg(long, value_name = "US", value_parser = args::period_us,
+          allow_negative_numbers = true)]
     pub period_us: Option<u64>,
-    /// Compute per operation in microseconds.
-    #[arg(long, value_name = "US")]
+    /// Compute per operation in microseconds (cyclic, runq, transcode,
+    /// stress); 1..=1000000.
+    #[arg(long, value_name = "US", value_parser = args::burst_us,
+          allow_negative_numbers = true)]
     pub burst_us: Option<u64>,
     /// RT priority (cyclic, transcode), 1..=99.
-    #[arg(long, value_name = "PRIO")]
+    #[arg(long, value_name = "PRIO", value_parser = args::prio,
+          allow_negative_numbers = true)]
     pub prio: Option<u8>,
+}
+
+/// The workloads that use each tunable; giving it to another is an error
+/// (it would be ignored).
+const USES: [(&str, &[WorkloadKind]); 6] = {
+    use WorkloadKind::*;
+    [
+        ("--tasks", &[Cyclic, Runq, Stress]),
+        ("--groups", &[Messaging, Runq, Transcode]),
+        ("--group-size", &[Messaging, Transcode]),
+        ("--period-us", &[Cyclic, Stress]),
+        ("--burst-us", &[Cyclic, Runq, Transcode, Stress]),
+        ("--prio", &[Cyclic, Transcode]),
+    ]
+};
+
+fn check_applicable(a: &SchedBenchArgs, w: WorkloadKind) -> Result<()> {
+    let given = [
+        a.tasks.is_some(),
+        a.groups.is_some(),
+        a.group_size.is_some(),
+        a.period_us.is_some(),
+        a.burst_us.is_some(),
+        a.prio.is_some(),
+    ];
+    for ((flag, uses), given) in USES.iter().zip(given) {
+        if given && !uses.contains(&w) {
+            let names: Vec<String> = uses.iter().map(|u| u.to_string()).collect();
+            return Err(ignored(flag, &names.join(", "), &format!("the {w} workload")).into());
+        }
+    }
+    if a.compare.is_none() && a.reps.is_some() {
+        return Err(ignored("--reps", "--compare", "a single run").into());
+    }
+    Ok(())
 }
 
 fn input<T>(r: std::result::Result<T, SchedError>, what: &str) -> Result<T> {
@@ -75,15 +124,12 @@ fn input<T>(r: std::result::Result<T, SchedError>, what: &str) -> Result<T> {
 /// Runs the command.
 pub fn run(a: SchedBenchArgs) -> Result<()> {
     let workload: WorkloadKind = input(a.workload.parse(), "workload")?;
-    let duration = check_duration(a.duration, "3")?;
-    check_reps(a.reps)?;
-    if let Some(p) = a.prio {
-        if !(1..=99).contains(&p) {
-            return Err(InputError(format!("--prio {p}: RT priorities are 1..=99")).into());
-        }
+    check_applicable(&a, workload)?;
+    if let Some(path) = &a.json {
+        args::check_output_file("--json", path, true)?;
     }
     let mut run = RunOptions::new(workload, &a.topology);
-    run.duration = duration;
+    run.duration = a.duration;
     run.check = a.check;
     run.params.tasks = a.tasks;
     run.params.groups = a.groups;
@@ -110,7 +156,7 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
                 &CompareOptions {
                     run,
                     variants,
-                    repetitions: a.reps,
+                    repetitions: a.reps.unwrap_or(3),
                 },
                 &mut |p| {
                     let f = (p.done as f64 + p.run_fraction) / p.total.max(1) as f64;
@@ -123,10 +169,21 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
             c.to_json()
         }
         None => {
-            run.mitigations = input(a.mitigations.parse(), "--mitigations")?;
+            run.mitigations = a.mitigations.unwrap_or_else(Mitigations::all);
             bar.set_message(run.mitigations.to_string());
             let r = run_workload_with(&run, &mut |f| bar.set_position((f * 1000.0) as u64))?;
             bar.finish_and_clear();
+            if !r.metric.value.is_finite() || r.metric.value <= 0.0 {
+                return Err(anyhow::anyhow!(
+                    "{} on {} measured nothing: {} came out as {} over {:.2} s; give a \
+                     smaller --burst-us, fewer tasks or a longer --duration",
+                    r.workload,
+                    r.topology,
+                    r.metric.name,
+                    r.metric.value,
+                    r.duration_s
+                ));
+            }
             println!(
                 "{} on {} [{}]: {} = {:.3} {} ({} tasks on {} CPUs, {:.1} s, {:.0} ns per schedule call, {} migrations{})",
                 r.workload,

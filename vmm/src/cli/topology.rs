@@ -73,7 +73,8 @@ pub enum TopologyCmd {
         /// Guest shape.
         #[arg(long, short, value_name = "SPEC")]
         guest: String,
-        /// Output directory (created; old puN files are removed).
+        /// Output directory (created with its parents; old puN files in it
+        /// are removed). Checked before anything is written.
         #[arg(long, short, value_name = "DIR")]
         out: PathBuf,
         /// CPUID vendor encoding.
@@ -107,6 +108,7 @@ pub fn run(cmd: TopologyCmd) -> Result<()> {
             }
         }
         TopologyCmd::CpuidDump { guest, out, vendor } => {
+            super::args::check_output_dir("--out", &out)?;
             let g = GuestTopology::from_spec(&guest)?;
             let vendor = vendor.resolve();
             let base = topology::cpuid::host_cpuid();

@@ -236,7 +236,54 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
     if opts.check {
         check_problems(&report)?;
     }
+    check_measured(&report, count)?;
     Ok(report)
+}
+
+/// A run that measured nothing, or whose numbers cannot be measurements,
+/// is a failure (exit 1), never a plain result: no progress counted in the
+/// window, a metric that is not a finite number, or a scheduler
+/// wake-to-run p99 longer than the whole window (a saturated histogram:
+/// the vCPUs are too oversubscribed to measure).
+pub fn check_measured(r: &BenchReport, count: f64) -> Result<(), BenchError> {
+    let run = &r.run;
+    let fix = "give a smaller --burst-us, fewer --vms or --vcpus, or a longer --duration";
+    let window_ns = run.duration_s * 1e9;
+    let what = format!(
+        "{} with {} VMs x {} vCPUs over {:.2} s",
+        run.workload, r.vms, r.vcpus, run.duration_s
+    );
+    if run.duration_s <= 0.0 {
+        return Err(BenchError::Failed(format!(
+            "{what}: the measured window was empty; give a longer --duration"
+        )));
+    }
+    let nothing = match r.guest_latency.count() {
+        0 if run.metric.name == "p99_wakeup_latency" => Some("no timer wakeup"),
+        _ if run.metric.name != "p99_wakeup_latency" && count <= 0.0 => {
+            Some("no guest progress (no message, request or frame completed)")
+        }
+        _ => None,
+    };
+    if let Some(n) = nothing {
+        return Err(BenchError::Failed(format!(
+            "{what} measured nothing: {n} in the window; {fix}"
+        )));
+    }
+    if !run.metric.value.is_finite() || run.metric.value <= 0.0 {
+        return Err(BenchError::Failed(format!(
+            "{what}: {} came out as {}, which is not a measurement; {fix}",
+            run.metric.name, run.metric.value
+        )));
+    }
+    let p99 = run.task_summary.wake_to_run_p99_ns;
+    if r.executor != ExecutorKind::Host && p99 as f64 > window_ns {
+        return Err(BenchError::Failed(format!(
+            "{what}: the scheduler's wake-to-run p99 ({p99} ns) is longer than the \
+             measured window, so its histogram saturated and is not a measurement; {fix}"
+        )));
+    }
+    Ok(())
 }
 
 /// The executor's options for a run of `nslots` vCPUs.
