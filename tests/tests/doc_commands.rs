@@ -47,6 +47,10 @@ const SIZE_FLAGS: &[&str] = &[
     "--group-size",
 ];
 
+/// Guest-shape flags of `vmm run`: a Linux boot may run a smaller guest
+/// (fewer vCPUs boot several times faster under kvm_pvm).
+const RUN_SHAPE_FLAGS: &[&str] = &["--guest", "-g"];
+
 /// Size flags without a value (scripts' small modes).
 const SIZE_SWITCHES: &[&str] = &["--small"];
 
@@ -55,7 +59,7 @@ const OUTPUT_FLAGS: &[&str] = &["--json", "-o", "--out"];
 
 /// Environment variables a run may set: the binary under test instead of a
 /// fresh release build, and the scripts' small modes.
-const ALLOWED_ENV: &[&str] = &["VMM_BIN", "DEMO_DURATION", "DEMO_REPS"];
+const ALLOWED_ENV: &[&str] = &["VMM_BIN", "RESULTS_MD", "DEMO_DURATION", "DEMO_REPS"];
 
 /// The small run length used for benchmark commands, in seconds.
 const SMALL: &str = "0.1";
@@ -92,6 +96,10 @@ enum Expect {
     /// Exit 0 and stdout, with every `(...)` attribute group removed, is
     /// this hwloc synthetic string.
     Synthetic(&'static str),
+    /// `scripts/results.sh --small --out {tmp}/results`: exit 0, and every
+    /// command in a results block of the docs is the one the run recorded
+    /// for that block, modulo size flags and output paths.
+    Results,
 }
 
 const fn run(run: &'static str) -> Form {
@@ -180,8 +188,10 @@ const TABLE: &[(&str, How)] = &[
     (
         "vmm run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 1G --guest \"package:2 [numa] l3:1 l2:2 core:1 pu:2\" --cmdline \"loglevel=8 sched_verbose\" --until \"root domain span\" --timeout 10m",
         How::Run(&[Form {
+            // 2 vCPUs on 2 nodes (one per package) instead of 8: the same
+            // domains print, in a third of the time.
             expect: Expect::Stdout("root domain span"),
-            ..run("vmm run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 1G --guest \"package:2 [numa] l3:1 l2:2 core:1 pu:2\" --cmdline \"loglevel=8 sched_verbose\" --until \"root domain span\" --timeout 5m")
+            ..run("vmm run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 1G --guest \"package:2 [numa] l3:1 l2:1 core:1 pu:1\" --cmdline \"loglevel=8 sched_verbose\" --until \"root domain span\" --timeout 5m")
         }]),
     ),
     (
@@ -205,13 +215,13 @@ const TABLE: &[(&str, How)] = &[
     (
         "vmm bench runq --compare seeds --vms 8 --vcpus 8 --duration 2",
         How::Run(&[run(
-            "vmm bench runq --compare seeds --vms 2 --vcpus 2 --duration 0.1 --reps 1",
+            "vmm bench runq --compare seeds --vms 2 --vcpus 2 --duration 0.5 --reps 1",
         )]),
     ),
     (
         "vmm bench transcode --topology gnr-2s --vms 60 --vcpus 8 --mitigations all --check",
         How::Run(&[run(
-            "vmm bench transcode --topology gnr-2s --vms 2 --vcpus 2 --mitigations all --check --duration 0.5",
+            "vmm bench transcode --topology gnr-2s --vms 2 --vcpus 2 --mitigations all --check --duration 1",
         )]),
     ),
     (
@@ -270,8 +280,10 @@ const TABLE: &[(&str, How)] = &[
     ),
     (
         "target/debug/vmm -v run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 512M --guest \"package:2 [numa] l3:1 l2:2 core:1 pu:2\" --cmdline \"loglevel=8 sched_verbose\" --until \"root domain span\" --timeout 20m >/dev/null",
+        // 2 vCPUs on 2 nodes instead of 8 (the 8-vCPU boot is the
+        // guest-images.md one below).
         How::Run(&[run(
-            "target/debug/vmm -v run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 512M --guest \"package:2 [numa] l3:1 l2:2 core:1 pu:2\" --cmdline \"loglevel=8 sched_verbose\" --until \"root domain span\" --timeout 5m >/dev/null",
+            "target/debug/vmm -v run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 512M --guest \"package:2 [numa] l3:1 l2:1 core:1 pu:1\" --cmdline \"loglevel=8 sched_verbose\" --until \"root domain span\" --timeout 5m >/dev/null",
         )]),
     ),
     // ---- docs/guest-images.md ----
@@ -312,50 +324,6 @@ const TABLE: &[(&str, How)] = &[
         },
     ),
     (
-        "cargo build --release -p vmm",
-        How::Elsewhere {
-            by: "scripts/results.sh (full size) runs it; CI builds the same code in debug (scripts/test.sh)",
-            why: "an optimised build takes minutes on this machine; this test uses the debug binary",
-        },
-    ),
-    (
-        "target/release/vmm sched-bench $w --topology $t --compare seeds --reps 3 --duration 2 --json $w-$t.json",
-        How::Run(&[
-            Form {
-                expand: &[("$w", "cyclic"), ("$t", "host")],
-                ..run("target/release/vmm sched-bench cyclic --topology host --compare seeds --reps 1 --duration 0.1 --json {tmp}/cyclic-host.json")
-            },
-            Form {
-                expand: &[("$w", "cyclic"), ("$t", "genoa-2s")],
-                ..run("target/release/vmm sched-bench cyclic --topology genoa-2s --compare seeds --reps 1 --duration 0.1 --json {tmp}/cyclic-genoa-2s.json --tasks 4")
-            },
-            Form {
-                expand: &[("$w", "messaging"), ("$t", "host")],
-                ..run("target/release/vmm sched-bench messaging --topology host --compare seeds --reps 1 --duration 0.1 --json {tmp}/messaging-host.json")
-            },
-            Form {
-                expand: &[("$w", "messaging"), ("$t", "genoa-2s")],
-                ..run("target/release/vmm sched-bench messaging --topology genoa-2s --compare seeds --reps 1 --duration 0.1 --json {tmp}/messaging-genoa-2s.json --groups 2 --group-size 2")
-            },
-            Form {
-                expand: &[("$w", "runq"), ("$t", "host")],
-                ..run("target/release/vmm sched-bench runq --topology host --compare seeds --reps 1 --duration 0.1 --json {tmp}/runq-host.json")
-            },
-            Form {
-                expand: &[("$w", "runq"), ("$t", "genoa-2s")],
-                ..run("target/release/vmm sched-bench runq --topology genoa-2s --compare seeds --reps 1 --duration 0.1 --json {tmp}/runq-genoa-2s.json --groups 2 --tasks 2")
-            },
-            Form {
-                expand: &[("$w", "transcode"), ("$t", "host")],
-                ..run("target/release/vmm sched-bench transcode --topology host --compare seeds --reps 1 --duration 0.1 --json {tmp}/transcode-host.json")
-            },
-            Form {
-                expand: &[("$w", "transcode"), ("$t", "genoa-2s")],
-                ..run("target/release/vmm sched-bench transcode --topology genoa-2s --compare seeds --reps 1 --duration 0.1 --json {tmp}/transcode-genoa-2s.json --groups 2")
-            },
-        ]),
-    ),
-    (
         "scripts/ab-bench.sh OLD/vmm NEW/vmm transcode 10 -- --topology host --vms 8 --vcpus 8 --duration 2 --mitigations none --no-host",
         How::Run(&[Form {
             // One pair (REPS 10 -> 1) of the binary under test against itself.
@@ -367,63 +335,25 @@ const TABLE: &[(&str, How)] = &[
     ),
     // ---- docs/results-vcpus.md ----
     (
-        "vmm bench cyclic --topology host --vms 8 --vcpus 8 --duration 2 --compare seeds --reps 3 --json cyclic-host.json",
-        How::Run(&[run(
-            "vmm bench cyclic --topology host --vms 2 --vcpus 2 --duration 0.1 --compare seeds --reps 1 --json {tmp}/cyclic-host.json",
-        )]),
-    ),
-    (
-        "vmm bench messaging --topology host --vms 8 --vcpus 8 --duration 2 --compare seeds --reps 3 --json messaging-host.json",
-        How::Run(&[run(
-            "vmm bench messaging --topology host --vms 2 --vcpus 2 --duration 0.1 --compare seeds --reps 1 --json {tmp}/messaging-host.json",
-        )]),
-    ),
-    (
-        "vmm bench runq --topology host --vms 8 --vcpus 8 --duration 2 --compare seeds --reps 3 --json runq-host.json",
-        How::Run(&[run(
-            "vmm bench runq --topology host --vms 2 --vcpus 2 --duration 0.1 --compare seeds --reps 1 --json {tmp}/runq-host.json",
-        )]),
-    ),
-    (
-        "vmm bench transcode --topology host --vms 8 --vcpus 8 --duration 2 --compare seeds --reps 3 --json transcode-host.json",
-        How::Run(&[run(
-            "vmm bench transcode --topology host --vms 2 --vcpus 2 --duration 1 --compare seeds --reps 1 --json {tmp}/transcode-host.json",
-        )]),
-    ),
-    (
-        "vmm bench cyclic --topology gnr-2s --vms 60 --vcpus 8 --duration 2 --compare seeds --reps 3 --json cyclic-gnr.json",
-        How::Run(&[run(
-            "vmm bench cyclic --topology gnr-2s --vms 2 --vcpus 2 --duration 0.1 --compare seeds --reps 1 --json {tmp}/cyclic-gnr.json",
-        )]),
-    ),
-    (
-        "vmm bench messaging --topology gnr-2s --vms 60 --vcpus 8 --duration 2 --compare seeds --reps 3 --json messaging-gnr.json",
-        How::Run(&[run(
-            "vmm bench messaging --topology gnr-2s --vms 2 --vcpus 2 --duration 0.1 --compare seeds --reps 1 --json {tmp}/messaging-gnr.json",
-        )]),
-    ),
-    (
-        "vmm bench runq --topology gnr-2s --vms 60 --vcpus 8 --duration 2 --compare seeds --reps 3 --json runq-gnr.json",
-        How::Run(&[run(
-            "vmm bench runq --topology gnr-2s --vms 2 --vcpus 2 --duration 0.1 --compare seeds --reps 1 --json {tmp}/runq-gnr.json",
-        )]),
-    ),
-    (
-        "vmm bench transcode --topology gnr-2s --vms 60 --vcpus 8 --duration 2 --compare seeds --reps 3 --json transcode-gnr.json",
-        How::Run(&[run(
-            "vmm bench transcode --topology gnr-2s --vms 2 --vcpus 2 --duration 1 --compare seeds --reps 1 --json {tmp}/transcode-gnr.json",
-        )]),
+        // Every command inside a results block of the docs is checked
+        // against the one this run records (see `results_blocks_match`).
+        "scripts/results.sh",
+        How::Run(&[Form {
+            env: &[("VMM_BIN", "{vmm}"), ("RESULTS_MD", "{results_md}")],
+            expect: Expect::Results,
+            ..run("scripts/results.sh --small --out {tmp}/results")
+        }]),
     ),
     (
         "vmm bench W --topology host --vms 8 --vcpus 8 --duration 2 --compare \"none;all\" --no-host --reps 3 --executor workers|threads [--no-host-rt]",
         How::Run(&[
             Form {
                 expand: &[("W", "cyclic"), ("workers|threads", "workers"), ("[--no-host-rt]", "")],
-                ..run("vmm bench cyclic --topology host --vms 2 --vcpus 2 --duration 0.1 --compare \"none;all\" --no-host --reps 1 --executor workers")
+                ..run("vmm bench cyclic --topology host --vms 2 --vcpus 2 --duration 0.5 --compare \"none;all\" --no-host --reps 1 --executor workers")
             },
             Form {
                 expand: &[("W", "messaging"), ("workers|threads", "threads"), ("[--no-host-rt]", "--no-host-rt")],
-                ..run("vmm bench messaging --topology host --vms 2 --vcpus 2 --duration 0.1 --compare \"none;all\" --no-host --reps 1 --executor threads --no-host-rt")
+                ..run("vmm bench messaging --topology host --vms 2 --vcpus 2 --duration 0.5 --compare \"none;all\" --no-host --reps 1 --executor threads --no-host-rt")
             },
         ]),
     ),
@@ -431,7 +361,7 @@ const TABLE: &[(&str, How)] = &[
         "vmm bench runq --vms 2 --vcpus 4 --duration 1 --mitigations all --per-vcpu",
         How::Run(&[Form {
             expect: Expect::Stdout("vm1/vcpu3"),
-            ..run("vmm bench runq --vms 2 --vcpus 4 --duration 0.1 --mitigations all --per-vcpu")
+            ..run("vmm bench runq --vms 2 --vcpus 4 --duration 0.5 --mitigations all --per-vcpu")
         }]),
     ),
     // ---- docs/topology.md ----
@@ -463,18 +393,19 @@ const TABLE: &[(&str, How)] = &[
     (
         "vmm run --config vm.toml --pin auto",
         How::Run(&[Form {
-            // vm.toml is the reader's file: this one boots the CI guest to
-            // its first SMP line (relative paths are relative to the file).
+            // vm.toml is the reader's file: this one boots the CI guest, in
+            // a shape --pin auto can place on 2 host cores, to its first
+            // console line (relative paths are relative to the file).
             files: &[(
                 "vm.toml",
                 "kernel = \".cache/guest/kernel/vmlinux\"\n\
                  initrd = \".cache/guest/initramfs.cpio.gz\"\n\
                  memory = \"256M\"\n\
-                 guest = \"package:1 l3:1 l2:1 core:1 pu:2\"\n\
-                 until = \"smp: Brought up\"\n\
+                 guest = \"package:1 l3:1 l2:2 core:1 pu:1\"\n\
+                 until = \"Linux version\"\n\
                  timeout = \"5m\"\n",
             )],
-            expect: Expect::Stdout("smp: Brought up"),
+            expect: Expect::Stdout("Linux version"),
             ..run("vmm run --config vm.toml --pin auto")
         }]),
     ),
@@ -488,6 +419,8 @@ const TABLE: &[(&str, How)] = &[
 struct Found {
     file: String,
     line: usize,
+    /// The `<!-- results:begin NAME -->` block it is in, if any.
+    block: Option<String>,
 }
 
 const PREFIXES: &[&str] = &[
@@ -535,13 +468,22 @@ fn normalise(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// The commands of one markdown text, with their line numbers.
-fn extract(text: &str) -> Vec<(usize, String)> {
+/// The commands of one markdown text, with their line numbers and the
+/// results block (generated by scripts/results.sh) they are in.
+fn extract(text: &str) -> Vec<(usize, String, Option<String>)> {
     let mut out = Vec::new();
     let mut fence: Option<String> = None;
     let mut pending: Option<(usize, String)> = None;
+    let mut block: Option<String> = None;
     for (i, line) in text.lines().enumerate() {
         let t = line.trim_start();
+        if fence.is_none() {
+            if let Some(rest) = t.strip_prefix("<!-- results:begin ") {
+                block = Some(rest.trim_end_matches("-->").trim().to_string());
+            } else if t.starts_with("<!-- results:end -->") {
+                block = None;
+            }
+        }
         if let Some(info) = t.strip_prefix("```") {
             fence = match fence {
                 None => Some(info.trim().to_string()),
@@ -574,7 +516,7 @@ fn extract(text: &str) -> Vec<(usize, String)> {
             .iter()
             .any(|p| cmd.starts_with(p) && (!p.ends_with('/') || first.len() > p.len()))
         {
-            out.push((start, cmd));
+            out.push((start, cmd, block.clone()));
         }
     }
     out
@@ -587,10 +529,11 @@ fn documented() -> BTreeMap<String, Vec<Found>> {
     for f in doc_files() {
         let text = std::fs::read_to_string(&f).unwrap();
         let rel = f.strip_prefix(&root).unwrap().display().to_string();
-        for (line, cmd) in extract(&text) {
+        for (line, cmd, block) in extract(&text) {
             m.entry(cmd).or_default().push(Found {
                 file: rel.clone(),
                 line,
+                block,
             });
         }
     }
@@ -654,6 +597,7 @@ fn size_value(v: &str) -> Option<f64> {
 /// The words without size flags and output flags (and their values), and
 /// the size flags' values.
 fn strip_allowed(w: &[String]) -> (Vec<String>, BTreeMap<String, String>) {
+    let is_run = w.iter().take(3).any(|x| x == "run");
     let mut rest = Vec::new();
     let mut sizes = BTreeMap::new();
     let mut i = 0;
@@ -666,7 +610,10 @@ fn strip_allowed(w: &[String]) -> (Vec<String>, BTreeMap<String, String>) {
         if SIZE_SWITCHES.contains(&flag) {
             sizes.insert(flag.to_string(), String::new());
             i += 1;
-        } else if SIZE_FLAGS.contains(&flag) || OUTPUT_FLAGS.contains(&flag) {
+        } else if SIZE_FLAGS.contains(&flag)
+            || OUTPUT_FLAGS.contains(&flag)
+            || (is_run && RUN_SHAPE_FLAGS.contains(&flag))
+        {
             let v = match inline {
                 Some(v) => v,
                 None => {
@@ -674,7 +621,7 @@ fn strip_allowed(w: &[String]) -> (Vec<String>, BTreeMap<String, String>) {
                     w.get(i).cloned().unwrap_or_default()
                 }
             };
-            if SIZE_FLAGS.contains(&flag) {
+            if SIZE_FLAGS.contains(&flag) || RUN_SHAPE_FLAGS.contains(&flag) {
                 sizes.insert(flag.to_string(), v);
             }
             i += 1;
@@ -788,7 +735,11 @@ fn run_form(doc: &str, form: &Form, tmp: &Path) -> Duration {
         .current_dir(if script { root.as_path() } else { tmp })
         .stdin(Stdio::null());
     for (k, v) in form.env {
-        c.env(k, v.replace("{vmm}", &vmm.display().to_string()));
+        c.env(
+            k,
+            v.replace("{vmm}", &vmm.display().to_string())
+                .replace("{results_md}", env!("CARGO_BIN_EXE_results_md")),
+        );
     }
     let t0 = Instant::now();
     let out = c.output().expect("running bash");
@@ -813,8 +764,55 @@ fn run_form(doc: &str, form: &Form, tmp: &Path) -> Duration {
         Expect::Ok => {}
         Expect::Stdout(s) => assert!(stdout.contains(s), "stdout lacks {s:?}:\n{}", ctx()),
         Expect::Synthetic(s) => assert_eq!(strip_attributes(&stdout), s, "{}", ctx()),
+        Expect::Results => results_blocks_match(&tmp.join("results")),
     }
     took
+}
+
+/// The commands in the docs' results blocks are the ones scripts/results.sh
+/// ran for those blocks (its `--small` run in `out`), modulo size flags,
+/// output paths and the binary's path; and the run wrote every block.
+fn results_blocks_match(out: &Path) {
+    let meta = std::fs::read_to_string(out.join("data/results-meta.txt")).unwrap();
+    let cmds: BTreeMap<&str, &str> = meta
+        .lines()
+        .filter_map(|l| l.strip_prefix("cmd."))
+        .filter_map(|l| l.split_once('='))
+        .collect();
+    let mut errors = Vec::new();
+    for (doc, at) in documented() {
+        for f in at {
+            let Some(block) = &f.block else { continue };
+            let Some(ran) = cmds.get(block.as_str()) else {
+                errors.push(format!(
+                    "{}:{}: results block {block} was not run by scripts/results.sh",
+                    f.file, f.line
+                ));
+                continue;
+            };
+            let strip = |c: &str| {
+                let w = words(c);
+                let (rest, _) = strip_allowed(&w[1..]);
+                (w[0].ends_with("vmm"), rest)
+            };
+            let (dv, d) = strip(&doc);
+            let (rv, r) = strip(ran);
+            if !(dv && rv && d == r) {
+                errors.push(format!(
+                    "{}:{}: results block {block}: the doc's command differs from what scripts/results.sh runs beyond size flags and output paths:\n  doc: {doc}\n  ran: {ran}",
+                    f.file, f.line
+                ));
+            }
+        }
+    }
+    for f in ["results-scheduler.md", "results-vcpus.md"] {
+        let t = std::fs::read_to_string(out.join(f)).unwrap();
+        assert!(
+            !t.contains("Not generated yet"),
+            "{f}: a results block was not generated"
+        );
+    }
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
 }
 
 /// Runs every form of the table for which `pick` holds, in table order.
@@ -868,6 +866,11 @@ fn every_documented_command_is_in_the_table_and_run_as_documented() {
         }
     }
     for (cmd, at) in &docs {
+        // Commands in generated results blocks: scripts/results.sh (its
+        // entry below) runs them; `results_blocks_match` checks each.
+        if at.iter().all(|f| f.block.is_some()) {
+            continue;
+        }
         if !seen.contains_key(cmd) {
             let at: Vec<String> = at
                 .iter()
@@ -893,7 +896,7 @@ fn every_documented_command_is_in_the_table_and_run_as_documented() {
 #[test]
 fn extraction_joins_continuations_and_drops_comments() {
     let md = "text\n```sh\nvmm run --a 1 \\\n    --b \"x # y\"   # a comment\n# only a comment\nfor w in a b; do\n  vmm bench $w\ndone\n```\n```rust\nvmm not_this\n```\n```text\n$ vmm bench runq\nvmm not_this_either\n```\n";
-    let got: Vec<String> = extract(md).into_iter().map(|(_, c)| c).collect();
+    let got: Vec<String> = extract(md).into_iter().map(|(_, c, _)| c).collect();
     assert_eq!(
         got,
         [
