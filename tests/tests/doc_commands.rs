@@ -47,10 +47,6 @@ const SIZE_FLAGS: &[&str] = &[
     "--group-size",
 ];
 
-/// Guest-shape flags of `vmm run`: a Linux boot may run a smaller guest
-/// (fewer vCPUs boot several times faster under kvm_pvm).
-const RUN_SHAPE_FLAGS: &[&str] = &["--guest", "-g"];
-
 /// Size flags without a value (scripts' small modes).
 const SIZE_SWITCHES: &[&str] = &["--small"];
 
@@ -188,10 +184,8 @@ const TABLE: &[(&str, How)] = &[
     (
         "vmm run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 1G --guest \"package:2 [numa] l3:1 l2:2 core:1 pu:2\" --cmdline \"loglevel=8 sched_verbose\" --until \"root domain span\" --timeout 10m",
         How::Run(&[Form {
-            // 2 vCPUs on 2 nodes (one per package) instead of 8: the same
-            // domains print, in a third of the time.
             expect: Expect::Stdout("root domain span"),
-            ..run("vmm run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 1G --guest \"package:2 [numa] l3:1 l2:1 core:1 pu:1\" --cmdline \"loglevel=8 sched_verbose\" --until \"root domain span\" --timeout 5m")
+            ..run("vmm run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 1G --guest \"package:2 [numa] l3:1 l2:2 core:1 pu:2\" --cmdline \"loglevel=8 sched_verbose\" --until \"root domain span\" --timeout 5m")
         }]),
     ),
     (
@@ -280,10 +274,8 @@ const TABLE: &[(&str, How)] = &[
     ),
     (
         "target/debug/vmm -v run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 512M --guest \"package:2 [numa] l3:1 l2:2 core:1 pu:2\" --cmdline \"loglevel=8 sched_verbose\" --until \"root domain span\" --timeout 20m >/dev/null",
-        // 2 vCPUs on 2 nodes instead of 8 (the 8-vCPU boot is the
-        // guest-images.md one below).
         How::Run(&[run(
-            "target/debug/vmm -v run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 512M --guest \"package:2 [numa] l3:1 l2:1 core:1 pu:1\" --cmdline \"loglevel=8 sched_verbose\" --until \"root domain span\" --timeout 5m >/dev/null",
+            "target/debug/vmm -v run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 512M --guest \"package:2 [numa] l3:1 l2:2 core:1 pu:2\" --cmdline \"loglevel=8 sched_verbose\" --until \"root domain span\" --timeout 5m >/dev/null",
         )]),
     ),
     // ---- docs/guest-images.md ----
@@ -597,7 +589,6 @@ fn size_value(v: &str) -> Option<f64> {
 /// The words without size flags and output flags (and their values), and
 /// the size flags' values.
 fn strip_allowed(w: &[String]) -> (Vec<String>, BTreeMap<String, String>) {
-    let is_run = w.iter().take(3).any(|x| x == "run");
     let mut rest = Vec::new();
     let mut sizes = BTreeMap::new();
     let mut i = 0;
@@ -610,10 +601,7 @@ fn strip_allowed(w: &[String]) -> (Vec<String>, BTreeMap<String, String>) {
         if SIZE_SWITCHES.contains(&flag) {
             sizes.insert(flag.to_string(), String::new());
             i += 1;
-        } else if SIZE_FLAGS.contains(&flag)
-            || OUTPUT_FLAGS.contains(&flag)
-            || (is_run && RUN_SHAPE_FLAGS.contains(&flag))
-        {
+        } else if SIZE_FLAGS.contains(&flag) || OUTPUT_FLAGS.contains(&flag) {
             let v = match inline {
                 Some(v) => v,
                 None => {
@@ -621,7 +609,7 @@ fn strip_allowed(w: &[String]) -> (Vec<String>, BTreeMap<String, String>) {
                     w.get(i).cloned().unwrap_or_default()
                 }
             };
-            if SIZE_FLAGS.contains(&flag) || RUN_SHAPE_FLAGS.contains(&flag) {
+            if SIZE_FLAGS.contains(&flag) {
                 sizes.insert(flag.to_string(), v);
             }
             i += 1;
