@@ -44,7 +44,8 @@ one() { # BIN ARGS... -> the run's metric value
         tail -5 "$tmp/out" >&2
         exit 1
     }
-    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["run"]["metric"]["value"])' "$tmp/r.json"
+    # The JSON is pretty-printed: the first "value" after "metric" is it.
+    awk '/"metric": *\{/ { m = 1 } m && /"value":/ { gsub(/[",]/, ""); print $2; exit }' "$tmp/r.json"
 }
 
 echo "# $w: A=$a B=$b, $reps pairs, args: $*"
@@ -55,14 +56,23 @@ for r in $(seq 1 "$reps"); do
     else
         vb=$(one "$b" "$@"); va=$(one "$a" "$@")
     fi
-    ratio=$(python3 -c "print(f'{$vb/$va:.3f}')")
+    if [ -z "$va" ] || [ -z "$vb" ]; then
+        echo "error: no metric value in the JSON of pair $r" >&2
+        exit 1
+    fi
+    if awk -v a="$va" -v b="$vb" 'BEGIN { exit !(a == 0 || b == 0) }'; then
+        echo "error: pair $r measured nothing (A $va, B $vb): a longer --duration?" >&2
+        exit 1
+    fi
+    ratio=$(awk -v a="$va" -v b="$vb" 'BEGIN { printf "%.3f", b / a }')
     ratios+=("$ratio")
     echo "pair $r: A $va  B $vb  B/A $ratio"
 done
-python3 - "${ratios[@]}" <<'EOF'
-import statistics, sys
-r = [float(x) for x in sys.argv[1:]]
-sd = statistics.stdev(r) if len(r) > 1 else 0.0
-print(f"B/A: mean {statistics.mean(r):.3f}, stddev {sd:.3f}, min {min(r):.3f}, max {max(r):.3f} "
-      f"(metric's own direction: for a latency, below 1 is better)")
-EOF
+printf '%s\n' "${ratios[@]}" | awk '
+    { r[NR] = $1; s += $1; if (NR == 1 || $1 < lo) lo = $1; if (NR == 1 || $1 > hi) hi = $1 }
+    END {
+        m = s / NR; v = 0
+        for (i = 1; i <= NR; i++) v += (r[i] - m) ^ 2
+        sd = NR > 1 ? sqrt(v / (NR - 1)) : 0
+        printf "B/A: mean %.3f, stddev %.3f, min %.3f, max %.3f (metric'"'"'s own direction: for a latency, below 1 is better)\n", m, sd, lo, hi
+    }'
