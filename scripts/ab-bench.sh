@@ -12,7 +12,7 @@
 #   (cd /tmp/old && CARGO_TARGET_DIR=$PWD/../old-target cargo build --release -p vmm)
 #   cargo build --release -p vmm
 #   scripts/ab-bench.sh /tmp/old-target/release/vmm target/release/vmm transcode 11 -- \
-#       --topology host --vms 8 --vcpus 8 --duration 2 --mitigations none --no-host
+#       --topology host --vms 8 --vcpus 8 --duration 2 --mitigations none
 set -euo pipefail
 
 if [ $# -lt 3 ]; then

@@ -246,13 +246,13 @@ const TABLE: &[(&str, How)] = &[
         },
     ),
     (
-        "scripts/ab-bench.sh OLD/vmm NEW/vmm transcode 10 -- --topology host --no-host",
+        "scripts/ab-bench.sh OLD/vmm NEW/vmm transcode 10 -- --topology host",
         How::Run(&[Form {
             // One pair (REPS 10 -> 1) of the binary under test against itself.
             expand: &[("OLD/vmm", "$VMM_BIN"), ("NEW/vmm", "$VMM_BIN"), ("10", "1")],
             env: &[("VMM_BIN", "{vmm}")],
             expect: Expect::Stdout("B/A: mean"),
-            ..run("scripts/ab-bench.sh $VMM_BIN $VMM_BIN transcode 1 -- --topology host --no-host --vms 2 --vcpus 2 --duration 1")
+            ..run("scripts/ab-bench.sh $VMM_BIN $VMM_BIN transcode 1 -- --topology host --vms 2 --vcpus 2 --duration 1")
         }]),
     ),
     // ---- docs/boot-times.md ----
@@ -316,13 +316,13 @@ const TABLE: &[(&str, How)] = &[
         },
     ),
     (
-        "scripts/ab-bench.sh OLD/vmm NEW/vmm transcode 10 -- --topology host --vms 8 --vcpus 8 --duration 2 --mitigations none --no-host",
+        "scripts/ab-bench.sh OLD/vmm NEW/vmm transcode 10 -- --topology host --vms 8 --vcpus 8 --duration 2 --mitigations none",
         How::Run(&[Form {
             // One pair (REPS 10 -> 1) of the binary under test against itself.
             expand: &[("OLD/vmm", "$VMM_BIN"), ("NEW/vmm", "$VMM_BIN"), ("10", "1")],
             env: &[("VMM_BIN", "{vmm}")],
             expect: Expect::Stdout("B/A: mean"),
-            ..run("scripts/ab-bench.sh $VMM_BIN $VMM_BIN transcode 1 -- --topology host --vms 2 --vcpus 2 --duration 1 --mitigations none --no-host")
+            ..run("scripts/ab-bench.sh $VMM_BIN $VMM_BIN transcode 1 -- --topology host --vms 2 --vcpus 2 --duration 1 --mitigations none")
         }]),
     ),
     // ---- docs/results-vcpus.md ----

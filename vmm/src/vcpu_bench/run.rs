@@ -182,8 +182,20 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
     let built = build(opts, &topo, &host)?;
     let set = built.set.clone();
     let eo = exec_options(opts, topo.clone(), mapping, set.slots().len());
+    let host_rt = eo.host_rt;
     let running = Running::start(&eo, set.clone())?;
+    // The workers of an RT workload run at host SCHED_FIFO; a SCHED_OTHER
+    // measuring thread would get no CPU until the window is over and then
+    // open and close it in one wakeup. It sleeps between 10 ms checks, so
+    // one priority above the workers (as the clock thread) costs them
+    // almost nothing.
+    if let Some(p) = host_rt {
+        vcpu_sched::os_thread::set_host_rt(p, 2);
+    }
     let m = measure(opts, &built, &running, progress);
+    if host_rt.is_some() {
+        let _ = vcpu_sched::os_thread::set_policy(vcpu_sched::os_thread::HostPolicy::Other);
+    }
     let out = running.stop(Duration::from_secs(60))?;
     progress(1.0);
     let secs = set.window.len() as f64 / 1e9;
@@ -352,23 +364,28 @@ fn measure(
     let total = warmup + opts.duration;
     let t0 = Instant::now();
     let mut opened = None;
+    // The window lasts --duration from when it really opened: a measuring
+    // thread that wakes late (a loaded host) shifts the window, never
+    // shortens it.
+    let mut close_at = total;
     let mut failed_early = false;
     loop {
         let el = t0.elapsed();
         if opened.is_none() && el >= warmup {
             set.open_window();
+            close_at = t0.elapsed() + opts.duration;
             opened = Some(WindowStart {
                 guest: guest_count(opts.workload, built, opts.vcpus),
                 counters: running.counters().unwrap_or_default(),
                 exits: set.progress_snapshot(),
             });
         }
-        if el >= total {
+        if opened.is_some() && el >= close_at {
             // With the checker on, a vCPU that has not yet run again after
             // its first exit gets up to 30 s more (a loaded host, a big
             // emulated topology); one that still has not is reported.
             let slow = opts.check
-                && el < total + Duration::from_secs(30)
+                && el < close_at + Duration::from_secs(30)
                 && set.progress_snapshot().iter().any(|&p| p < 2);
             if !slow {
                 break;
@@ -378,9 +395,9 @@ fn measure(
             failed_early = true;
             break;
         }
-        progress((el.as_secs_f64() / total.as_secs_f64()).min(1.0));
+        progress((el.as_secs_f64() / close_at.as_secs_f64()).min(1.0));
         std::thread::sleep(
-            Duration::from_millis(10).min(total.saturating_sub(el).max(Duration::from_millis(1))),
+            Duration::from_millis(10).min(close_at.saturating_sub(el).max(Duration::from_millis(1))),
         );
     }
     set.close_window();
