@@ -1,8 +1,10 @@
-//! OS threads: CPU affinity, scheduling policy and names, in one place.
+//! OS threads: CPU affinity, scheduling policy and signals, in one place.
 //!
 //! WHAT: thin safe wrappers over the `libc` calls the executors and the VMM
 //! make about their own threads: the allowed host CPUs, pinning to a CPU,
-//! the host scheduling policy (`SCHED_FIFO`, `SCHED_RR`, `SCHED_OTHER`).
+//! the host scheduling policy (`SCHED_FIFO`, `SCHED_RR`, `SCHED_OTHER`),
+//! and the thread-directed signal the VMM kicks a vCPU out of `KVM_RUN`
+//! with. (Thread names are set with `std::thread::Builder::name`.)
 //!
 //! WHY: copies of these calls lived in the threads executor and in several
 //! VMM files, each with its own `unsafe` block and error text. One module
@@ -11,7 +13,8 @@
 //! HOW: the primitives ([`allowed_cpus`], [`set_affinity`], [`set_policy`])
 //! act on the calling thread (pid 0) and return the OS error as
 //! `std::io::Error`; the executor-facing functions below them add context
-//! and return [`SchedError`]. Signals stay with the VMM's vCPU code for now.
+//! and return [`SchedError`]. [`install_interrupting_handler`],
+//! [`OsThread::current`] and [`OsThread::signal`] are the signal side.
 
 use std::io;
 
@@ -91,6 +94,58 @@ pub fn set_policy(p: HostPolicy) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+/// Installs an empty handler for `sig` without `SA_RESTART`, so that a
+/// blocking system call of the thread that receives it (such as
+/// `KVM_RUN`) returns `EINTR` instead of being restarted.
+pub fn install_interrupting_handler(sig: libc::c_int) -> io::Result<()> {
+    extern "C" fn nothing(_: libc::c_int) {}
+    // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value;
+    // the handler is an `extern "C"` function that touches nothing, so it
+    // is async-signal-safe; sigaction only reads `sa`, which outlives the
+    // call, and the old action is not asked for (null).
+    let rc = unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = nothing as *const () as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        sa.sa_flags = 0;
+        libc::sigaction(sig, &sa, std::ptr::null_mut())
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// A thread of this process, as a signal target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OsThread(libc::pthread_t);
+
+impl OsThread {
+    /// The calling thread.
+    pub fn current() -> Self {
+        // SAFETY: pthread_self has no preconditions and cannot fail.
+        OsThread(unsafe { libc::pthread_self() })
+    }
+
+    /// Sends `sig` to the thread.
+    ///
+    /// # Safety
+    /// The thread must still be alive: POSIX leaves signalling an ended
+    /// thread undefined (its id may have been reused). Callers keep the
+    /// thread from ending while they hold its handle, e.g. by clearing the
+    /// handle under a lock that the signaller also holds.
+    pub unsafe fn signal(self, sig: libc::c_int) -> io::Result<()> {
+        // SAFETY: the caller guarantees the thread is alive (see above).
+        let rc = unsafe { libc::pthread_kill(self.0, sig) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::from_raw_os_error(rc))
+        }
     }
 }
 

@@ -42,6 +42,8 @@
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use vcpu_sched::os_thread::OsThread;
+
 use kvm_bindings::{
     KVM_INTERNAL_ERROR_EMULATION, KVM_INTERNAL_ERROR_EMULATION_FLAG_INSTRUCTION_BYTES,
     KVM_SYSTEM_EVENT_CRASH, KVM_SYSTEM_EVENT_RESET, KVM_SYSTEM_EVENT_SHUTDOWN,
@@ -160,29 +162,16 @@ pub fn kick_signal() -> libc::c_int {
     vmm_sys_util::signal::SIGRTMIN()
 }
 
-extern "C" fn kick_handler(_: libc::c_int) {}
-
 /// Installs the kick signal's handler (once per process). Every call
 /// returns the outcome of the first.
 pub fn install_kick_signal() -> Result<(), VcpuError> {
     // 0: installed; otherwise the OS error of the one attempt.
     static RESULT: OnceLock<i32> = OnceLock::new();
     let err = *RESULT.get_or_init(|| {
-        // SAFETY: a zeroed sigaction is a valid "no flags, empty mask"
-        // value; the handler is an `extern "C"` function that touches
-        // nothing, so it is async-signal-safe. SA_RESTART is deliberately
-        // absent so that KVM_RUN returns EINTR.
-        let rc = unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = kick_handler as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            sa.sa_flags = 0;
-            libc::sigaction(kick_signal(), &sa, std::ptr::null_mut())
-        };
-        if rc == 0 {
-            0
-        } else {
-            std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+        // Without SA_RESTART, so that KVM_RUN returns EINTR.
+        match vcpu_sched::os_thread::install_interrupting_handler(kick_signal()) {
+            Ok(()) => 0,
+            Err(e) => e.raw_os_error().unwrap_or(-1),
         }
     });
     if err == 0 {
@@ -195,7 +184,7 @@ pub fn install_kick_signal() -> Result<(), VcpuError> {
 /// Where a vCPU is, as far as kicking is concerned.
 struct KickTarget {
     /// The thread inside [`Vcpu::run`], if any.
-    thread: Option<libc::pthread_t>,
+    thread: Option<OsThread>,
 }
 
 /// State shared between a [`Vcpu`] and its [`Kicker`]s.
@@ -248,9 +237,7 @@ impl Kicker {
             // SAFETY: `t` is the thread currently inside Vcpu::run; it
             // clears `thread` under this same lock before leaving run, so
             // it is alive while we hold the lock.
-            unsafe {
-                libc::pthread_kill(t, kick_signal());
-            }
+            let _ = unsafe { t.signal(kick_signal()) };
         }
     }
 }
@@ -260,8 +247,7 @@ struct RunGuard<'a>(&'a KickShared);
 
 impl<'a> RunGuard<'a> {
     fn enter(s: &'a KickShared) -> Self {
-        // SAFETY: pthread_self has no preconditions.
-        let me = unsafe { libc::pthread_self() };
+        let me = OsThread::current();
         s.target.lock().unwrap_or_else(|e| e.into_inner()).thread = Some(me);
         RunGuard(s)
     }

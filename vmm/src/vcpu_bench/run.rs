@@ -397,7 +397,8 @@ fn measure(
         }
         progress((el.as_secs_f64() / close_at.as_secs_f64()).min(1.0));
         std::thread::sleep(
-            Duration::from_millis(10).min(close_at.saturating_sub(el).max(Duration::from_millis(1))),
+            Duration::from_millis(10)
+                .min(close_at.saturating_sub(el).max(Duration::from_millis(1))),
         );
     }
     set.close_window();

@@ -205,8 +205,7 @@ fn body(set: &VmSet, slot: &VcpuSlot) {
                 resumed(set, slot, &mut st.m, Resume::Timer(due));
             }
             Action::Yield => {
-                // SAFETY: sched_yield has no preconditions.
-                unsafe { libc::sched_yield() };
+                std::thread::yield_now();
             }
             Action::Wake(k) => {
                 if let Some(s) = set.doorbell(slot.vm, k, set.now()) {
