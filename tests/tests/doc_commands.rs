@@ -344,8 +344,9 @@ const TABLE: &[(&str, How)] = &[
                 ..run("vmm bench cyclic --topology host --vms 2 --vcpus 2 --duration 0.5 --compare \"none;all\" --no-host --reps 1 --executor workers")
             },
             Form {
-                expand: &[("W", "messaging"), ("workers|threads", "threads"), ("[--no-host-rt]", "--no-host-rt")],
-                ..run("vmm bench messaging --topology host --vms 2 --vcpus 2 --duration 0.5 --compare \"none;all\" --no-host --reps 1 --executor threads --no-host-rt")
+                // --no-host-rt applies to the RT workloads only
+                expand: &[("W", "transcode"), ("workers|threads", "threads"), ("[--no-host-rt]", "--no-host-rt")],
+                ..run("vmm bench transcode --topology host --vms 2 --vcpus 2 --duration 1 --compare \"none;all\" --no-host --reps 1 --executor threads --no-host-rt")
             },
         ]),
     ),
