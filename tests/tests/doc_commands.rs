@@ -300,6 +300,39 @@ const TABLE: &[(&str, How)] = &[
             ..run("vmm run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz -m 256M -g \"package:2 [numa] l3:1 l2:2 core:1 pu:2\" --cmdline \"loglevel=8 sched_verbose\" --until 'CPU7 attaching sched-domain' --timeout 5m")
         }]),
     ),
+    // ---- docs/scheduler.md ----
+    (
+        "cargo test -p vcpu_sched",
+        How::Elsewhere {
+            by: "scripts/test.sh (`cargo test --workspace`), run by CI",
+            why: "a part of the whole suite, this test included",
+        },
+    ),
+    (
+        "cargo test -p vcpu_sched --lib random_ops_soak -- --ignored",
+        How::Elsewhere {
+            by: "`cargo test --workspace` runs random_ops_keep_every_invariant, the same driver at a shorter length",
+            why: "an opt-in longer soak (~40 s); a cargo inside cargo test",
+        },
+    ),
+    (
+        "vmm sched-bench messaging --topology genoa-2s --mitigations all --duration 5 --check",
+        How::Run(&[run(
+            "vmm sched-bench messaging --topology genoa-2s --mitigations all --duration 0.1 --check --groups 2 --group-size 2",
+        )]),
+    ),
+    (
+        "vmm sched-bench runq --topology gnr-2s --compare seeds --reps 3 --duration 3 --json out.json",
+        How::Run(&[run(
+            "vmm sched-bench runq --topology gnr-2s --compare seeds --reps 1 --duration 0.1 --json {tmp}/out.json --groups 2 --tasks 2",
+        )]),
+    ),
+    (
+        "vmm sched-bench cyclic --compare \"none;only:l2wake\"",
+        How::Run(&[run(
+            "vmm sched-bench cyclic --compare \"none;only:l2wake\" --duration 0.1 --reps 1",
+        )]),
+    ),
     // ---- docs/results-scheduler.md ----
     (
         "cargo bench -p benches",
