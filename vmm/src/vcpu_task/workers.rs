@@ -39,7 +39,9 @@ use vcpu_sched::{
     TaskStats,
 };
 
-use super::{enter, resumed, Action, ExecOptions, ExecOutcome, Resume, TaskError, VcpuSlot, VmSet};
+use super::{
+    enter, resumed, Action, ExecOptions, ExecOutcome, Resume, TaskError, VcpuSlot, VcpuState, VmSet,
+};
 
 const IDLE: u32 = u32::MAX;
 
@@ -100,7 +102,51 @@ struct Shared {
     check: bool,
 }
 
+/// Refuses more vCPUs than the scheduler holds tasks, and a zero tick.
+fn check_options(opts: &ExecOptions, nslots: usize) -> Result<(), TaskError> {
+    let max = opts.sched.max_tasks;
+    if nslots > max {
+        return Err(TaskError::Input(format!(
+            "{nslots} vCPUs, but the scheduler holds at most {max} tasks"
+        )));
+    }
+    if opts.tick.is_zero() {
+        return Err(TaskError::Input("the tick must be positive".into()));
+    }
+    Ok(())
+}
+
 impl Shared {
+    /// The state of an executor for `set`, every worker idle.
+    fn new(opts: &ExecOptions, set: &Arc<VmSet>) -> Self {
+        let n = opts.topology.num_cpus();
+        Shared {
+            set: set.clone(),
+            cpus: (0..n as u32)
+                .map(|c| WorkerCpu {
+                    current: AtomicU32::new(IDLE),
+                    token: AtomicBool::new(false),
+                    parked: AtomicBool::new(false),
+                    tid: AtomicU32::new(0),
+                    thread: OnceLock::new(),
+                    host_cpu: opts.host_cpu(c),
+                })
+                .collect(),
+            stats: (0..n).map(|_| WorkerStats::default()).collect(),
+            rt: (0..set.slots().len()).map(|_| TaskRt::default()).collect(),
+            by_task: (0..opts.sched.max_tasks).map(|_| OnceLock::new()).collect(),
+            timers: TimerQueue::new(),
+            quit: AtomicBool::new(false),
+            live: AtomicUsize::new(0),
+            violations: Mutex::new(Vec::new()),
+            finished: Mutex::new(Vec::new()),
+            pin: true,
+            host_rt: opts.host_rt,
+            pin_errors: AtomicU64::new(0),
+            check: opts.check.is_some(),
+        }
+    }
+
     fn violation(&self, v: String) {
         tracing::error!("executor invariant violated: {v}");
         lock(&self.violations).push(v);
@@ -145,42 +191,8 @@ pub struct WorkerExecutor {
 
 impl WorkerExecutor {
     pub(crate) fn start(opts: &ExecOptions, set: &Arc<VmSet>) -> Result<Self, TaskError> {
-        let max = opts.sched.max_tasks;
-        let nslots = set.slots().len();
-        if nslots > max {
-            return Err(TaskError::Input(format!(
-                "{nslots} vCPUs, but the scheduler holds at most {max} tasks"
-            )));
-        }
-        if opts.tick.is_zero() {
-            return Err(TaskError::Input("the tick must be positive".into()));
-        }
-        let n = opts.topology.num_cpus();
-        let sh = Arc::new(Shared {
-            set: set.clone(),
-            cpus: (0..n as u32)
-                .map(|c| WorkerCpu {
-                    current: AtomicU32::new(IDLE),
-                    token: AtomicBool::new(false),
-                    parked: AtomicBool::new(false),
-                    tid: AtomicU32::new(0),
-                    thread: OnceLock::new(),
-                    host_cpu: opts.host_cpu(c),
-                })
-                .collect(),
-            stats: (0..n).map(|_| WorkerStats::default()).collect(),
-            rt: (0..nslots).map(|_| TaskRt::default()).collect(),
-            by_task: (0..max).map(|_| OnceLock::new()).collect(),
-            timers: TimerQueue::new(),
-            quit: AtomicBool::new(false),
-            live: AtomicUsize::new(0),
-            violations: Mutex::new(Vec::new()),
-            finished: Mutex::new(Vec::new()),
-            pin: true,
-            host_rt: opts.host_rt,
-            pin_errors: AtomicU64::new(0),
-            check: opts.check.is_some(),
-        });
+        check_options(opts, set.slots().len())?;
+        let sh = Arc::new(Shared::new(opts, set));
         let sched = Arc::new(Scheduler::new(
             opts.topology.clone(),
             opts.mitigations,
@@ -193,76 +205,101 @@ impl WorkerExecutor {
                 .map(|c| InvariantChecker::new(c.grace.as_nanos() as u64)),
         ));
         let mut ex = Self {
-            sh: sh.clone(),
+            sh,
             sched: sched.clone(),
             threads: Vec::new(),
-            checker: checker.clone(),
+            checker,
         };
         // Tasks first (blocked), then the threads, then wake them all.
-        let mut ids = Vec::with_capacity(nslots);
-        let r = (|| -> Result<(), TaskError> {
-            for vm in set.vms() {
-                let g = sched.create_group(&vm.name)?;
-                let _ = vm.group.set(g);
+        let ids = match ex.launch(opts, set) {
+            Ok(ids) => ids,
+            Err(e) => {
+                set.request_stop();
+                let _ = ex.shutdown(Duration::from_secs(10));
+                return Err(e);
             }
-            for slot in set.slots() {
-                let vm = &set.vms()[slot.vm];
-                let mut spec = TaskSpec::new(super::threads::task_name(set, slot))
-                    .policy(slot.placement.policy);
-                if let Some(g) = vm.group.get() {
-                    spec = spec.group(*g);
-                }
-                if let Some(m) = slot.placement.affinity {
-                    spec = spec.affinity(m);
-                }
-                let id = sched.add_task(&spec, set.now())?;
-                let _ = sh.by_task[id.0 as usize].set(slot.global);
-                let _ = slot.task.set(id);
-                sh.live.fetch_add(1, Ordering::AcqRel);
-                ids.push(id);
-            }
-            for cpu in 0..n as u32 {
-                let (sh2, s2) = (sh.clone(), sched.clone());
-                let h = std::thread::Builder::new()
-                    .name(format!("worker/{cpu}"))
-                    .stack_size(256 << 10)
-                    .spawn(move || worker_main(sh2, s2, cpu))
-                    .map_err(|e| TaskError::Os {
-                        context: format!("cannot start the worker of CPU {cpu}"),
-                        source: e,
-                    })?;
-                let _ = sh.cpus[cpu as usize].thread.set(h.thread().clone());
-                ex.threads.push(h);
-            }
-            let (sh2, s2, ck) = (sh.clone(), sched.clone(), checker.clone());
-            let periods = ClockPeriods {
-                tick: opts.tick.as_nanos() as u64,
-                check: opts.check.as_ref().map(|c| c.interval.as_nanos() as u64),
-            };
-            let h = std::thread::Builder::new()
-                .name("worker-clock".into())
-                .spawn(move || {
-                    host_rt(&sh2, 1);
-                    run_clock(&*sh2, &s2, &sh2.timers, periods, &ck)
-                })
-                .map_err(|e| TaskError::Os {
-                    context: "cannot start the clock thread".into(),
-                    source: e,
-                })?;
-            sh.timers.set_clock_thread(h.thread().clone());
-            ex.threads.push(h);
-            Ok(())
-        })();
-        if let Err(e) = r {
-            set.request_stop();
-            let _ = ex.shutdown(Duration::from_secs(10));
-            return Err(e);
-        }
+        };
         set.mark_started();
         for id in ids {
             let _ = sched.wake(id, None, set.now());
         }
         Ok(ex)
+    }
+
+    /// Adds every vCPU as a (blocked) task, then starts the workers and the
+    /// clock thread; returns the tasks to wake.
+    fn launch(&mut self, opts: &ExecOptions, set: &VmSet) -> Result<Vec<TaskId>, TaskError> {
+        let ids = self.add_tasks(set)?;
+        self.spawn_workers()?;
+        self.spawn_clock(opts)?;
+        Ok(ids)
+    }
+
+    /// Creates a group per VM and a task per vCPU, in vCPU order.
+    fn add_tasks(&self, set: &VmSet) -> Result<Vec<TaskId>, TaskError> {
+        let (sh, sched) = (&self.sh, &self.sched);
+        for vm in set.vms() {
+            let g = sched.create_group(&vm.name)?;
+            let _ = vm.group.set(g);
+        }
+        let mut ids = Vec::with_capacity(set.slots().len());
+        for slot in set.slots() {
+            let vm = &set.vms()[slot.vm];
+            let mut spec =
+                TaskSpec::new(super::threads::task_name(set, slot)).policy(slot.placement.policy);
+            if let Some(g) = vm.group.get() {
+                spec = spec.group(*g);
+            }
+            if let Some(m) = slot.placement.affinity {
+                spec = spec.affinity(m);
+            }
+            let id = sched.add_task(&spec, set.now())?;
+            let _ = sh.by_task[id.0 as usize].set(slot.global);
+            let _ = slot.task.set(id);
+            sh.live.fetch_add(1, Ordering::AcqRel);
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+
+    /// Starts one worker thread per CPU.
+    fn spawn_workers(&mut self) -> Result<(), TaskError> {
+        for cpu in 0..self.sh.cpus.len() as u32 {
+            let (sh2, s2) = (self.sh.clone(), self.sched.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("worker/{cpu}"))
+                .stack_size(256 << 10)
+                .spawn(move || worker_main(sh2, s2, cpu))
+                .map_err(|e| TaskError::Os {
+                    context: format!("cannot start the worker of CPU {cpu}"),
+                    source: e,
+                })?;
+            let _ = self.sh.cpus[cpu as usize].thread.set(h.thread().clone());
+            self.threads.push(h);
+        }
+        Ok(())
+    }
+
+    /// Starts the clock thread (ticks, sleep timers, the checker).
+    fn spawn_clock(&mut self, opts: &ExecOptions) -> Result<(), TaskError> {
+        let (sh2, s2, ck) = (self.sh.clone(), self.sched.clone(), self.checker.clone());
+        let periods = ClockPeriods {
+            tick: opts.tick.as_nanos() as u64,
+            check: opts.check.as_ref().map(|c| c.interval.as_nanos() as u64),
+        };
+        let h = std::thread::Builder::new()
+            .name("worker-clock".into())
+            .spawn(move || {
+                host_rt(&sh2, 1);
+                run_clock(&*sh2, &s2, &sh2.timers, periods, &ck)
+            })
+            .map_err(|e| TaskError::Os {
+                context: "cannot start the clock thread".into(),
+                source: e,
+            })?;
+        self.sh.timers.set_clock_thread(h.thread().clone());
+        self.threads.push(h);
+        Ok(())
     }
 
     pub(crate) fn counters(&self) -> SchedCounters {
@@ -370,79 +407,149 @@ impl Drop for WorkerExecutor {
 }
 
 fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
+    enter_worker_thread(&sh, cpu);
+    let set = sh.set.clone();
+    Worker {
+        sh: &sh,
+        sched: &sched,
+        set: &set,
+        cpu,
+        w: &sh.cpus[cpu as usize],
+        stats: &sh.stats[cpu as usize],
+        cur: None,
+        prev: Prev::Keep,
+        resched: true,
+    }
+    .run();
+}
+
+/// Makes the calling thread CPU `cpu`'s worker: records its thread id,
+/// gives it host RT if asked and pins it to its host CPU.
+fn enter_worker_thread(sh: &Shared, cpu: CpuId) {
     let w = &sh.cpus[cpu as usize];
     w.tid.store(current_tid(), Ordering::Release);
-    host_rt(&sh, 0);
+    host_rt(sh, 0);
     if sh.pin && pin_current_thread(w.host_cpu).is_err() {
         sh.pin_errors.fetch_add(1, Ordering::Relaxed);
     }
-    let set = sh.set.clone();
-    let stats = &sh.stats[cpu as usize];
-    let mut cur: Option<TaskId> = None;
-    let mut prev = Prev::Keep;
-    let mut resched = true;
-    loop {
-        if resched || sched.needs_attention(cpu).expect(CPU_OK) {
-            let t0 = set.now();
-            let exiting = prev == Prev::Exit;
-            let pick = sched.schedule(cpu, prev, t0).expect(CPU_OK);
-            stats
-                .sched_ns
-                .fetch_add(set.now().saturating_sub(t0), Ordering::Relaxed);
-            stats.sched_calls.fetch_add(1, Ordering::Relaxed);
-            if exiting {
-                if let Some(t) = cur.take() {
-                    finish_task(&sh, &sched, t);
-                }
-            }
-            cur = match pick {
-                Pick::Same => {
-                    if exiting {
-                        sh.violation(format!("CPU {cpu}: schedule kept an exiting task"));
-                    }
-                    cur
-                }
-                Pick::Switch(n) => Some(n),
-                Pick::Idle => None,
-            };
-            prev = Prev::Keep;
-            resched = false;
-            w.current.store(cur.map_or(IDLE, |t| t.0), Ordering::SeqCst);
-            fence(Ordering::SeqCst);
-            if sched.needs_attention(cpu).expect(CPU_OK) {
-                resched = true;
+}
+
+/// One worker's loop state.
+struct Worker<'a> {
+    sh: &'a Shared,
+    sched: &'a Scheduler,
+    set: &'a VmSet,
+    cpu: CpuId,
+    w: &'a WorkerCpu,
+    stats: &'a WorkerStats,
+    /// The task whose vCPU it runs (`None`: idle).
+    cur: Option<TaskId>,
+    /// What happens to `cur` at the next `schedule`.
+    prev: Prev,
+    /// Whether to call `schedule` before anything else.
+    resched: bool,
+}
+
+impl Worker<'_> {
+    /// The worker's loop: schedule when needed, park while idle, otherwise
+    /// run the current vCPU; returns when the executor quits.
+    fn run(&mut self) {
+        loop {
+            if (self.resched || self.needs_attention()) && !self.reschedule() {
                 continue;
             }
-        }
-        let Some(t) = cur else {
-            // Idle: park until kicked. `parked` is cleared before the
-            // token is taken, so the checker never sees this worker parked
-            // without a token once a kick has landed. The token is taken
-            // with a swap (acquire): what the kick it takes published
-            // before it (need_resched, the wake list) is visible to the
-            // schedule() that follows; a token set after the swap stays
-            // for the next round.
-            w.parked.store(true, Ordering::SeqCst);
-            while !w.token.load(Ordering::SeqCst) {
-                if sh.quit.load(Ordering::Acquire) {
-                    w.parked.store(false, Ordering::SeqCst);
+            let Some(t) = self.cur else {
+                if !self.park() {
                     return;
                 }
-                std::thread::park();
+                self.resched = true;
+                continue;
+            };
+            self.run_task(t);
+        }
+    }
+
+    /// Whether the core wants this CPU to schedule.
+    fn needs_attention(&self) -> bool {
+        self.sched.needs_attention(self.cpu).expect(CPU_OK)
+    }
+
+    /// Asks `resched` at the next round, telling the core `prev`.
+    fn resched_with(&mut self, prev: Prev) {
+        self.prev = prev;
+        self.resched = true;
+    }
+
+    /// Calls `schedule`, retires a task that exited and publishes what was
+    /// picked; false when the CPU needs attention again already.
+    fn reschedule(&mut self) -> bool {
+        let (sh, set, cpu) = (self.sh, self.set, self.cpu);
+        let t0 = set.now();
+        let exiting = self.prev == Prev::Exit;
+        let pick = self.sched.schedule(cpu, self.prev, t0).expect(CPU_OK);
+        self.stats
+            .sched_ns
+            .fetch_add(set.now().saturating_sub(t0), Ordering::Relaxed);
+        self.stats.sched_calls.fetch_add(1, Ordering::Relaxed);
+        if exiting {
+            if let Some(t) = self.cur.take() {
+                finish_task(sh, self.sched, t);
             }
-            w.parked.store(false, Ordering::SeqCst);
-            w.token.swap(false, Ordering::AcqRel);
-            if sh.quit.load(Ordering::Acquire) {
-                return;
+        }
+        self.cur = match pick {
+            Pick::Same => {
+                if exiting {
+                    sh.violation(format!("CPU {cpu}: schedule kept an exiting task"));
+                }
+                self.cur
             }
-            resched = true;
-            continue;
+            Pick::Switch(n) => Some(n),
+            Pick::Idle => None,
         };
+        self.prev = Prev::Keep;
+        self.resched = false;
+        self.w
+            .current
+            .store(self.cur.map_or(IDLE, |t| t.0), Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if self.needs_attention() {
+            self.resched = true;
+            return false;
+        }
+        true
+    }
+
+    /// Parks the idle worker until a kick's token; false when the executor
+    /// quits.
+    fn park(&self) -> bool {
+        let (w, sh) = (self.w, self.sh);
+        // `parked` is cleared before the token is taken, so the checker
+        // never sees this worker parked without a token once a kick has
+        // landed. The token is taken with a swap (acquire): what the kick
+        // it takes published before it (need_resched, the wake list) is
+        // visible to the schedule() that follows; a token set after the
+        // swap stays for the next round.
+        w.parked.store(true, Ordering::SeqCst);
+        while !w.token.load(Ordering::SeqCst) {
+            if sh.quit.load(Ordering::Acquire) {
+                w.parked.store(false, Ordering::SeqCst);
+                return false;
+            }
+            std::thread::park();
+        }
+        w.parked.store(false, Ordering::SeqCst);
+        w.token.swap(false, Ordering::AcqRel);
+        !sh.quit.load(Ordering::Acquire)
+    }
+
+    /// Runs task `t`'s vCPU once, unless it goes back to sleep or the CPU
+    /// needs attention first, and acts on why it came back.
+    fn run_task(&mut self, t: TaskId) {
+        let (sh, set, cpu) = (self.sh, self.set, self.cpu);
         let Some(&g) = sh.by_task.get(t.0 as usize).and_then(|x| x.get()) else {
             sh.violation(format!("CPU {cpu} picked task {} that is no vCPU", t.0));
-            prev = Prev::Exit;
-            resched = true;
-            continue;
+            self.resched_with(Prev::Exit);
+            return;
         };
         let slot = &set.slots()[g];
         let vm = &set.vms()[slot.vm];
@@ -451,56 +558,61 @@ fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
         // A sleeper picked early (another wake) goes back to sleep.
         let due = rt.sleep_due.load(Ordering::Acquire);
         if due != 0 && !stopping && set.now() < due {
-            prev = Prev::Block;
-            resched = true;
-            continue;
+            self.resched_with(Prev::Block);
+            return;
         }
         let Some(mut st) = slot.try_lock() else {
             sh.violation(format!(
                 "CPU {cpu}: vCPU {} is being run elsewhere",
-                super::threads::task_name(&set, slot)
+                super::threads::task_name(set, slot)
             ));
-            prev = Prev::Keep;
-            resched = true;
+            self.resched_with(Prev::Keep);
             std::thread::yield_now();
-            continue;
+            return;
         };
         if sh.check {
-            if sched.current(cpu).expect(CPU_OK) != Some(t) {
-                sh.violation(format!(
-                    "CPU {cpu} runs task {} but the core has {:?} current",
-                    t.0,
-                    sched.current(cpu).expect(CPU_OK)
-                ));
-            }
-            // decided under the runqueue lock (see running_outside_affinity)
-            if let Some(m) = sched.running_outside_affinity(cpu, t).expect(CPU_OK) {
-                sh.violation(format!(
-                    "task {} runs on CPU {cpu} outside its affinity {m}",
-                    t.0
-                ));
-            }
+            self.check_current(t);
         }
         // The check right before KVM_RUN (a later kick finds immediate_exit).
-        if sched.needs_attention(cpu).expect(CPU_OK) {
-            resched = true;
-            continue;
+        if self.needs_attention() {
+            self.resched = true;
+            return;
         }
-        if due != 0 {
-            rt.sleep_due.store(0, Ordering::Release);
-            rt.timer_gen.fetch_add(1, Ordering::AcqRel);
-            resumed(&set, slot, &mut st.m, Resume::Timer(due));
+        deliver_resumes(set, slot, rt, due, &mut st);
+        let action = enter(set, vm, &mut st);
+        self.act(action, g, slot, &mut st);
+    }
+
+    /// The checker's checks on a task about to run here: the core has it
+    /// current on this CPU, and this CPU is inside its affinity.
+    fn check_current(&self, t: TaskId) {
+        let (sh, sched, cpu) = (self.sh, self.sched, self.cpu);
+        if sched.current(cpu).expect(CPU_OK) != Some(t) {
+            sh.violation(format!(
+                "CPU {cpu} runs task {} but the core has {:?} current",
+                t.0,
+                sched.current(cpu).expect(CPU_OK)
+            ));
         }
-        let h = rt.halt_at.swap(0, Ordering::AcqRel);
-        if h != 0 {
-            resumed(&set, slot, &mut st.m, Resume::Halt(h));
+        // decided under the runqueue lock (see running_outside_affinity)
+        if let Some(m) = sched.running_outside_affinity(cpu, t).expect(CPU_OK) {
+            sh.violation(format!(
+                "task {} runs on CPU {cpu} outside its affinity {m}",
+                t.0
+            ));
         }
-        match enter(&set, vm, &mut st) {
+    }
+
+    /// Acts on why vCPU `g` came back from `enter`: what the core hears at
+    /// the next `schedule`, a sleep's timer, a doorbell's wake, an exit.
+    fn act(&mut self, action: Action, g: usize, slot: &VcpuSlot, st: &mut VcpuState) {
+        let (sh, sched, set, cpu) = (self.sh, self.sched, self.set, self.cpu);
+        let rt = &sh.rt[g];
+        match action {
             Action::Continue => {}
             Action::Block => {
                 rt.halt_at.store(set.now(), Ordering::Release);
-                prev = Prev::Block;
-                resched = true;
+                self.resched_with(Prev::Block);
             }
             Action::Sleep(ns) => {
                 let now = set.now();
@@ -508,13 +620,9 @@ fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
                 rt.sleep_due.store(at, Ordering::Release);
                 let gen = rt.timer_gen.fetch_add(1, Ordering::AcqRel) + 1;
                 sh.timers.add(at, g, gen);
-                prev = Prev::Block;
-                resched = true;
+                self.resched_with(Prev::Block);
             }
-            Action::Yield => {
-                prev = Prev::Yield;
-                resched = true;
-            }
+            Action::Yield => self.resched_with(Prev::Yield),
             Action::Wake(k) => {
                 if let Some(s) = set.doorbell(slot.vm, k, set.now()) {
                     if let Some(&tk) = s.task.get() {
@@ -523,9 +631,8 @@ fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
                 }
             }
             Action::Exit => {
-                set.vcpu_exited(slot, &mut st);
-                prev = Prev::Exit;
-                resched = true;
+                set.vcpu_exited(slot, st);
+                self.resched_with(Prev::Exit);
             }
             Action::Fail(r) => {
                 set.fail_vm(slot.vm, r, &|s: &VcpuSlot| {
@@ -533,11 +640,24 @@ fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
                         let _ = sched.wake(tk, Some(cpu), set.now());
                     }
                 });
-                set.vcpu_exited(slot, &mut st);
-                prev = Prev::Exit;
-                resched = true;
+                set.vcpu_exited(slot, st);
+                self.resched_with(Prev::Exit);
             }
         }
+    }
+}
+
+/// Tells vCPU `slot`'s metrics that it resumes from a sleep that was due
+/// at `due` (0: none) and from a halt, if it was halted.
+fn deliver_resumes(set: &VmSet, slot: &VcpuSlot, rt: &TaskRt, due: u64, st: &mut VcpuState) {
+    if due != 0 {
+        rt.sleep_due.store(0, Ordering::Release);
+        rt.timer_gen.fetch_add(1, Ordering::AcqRel);
+        resumed(set, slot, &mut st.m, Resume::Timer(due));
+    }
+    let h = rt.halt_at.swap(0, Ordering::AcqRel);
+    if h != 0 {
+        resumed(set, slot, &mut st.m, Resume::Halt(h));
     }
 }
 
