@@ -21,6 +21,7 @@ use kvm_bindings::{KVM_CAP_X2APIC_API, KVM_PIT_SPEAKER_DUMMY};
 use kvm_bindings::{KVM_X2APIC_API_DISABLE_BROADCAST_QUIRK, KVM_X2APIC_API_USE_32BIT_IDS};
 use kvm_ioctls::{Kvm, VmFd};
 use regex::Regex;
+use topology::cpuid::CpuidSet;
 use topology::{GuestTopology, HostTopology, Vendor};
 use tracing::{debug, info};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
@@ -401,6 +402,119 @@ pub fn register_memory(vm: &VmFd, memory: &GuestMemoryMmap) -> Result<(), Error>
     Ok(())
 }
 
+/// Refuses a guest with more vCPUs, or a higher APIC ID, than this host's
+/// KVM takes; returns the guest's highest APIC ID.
+fn check_vcpu_ids(kvm: &Kvm, guest: &GuestTopology) -> Result<u32, Error> {
+    let n = guest.num_vcpus();
+    let max_vcpus = kvm.get_max_vcpus();
+    if n > max_vcpus {
+        return Err(Error::Input(format!(
+            "--guest has {n} vCPUs; this host's KVM allows at most {max_vcpus} per VM"
+        )));
+    }
+    let max_apic = guest.cpus().iter().map(|c| c.apic_id).max().unwrap_or(0);
+    let max_id = kvm.get_max_vcpu_id();
+    if max_apic as usize >= max_id {
+        return Err(Error::Input(format!(
+            "--guest needs x2APIC ID {max_apic}, but this host's KVM takes vCPU ids below {max_id}"
+        )));
+    }
+    Ok(max_apic)
+}
+
+/// Turns on KVM's x2APIC API (32-bit APIC IDs), for APIC IDs above 254.
+fn enable_x2apic_api(vm: &VmFd) -> Result<(), Error> {
+    let mut cap = kvm_enable_cap {
+        cap: KVM_CAP_X2APIC_API,
+        ..Default::default()
+    };
+    cap.args[0] = (KVM_X2APIC_API_USE_32BIT_IDS | KVM_X2APIC_API_DISABLE_BROADCAST_QUIRK) as u64;
+    vm.enable_cap(&cap)
+        .map_err(kvm_err("KVM_ENABLE_CAP(X2APIC_API)"))
+}
+
+/// The legacy devices, COM1's interrupt wired to an irqfd and its output
+/// to a console sink that stops `control` on `--until`.
+fn create_devices(
+    vm: &VmFd,
+    console: Box<dyn Write + Send>,
+    until: Option<Regex>,
+    control: &Arc<VmControl>,
+) -> Result<Arc<LegacyDevices>, Error> {
+    let serial_irq = EventFd::new(libc::EFD_NONBLOCK)
+        .map_err(|e| Error::Other(format!("creating the serial eventfd: {e}")))?;
+    vm.register_irqfd(&serial_irq, COM1_GSI)
+        .map_err(kvm_err("KVM_IRQFD(COM1)"))?;
+    let sink = ConsoleSink::new(console, until, control.clone());
+    Ok(Arc::new(LegacyDevices::new(serial_irq, sink)))
+}
+
+/// Writes the ACPI tables into guest RAM.
+fn write_acpi(ram: &GuestRam, acpi: &acpi::AcpiImage) -> Result<(), Error> {
+    ram.memory()
+        .write_slice(&acpi.bytes, GuestAddress(acpi.base))
+        .map_err(|e| Error::Other(format!("writing the ACPI tables: {e}")))?;
+    for (sig, addr, len) in &acpi.tables {
+        debug!(
+            table = %String::from_utf8_lossy(sig),
+            addr = format_args!("{addr:#x}"),
+            len,
+            "ACPI table"
+        );
+    }
+    Ok(())
+}
+
+/// What every vCPU's CPUID is made of: KVM's supported set, the vendor
+/// to encode, the features to expose and the compat mode's hiding.
+struct CpuidPlan {
+    base: CpuidSet,
+    vendor: Vendor,
+    caps: CpuidCaps,
+    compat: CompatMode,
+}
+
+impl CpuidPlan {
+    /// Asks KVM what it supports; `vendor` `None` takes the host's.
+    fn probe(
+        kvm: &Kvm,
+        vendor: Option<Vendor>,
+        compat: CompatMode,
+        x2apic_boot: bool,
+    ) -> Result<Self, Error> {
+        let base = cpuid::supported(kvm).map_err(kvm_err("KVM_GET_SUPPORTED_CPUID"))?;
+        let vendor = vendor.or_else(|| base.vendor()).unwrap_or(Vendor::Intel);
+        let caps = CpuidCaps {
+            ext_dest_id: x2apic_boot,
+            ..CpuidCaps::probe(kvm)
+        };
+        Ok(Self {
+            base,
+            vendor,
+            caps,
+            compat,
+        })
+    }
+
+    /// Sets vCPU `i`'s CPUID: the topology leaves, PV features, compat
+    /// hiding (logged for vCPU 0).
+    fn set(&self, guest: &GuestTopology, vcpu: &Vcpu, i: usize) -> Result<(), Error> {
+        let mut set = guest.cpuid(i, &self.base, self.vendor);
+        cpuid::finish(&mut set, self.caps);
+        self.compat.adjust_cpuid(&mut set);
+        if i == 0 {
+            info!(
+                vendor = %self.vendor,
+                pv = ?cpuid::pv_feature_names(cpuid::pv_features(&set)),
+                "guest CPUID"
+            );
+        }
+        let kc =
+            cpuid::to_kvm(&set).map_err(|e| Error::Other(format!("CPUID for vCPU {i}: {e:?}")))?;
+        vcpu.fd().set_cpuid2(&kc).map_err(kvm_err("KVM_SET_CPUID2"))
+    }
+}
+
 impl LinuxVm {
     /// Builds the VM: checks the request, maps and binds memory, creates
     /// the irqchip, devices and vCPUs, writes ACPI tables and loads the
@@ -415,32 +529,13 @@ impl LinuxVm {
         boot::check_fit(&info, spec.initrd.as_deref(), &plan)?;
         let cmdline = full_cmdline(&spec.cmdline, spec.compat);
         boot::check_cmdline(&cmdline)?;
-        let max_vcpus = kvm.get_max_vcpus();
-        if n > max_vcpus {
-            return Err(Error::Input(format!(
-                "--guest has {n} vCPUs; this host's KVM allows at most {max_vcpus} per VM"
-            )));
-        }
-        let max_apic = guest.cpus().iter().map(|c| c.apic_id).max().unwrap_or(0);
-        let max_id = kvm.get_max_vcpu_id();
-        if max_apic as usize >= max_id {
-            return Err(Error::Input(format!(
-                "--guest needs x2APIC ID {max_apic}, but this host's KVM takes vCPU ids below {max_id}"
-            )));
-        }
+        let max_apic = check_vcpu_ids(kvm, &guest)?;
         let acpi = acpi::build(&guest, &plan)?;
 
         let vm = create_vm_with_irqchip(kvm)?;
         let x2apic_boot = max_apic > 254;
         if x2apic_boot {
-            let mut cap = kvm_enable_cap {
-                cap: KVM_CAP_X2APIC_API,
-                ..Default::default()
-            };
-            cap.args[0] =
-                (KVM_X2APIC_API_USE_32BIT_IDS | KVM_X2APIC_API_DISABLE_BROADCAST_QUIRK) as u64;
-            vm.enable_cap(&cap)
-                .map_err(kvm_err("KVM_ENABLE_CAP(X2APIC_API)"))?;
+            enable_x2apic_api(&vm)?;
         }
 
         let policies = match &spec.host {
@@ -451,24 +546,9 @@ impl LinuxVm {
         register_memory(&vm, ram.memory())?;
 
         let control = VmControl::new();
-        let serial_irq = EventFd::new(libc::EFD_NONBLOCK)
-            .map_err(|e| Error::Other(format!("creating the serial eventfd: {e}")))?;
-        vm.register_irqfd(&serial_irq, COM1_GSI)
-            .map_err(kvm_err("KVM_IRQFD(COM1)"))?;
-        let sink = ConsoleSink::new(spec.console, spec.until, control.clone());
-        let devices = Arc::new(LegacyDevices::new(serial_irq, sink));
+        let devices = create_devices(&vm, spec.console, spec.until, &control)?;
 
-        ram.memory()
-            .write_slice(&acpi.bytes, GuestAddress(acpi.base))
-            .map_err(|e| Error::Other(format!("writing the ACPI tables: {e}")))?;
-        for (sig, addr, len) in &acpi.tables {
-            debug!(
-                table = %String::from_utf8_lossy(sig),
-                addr = format_args!("{addr:#x}"),
-                len,
-                "ACPI table"
-            );
-        }
+        write_acpi(&ram, &acpi)?;
         let entry = boot::load(
             ram.memory(),
             ram.plan(),
@@ -480,36 +560,12 @@ impl LinuxVm {
             },
         )?;
 
-        // CPUID: KVM's supported set, the topology leaves, PV features,
-        // compat hiding.
-        let base = cpuid::supported(kvm).map_err(kvm_err("KVM_GET_SUPPORTED_CPUID"))?;
-        let vendor = spec
-            .vendor
-            .or_else(|| base.vendor())
-            .unwrap_or(Vendor::Intel);
-        let caps = CpuidCaps {
-            ext_dest_id: x2apic_boot,
-            ..CpuidCaps::probe(kvm)
-        };
+        let cpuid = CpuidPlan::probe(kvm, spec.vendor, spec.compat, x2apic_boot)?;
         let mut vcpus = Vec::with_capacity(n);
         for i in 0..n {
             let apic = guest.cpu(i).apic_id;
             let mut vcpu = Vcpu::new(&vm, i, apic as u64)?;
-            let mut set = guest.cpuid(i, &base, vendor);
-            cpuid::finish(&mut set, caps);
-            spec.compat.adjust_cpuid(&mut set);
-            if i == 0 {
-                info!(
-                    vendor = %vendor,
-                    pv = ?cpuid::pv_feature_names(cpuid::pv_features(&set)),
-                    "guest CPUID"
-                );
-            }
-            let kc = cpuid::to_kvm(&set)
-                .map_err(|e| Error::Other(format!("CPUID for vCPU {i}: {e:?}")))?;
-            vcpu.fd()
-                .set_cpuid2(&kc)
-                .map_err(kvm_err("KVM_SET_CPUID2"))?;
+            cpuid.set(&guest, &vcpu, i)?;
             boot::setup_vcpu(vcpu.fd(), i)?;
             if i == 0 {
                 boot::setup_boot_vcpu(vcpu.fd(), &entry, x2apic_boot)?;
