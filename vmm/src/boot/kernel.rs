@@ -127,52 +127,107 @@ pub fn inspect_kernel(path: &Path) -> Result<KernelInfo, BootError> {
     if !path.exists() {
         return Err(BootError::KernelMissing(path.to_path_buf()));
     }
-    let not_kernel = |found: String| BootError::NotAKernel {
-        path: path.to_path_buf(),
-        found,
-    };
     if path.is_dir() {
-        return Err(not_kernel("a directory".into()));
+        return Err(not_kernel(path, "a directory".into()));
     }
     let (head, len) = read_head(path, 64 * 1024)?;
     if head.len() >= 0x264 && u32_at(&head, 0x202) == Some(HDRS_MAGIC) {
-        let version = u16_at(&head, 0x206).unwrap_or(0);
-        let xloadflags = u16_at(&head, 0x236).unwrap_or(0);
-        if version < 0x020c || xloadflags & 1 == 0 {
-            return Err(not_kernel(format!(
-                "a bzImage (boot protocol {}.{:02}) without a 64-bit entry point",
-                version >> 8,
-                version & 0xff
-            )));
-        }
-        let init_size = u32_at(&head, 0x260).unwrap_or(0) as u64;
-        let pref = u64_at(&head, 0x258).unwrap_or(0).max(16 * MIB);
-        let initrd_max = u32_at(&head, 0x22c).unwrap_or(0x37ff_ffff) as u64;
-        return Ok(KernelInfo {
-            format: KernelFormat::BzImage,
-            end: pref + init_size,
-            protocol: version,
-            initrd_addr_max: initrd_max,
-        });
+        return inspect_bzimage(&head).map_err(|found| not_kernel(path, found));
     }
     if !head.starts_with(ELF_MAGIC) {
-        return Err(not_kernel(describe(&head, len)));
+        return Err(not_kernel(path, describe(&head, len)));
     }
-    // ELF: 64-bit, little endian, x86-64, ET_EXEC, loads above 1 MiB, and a
-    // "Linux" note.
+    inspect_elf(path, &head)
+}
+
+/// The error for a `--kernel` that is `found` instead of a kernel.
+fn not_kernel(path: &Path, found: String) -> BootError {
+    BootError::NotAKernel {
+        path: path.to_path_buf(),
+        found,
+    }
+}
+
+/// Reads a bzImage's setup header: it needs a 64-bit entry point; `Err`
+/// says what the file is instead.
+fn inspect_bzimage(head: &[u8]) -> Result<KernelInfo, String> {
+    let version = u16_at(head, 0x206).unwrap_or(0);
+    let xloadflags = u16_at(head, 0x236).unwrap_or(0);
+    if version < 0x020c || xloadflags & 1 == 0 {
+        return Err(format!(
+            "a bzImage (boot protocol {}.{:02}) without a 64-bit entry point",
+            version >> 8,
+            version & 0xff
+        ));
+    }
+    let init_size = u32_at(head, 0x260).unwrap_or(0) as u64;
+    let pref = u64_at(head, 0x258).unwrap_or(0).max(16 * MIB);
+    let initrd_max = u32_at(head, 0x22c).unwrap_or(0x37ff_ffff) as u64;
+    Ok(KernelInfo {
+        format: KernelFormat::BzImage,
+        end: pref + init_size,
+        protocol: version,
+        initrd_addr_max: initrd_max,
+    })
+}
+
+/// Checks an ELF file is a vmlinux: 64-bit, little endian, x86-64,
+/// ET_EXEC, loads above 1 MiB, and a "Linux" note.
+fn inspect_elf(path: &Path, head: &[u8]) -> Result<KernelInfo, BootError> {
+    let h = elf_header(head).map_err(|found| not_kernel(path, found))?;
+    let ElfLoad {
+        start,
+        end,
+        linux_note,
+    } = elf_load(path, &h)?;
+    if start == u64::MAX {
+        return Err(not_kernel(
+            path,
+            "an ELF executable with nothing to load".into(),
+        ));
+    }
+    if !linux_note {
+        return Err(not_kernel(
+            path,
+            "an x86-64 ELF executable without the \"Linux\" ELF note every vmlinux carries".into(),
+        ));
+    }
+    if start < HIMEM_START || h.entry < HIMEM_START {
+        return Err(not_kernel(
+            path,
+            format!("an ELF executable that loads at {start:#x}, below 1 MiB"),
+        ));
+    }
+    Ok(KernelInfo {
+        format: KernelFormat::Elf,
+        end,
+        protocol: ELF_BOOT_PROTOCOL,
+        initrd_addr_max: 0x7fff_ffff,
+    })
+}
+
+/// What a vmlinux's ELF header says.
+struct ElfHeader {
+    entry: u64,
+    phoff: u64,
+    phentsize: u64,
+    phnum: u64,
+}
+
+/// Reads an ELF header that must be a 64-bit little-endian x86-64
+/// executable's with sane program headers; `Err` says what it is instead.
+fn elf_header(head: &[u8]) -> Result<ElfHeader, String> {
     if head.get(4) != Some(&2) {
-        return Err(not_kernel("a 32-bit ELF file".into()));
+        return Err("a 32-bit ELF file".into());
     }
     if head.get(5) != Some(&1) {
-        return Err(not_kernel("a big-endian ELF file".into()));
+        return Err("a big-endian ELF file".into());
     }
-    let machine = u16_at(&head, 18).unwrap_or(0);
+    let machine = u16_at(head, 18).unwrap_or(0);
     if machine != 62 {
-        return Err(not_kernel(format!(
-            "an ELF file for machine {machine} (not x86-64)"
-        )));
+        return Err(format!("an ELF file for machine {machine} (not x86-64)"));
     }
-    let etype = u16_at(&head, 16).unwrap_or(0);
+    let etype = u16_at(head, 16).unwrap_or(0);
     if etype != 2 {
         let what = match etype {
             1 => "a relocatable object file (ET_REL)",
@@ -180,29 +235,45 @@ pub fn inspect_kernel(path: &Path) -> Result<KernelInfo, BootError> {
             4 => "a core dump",
             _ => "an ELF file that is not an executable",
         };
-        return Err(not_kernel(format!("{what}, not a vmlinux")));
+        return Err(format!("{what}, not a vmlinux"));
     }
-    let entry = u64_at(&head, 24).unwrap_or(0);
-    let phoff = u64_at(&head, 32).unwrap_or(0);
-    let phentsize = u16_at(&head, 54).unwrap_or(0) as u64;
-    let phnum = u16_at(&head, 56).unwrap_or(0) as u64;
-    if phentsize != 56 || phnum == 0 || phnum > 64 {
-        return Err(not_kernel(
-            "an ELF executable with malformed program headers".into(),
-        ));
+    let h = ElfHeader {
+        entry: u64_at(head, 24).unwrap_or(0),
+        phoff: u64_at(head, 32).unwrap_or(0),
+        phentsize: u16_at(head, 54).unwrap_or(0) as u64,
+        phnum: u16_at(head, 56).unwrap_or(0) as u64,
+    };
+    if h.phentsize != 56 || h.phnum == 0 || h.phnum > 64 {
+        return Err("an ELF executable with malformed program headers".into());
     }
+    Ok(h)
+}
+
+/// What an ELF's program headers load (`start` is `u64::MAX` when
+/// nothing), and whether a note segment has the "Linux" note.
+struct ElfLoad {
+    start: u64,
+    end: u64,
+    linux_note: bool,
+}
+
+/// Reads the program headers, and the note segments they name, of the
+/// ELF at `path`.
+fn elf_load(path: &Path, h: &ElfHeader) -> Result<ElfLoad, BootError> {
     let mut f = File::open(path).map_err(|source| BootError::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    let mut ph = vec![0u8; (phentsize * phnum) as usize];
-    f.seek(SeekFrom::Start(phoff))
+    let mut ph = vec![0u8; (h.phentsize * h.phnum) as usize];
+    f.seek(SeekFrom::Start(h.phoff))
         .and_then(|_| f.read_exact(&mut ph))
-        .map_err(|_| not_kernel("a truncated ELF executable".into()))?;
-    let mut end = 0u64;
-    let mut start = u64::MAX;
-    let mut linux_note = false;
-    for i in 0..phnum as usize {
+        .map_err(|_| not_kernel(path, "a truncated ELF executable".into()))?;
+    let mut load = ElfLoad {
+        start: u64::MAX,
+        end: 0,
+        linux_note: false,
+    };
+    for i in 0..h.phnum as usize {
         let p = &ph[i * 56..(i + 1) * 56];
         let ptype = u32_at(p, 0).unwrap_or(0);
         let offset = u64_at(p, 8).unwrap_or(0);
@@ -211,8 +282,8 @@ pub fn inspect_kernel(path: &Path) -> Result<KernelInfo, BootError> {
         let memsz = u64_at(p, 40).unwrap_or(0);
         match ptype {
             1 if filesz > 0 || memsz > 0 => {
-                start = start.min(paddr);
-                end = end.max(paddr.saturating_add(memsz));
+                load.start = load.start.min(paddr);
+                load.end = load.end.max(paddr.saturating_add(memsz));
             }
             4 if filesz < (1 << 20) => {
                 let mut notes = vec![0u8; filesz as usize];
@@ -220,31 +291,13 @@ pub fn inspect_kernel(path: &Path) -> Result<KernelInfo, BootError> {
                     .and_then(|_| f.read_exact(&mut notes))
                     .is_ok()
                 {
-                    linux_note |= has_note(&notes, b"Linux");
+                    load.linux_note |= has_note(&notes, b"Linux");
                 }
             }
             _ => {}
         }
     }
-    if start == u64::MAX {
-        return Err(not_kernel("an ELF executable with nothing to load".into()));
-    }
-    if !linux_note {
-        return Err(not_kernel(
-            "an x86-64 ELF executable without the \"Linux\" ELF note every vmlinux carries".into(),
-        ));
-    }
-    if start < HIMEM_START || entry < HIMEM_START {
-        return Err(not_kernel(format!(
-            "an ELF executable that loads at {start:#x}, below 1 MiB"
-        )));
-    }
-    Ok(KernelInfo {
-        format: KernelFormat::Elf,
-        end,
-        protocol: ELF_BOOT_PROTOCOL,
-        initrd_addr_max: 0x7fff_ffff,
-    })
+    Ok(load)
 }
 
 /// Whether an ELF note segment has a note named `name`.

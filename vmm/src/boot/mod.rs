@@ -223,15 +223,64 @@ pub fn load(
     let info = inspect_kernel(req.kernel)?;
     check_cmdline(req.cmdline)?;
     let initrd_size = check_fit(&info, req.initrd, plan)?;
+    let mut params = boot_params::default();
+    let (entry, kernel_end) = load_kernel(mem, req.kernel, &info, &mut params)?;
+
+    // Command line.
+    let mut bytes = req.cmdline.as_bytes().to_vec();
+    bytes.push(0);
+    mem.write_slice(&bytes, GuestAddress(CMDLINE_ADDR))
+        .map_err(mem_err("the command line"))?;
+
+    let ramdisk = match req.initrd {
+        Some(p) => load_initrd(mem, plan, &info, kernel_end, p, initrd_size)?,
+        None => (0, 0),
+    };
+
+    let h = &mut params.hdr;
+    h.type_of_loader = 0xff;
+    h.loadflags |= 0x01; // LOADED_HIGH
+    h.cmd_line_ptr = CMDLINE_ADDR as u32;
+    h.cmdline_size = req.cmdline.len() as u32;
+    h.ramdisk_image = ramdisk.0 as u32;
+    h.ramdisk_size = ramdisk.1 as u32;
+    params.ext_ramdisk_image = (ramdisk.0 >> 32) as u32;
+    params.ext_ramdisk_size = (ramdisk.1 >> 32) as u32;
+    params.acpi_rsdp_addr = req.rsdp;
+    let e820 = plan.e820();
+    write_e820(&mut params, &e820);
+    mem.write_obj(params, GuestAddress(ZERO_PAGE))
+        .map_err(mem_err("boot_params"))?;
+    write_page_tables(mem).map_err(mem_err("the boot page tables"))?;
+    write_gdt(mem).map_err(mem_err("the GDT"))?;
+    Ok(BootEntry {
+        entry,
+        boot_params: ZERO_PAGE,
+    })
+}
+
+/// The error for a failed write of `what` into guest memory.
+fn mem_err(what: &'static str) -> impl FnOnce(vm_memory::GuestMemoryError) -> BootError {
+    move |source| BootError::Memory { what, source }
+}
+
+/// Loads the kernel image with linux-loader and fills in the setup
+/// header it has (a bzImage's) or needs (an ELF's); returns the entry
+/// point and the image's end.
+fn load_kernel(
+    mem: &GuestMemoryMmap,
+    kernel: &Path,
+    info: &KernelInfo,
+    params: &mut boot_params,
+) -> Result<(u64, u64), BootError> {
     let load_err = |source| BootError::Load {
-        path: req.kernel.to_path_buf(),
+        path: kernel.to_path_buf(),
         source,
     };
-    let mut file = File::open(req.kernel).map_err(|source| BootError::Read {
-        path: req.kernel.to_path_buf(),
+    let mut file = File::open(kernel).map_err(|source| BootError::Read {
+        path: kernel.to_path_buf(),
         source,
     })?;
-    let mut params = boot_params::default();
     let (entry, kernel_end) = match info.format {
         KernelFormat::Elf => {
             let r = Elf::load(mem, None, &mut file, Some(GuestAddress(HIMEM_START)))
@@ -259,62 +308,41 @@ pub fn load(
         end = format_args!("{kernel_end:#x}"),
         "kernel loaded"
     );
-    let mem_err = |what| move |source| BootError::Memory { what, source };
+    Ok((entry, kernel_end))
+}
 
-    // Command line.
-    let mut bytes = req.cmdline.as_bytes().to_vec();
-    bytes.push(0);
-    mem.write_slice(&bytes, GuestAddress(CMDLINE_ADDR))
-        .map_err(mem_err("the command line"))?;
-
-    // Initrd at the top of the RAM below the MMIO hole (and below what the
-    // kernel accepts).
-    let mut ramdisk = (0u64, 0u64);
-    if let Some(p) = req.initrd {
-        let top = plan.low_ram_end().min(info.initrd_addr_max + 1);
-        let addr = (top - initrd_size) & !0xfff;
-        if addr < kernel_end.max(info.end) {
-            return Err(BootError::TooSmall {
-                have: HumanSize(plan.total()),
-                need: HumanSize((info.end + initrd_size + KERNEL_HEADROOM).div_ceil(MIB) * MIB),
-                kernel_end: info.end,
-                initrd: HumanSize(initrd_size),
-            });
-        }
-        let mut f = File::open(p).map_err(|source| BootError::Read {
-            path: p.to_path_buf(),
-            source,
-        })?;
-        mem.read_exact_volatile_from(GuestAddress(addr), &mut f, initrd_size as usize)
-            .map_err(mem_err("the initrd"))?;
-        ramdisk = (addr, initrd_size);
-        debug!(
-            addr = format_args!("{addr:#x}"),
-            size = initrd_size,
-            "initrd loaded"
-        );
+/// Loads the initrd at the top of the RAM below the MMIO hole (and below
+/// what the kernel accepts); returns its address and size.
+fn load_initrd(
+    mem: &GuestMemoryMmap,
+    plan: &MemoryPlan,
+    info: &KernelInfo,
+    kernel_end: u64,
+    p: &Path,
+    initrd_size: u64,
+) -> Result<(u64, u64), BootError> {
+    let top = plan.low_ram_end().min(info.initrd_addr_max + 1);
+    let addr = (top - initrd_size) & !0xfff;
+    if addr < kernel_end.max(info.end) {
+        return Err(BootError::TooSmall {
+            have: HumanSize(plan.total()),
+            need: HumanSize((info.end + initrd_size + KERNEL_HEADROOM).div_ceil(MIB) * MIB),
+            kernel_end: info.end,
+            initrd: HumanSize(initrd_size),
+        });
     }
-
-    let h = &mut params.hdr;
-    h.type_of_loader = 0xff;
-    h.loadflags |= 0x01; // LOADED_HIGH
-    h.cmd_line_ptr = CMDLINE_ADDR as u32;
-    h.cmdline_size = req.cmdline.len() as u32;
-    h.ramdisk_image = ramdisk.0 as u32;
-    h.ramdisk_size = ramdisk.1 as u32;
-    params.ext_ramdisk_image = (ramdisk.0 >> 32) as u32;
-    params.ext_ramdisk_size = (ramdisk.1 >> 32) as u32;
-    params.acpi_rsdp_addr = req.rsdp;
-    let e820 = plan.e820();
-    write_e820(&mut params, &e820);
-    mem.write_obj(params, GuestAddress(ZERO_PAGE))
-        .map_err(mem_err("boot_params"))?;
-    write_page_tables(mem).map_err(mem_err("the boot page tables"))?;
-    write_gdt(mem).map_err(mem_err("the GDT"))?;
-    Ok(BootEntry {
-        entry,
-        boot_params: ZERO_PAGE,
-    })
+    let mut f = File::open(p).map_err(|source| BootError::Read {
+        path: p.to_path_buf(),
+        source,
+    })?;
+    mem.read_exact_volatile_from(GuestAddress(addr), &mut f, initrd_size as usize)
+        .map_err(mem_err("the initrd"))?;
+    debug!(
+        addr = format_args!("{addr:#x}"),
+        size = initrd_size,
+        "initrd loaded"
+    );
+    Ok((addr, initrd_size))
 }
 
 fn write_e820(params: &mut boot_params, e820: &[E820Entry]) {

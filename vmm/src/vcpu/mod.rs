@@ -39,10 +39,7 @@
 //! A kick while the vCPU is not running is remembered: the next `run`
 //! returns `Kicked` without entering the guest.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
-
-use vcpu_sched::os_thread::OsThread;
+use std::sync::Arc;
 
 use kvm_bindings::{
     KVM_INTERNAL_ERROR_EMULATION, KVM_INTERNAL_ERROR_EMULATION_FLAG_INSTRUCTION_BYTES,
@@ -53,6 +50,11 @@ use tracing::{debug, trace};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::compat::{assist_for, Assist};
+
+mod kick;
+
+pub use kick::{install_kick_signal, kick_signal, Kicker};
+use kick::{KickShared, RunGuard};
 
 /// Errors of the vCPU layer.
 #[derive(Debug, thiserror::Error)]
@@ -156,113 +158,6 @@ pub struct VcpuStats {
     pub assists: u64,
 }
 
-/// The signal used to kick vCPUs: `SIGRTMIN`, handled by an empty handler
-/// installed without `SA_RESTART`.
-pub fn kick_signal() -> libc::c_int {
-    vmm_sys_util::signal::SIGRTMIN()
-}
-
-/// Installs the kick signal's handler (once per process). Every call
-/// returns the outcome of the first.
-pub fn install_kick_signal() -> Result<(), VcpuError> {
-    // 0: installed; otherwise the OS error of the one attempt.
-    static RESULT: OnceLock<i32> = OnceLock::new();
-    let err = *RESULT.get_or_init(|| {
-        // Without SA_RESTART, so that KVM_RUN returns EINTR.
-        match vcpu_sched::os_thread::install_interrupting_handler(kick_signal()) {
-            Ok(()) => 0,
-            Err(e) => e.raw_os_error().unwrap_or(-1),
-        }
-    });
-    if err == 0 {
-        Ok(())
-    } else {
-        Err(VcpuError::Signal(std::io::Error::from_raw_os_error(err)))
-    }
-}
-
-/// Where a vCPU is, as far as kicking is concerned.
-struct KickTarget {
-    /// The thread inside [`Vcpu::run`], if any.
-    thread: Option<OsThread>,
-}
-
-/// State shared between a [`Vcpu`] and its [`Kicker`]s.
-struct KickShared {
-    /// `&kvm_run.immediate_exit`, or null once the vCPU is gone.
-    immediate_exit: AtomicPtr<u8>,
-    /// A kick not yet reported.
-    pending: AtomicBool,
-    target: Mutex<KickTarget>,
-}
-
-impl KickShared {
-    fn set_immediate_exit(&self, v: u8) {
-        let p = self.immediate_exit.load(Ordering::Acquire);
-        if !p.is_null() {
-            // SAFETY: `p` points into the vCPU's kvm_run mapping, which
-            // lives as long as the VcpuFd; the Vcpu nulls the pointer under
-            // the target lock before dropping the fd, and every caller of
-            // this function holds that lock or is the Vcpu itself. The byte
-            // is only ever accessed atomically by this process.
-            unsafe { AtomicU8::from_ptr(p) }.store(v, Ordering::SeqCst);
-        }
-    }
-}
-
-/// A handle that interrupts a vCPU from any thread. Cheap to clone.
-#[derive(Clone)]
-pub struct Kicker {
-    shared: Arc<KickShared>,
-}
-
-impl std::fmt::Debug for Kicker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Kicker")
-            .field("pending", &self.shared.pending.load(Ordering::Relaxed))
-            .finish()
-    }
-}
-
-impl Kicker {
-    /// Makes the vCPU's current or next [`Vcpu::run`] return
-    /// [`VcpuExit::Kicked`] (see the module docs for why this is race
-    /// free).
-    pub fn kick(&self) {
-        let s = &self.shared;
-        s.pending.store(true, Ordering::SeqCst);
-        let target = s.target.lock().unwrap_or_else(|e| e.into_inner());
-        s.set_immediate_exit(1);
-        if let Some(t) = target.thread {
-            // SAFETY: `t` is the thread currently inside Vcpu::run; it
-            // clears `thread` under this same lock before leaving run, so
-            // it is alive while we hold the lock.
-            let _ = unsafe { t.signal(kick_signal()) };
-        }
-    }
-}
-
-/// Marks the calling thread as the one running the vCPU, until dropped.
-struct RunGuard<'a>(&'a KickShared);
-
-impl<'a> RunGuard<'a> {
-    fn enter(s: &'a KickShared) -> Self {
-        let me = OsThread::current();
-        s.target.lock().unwrap_or_else(|e| e.into_inner()).thread = Some(me);
-        RunGuard(s)
-    }
-}
-
-impl Drop for RunGuard<'_> {
-    fn drop(&mut self) {
-        self.0
-            .target
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .thread = None;
-    }
-}
-
 /// One KVM vCPU.
 pub struct Vcpu {
     index: usize,
@@ -307,11 +202,7 @@ impl Vcpu {
             index,
             kvm_id,
             fd,
-            kick: Arc::new(KickShared {
-                immediate_exit: AtomicPtr::new(imm),
-                pending: AtomicBool::new(false),
-                target: Mutex::new(KickTarget { thread: None }),
-            }),
+            kick: KickShared::new(imm),
             assist: false,
             memory: None,
             stats: VcpuStats::default(),
@@ -336,9 +227,7 @@ impl Vcpu {
     }
     /// A handle that kicks this vCPU.
     pub fn kicker(&self) -> Kicker {
-        Kicker {
-            shared: self.kick.clone(),
-        }
+        self.kick.kicker()
     }
     /// Turns on the emulation assist for INT3 and FWAIT (kvm_pvm only, see
     /// [`crate::compat`]). `memory` lets the assist read the instruction
@@ -355,8 +244,7 @@ impl Vcpu {
 
     /// Takes a pending kick (see the module docs for the order).
     fn take_kick(&self) -> bool {
-        self.kick.set_immediate_exit(0);
-        self.kick.pending.swap(false, Ordering::SeqCst)
+        self.kick.take()
     }
 
     /// Runs the guest until an exit that matters (see [`VcpuExit`]).
@@ -599,10 +487,7 @@ impl Drop for Vcpu {
     fn drop(&mut self) {
         // Kickers may outlive the vCPU: stop them from touching the kvm_run
         // mapping, which goes away with the fd.
-        let _t = self.kick.target.lock().unwrap_or_else(|e| e.into_inner());
-        self.kick
-            .immediate_exit
-            .store(std::ptr::null_mut(), Ordering::Release);
+        self.kick.detach();
     }
 }
 

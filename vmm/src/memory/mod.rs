@@ -1,0 +1,68 @@
+//! Guest RAM: one region per guest NUMA node, each bound to a host node.
+//!
+//! [`MemoryPlan`] splits the requested size into equal shares per guest
+//! node (multiples of 2 MiB, the remainder going to the last node) and lays
+//! them out back to back from guest physical address 0, skipping the MMIO
+//! hole below 4 GiB. [`node_policies`] decides which host node each guest
+//! node's memory must come from, and [`GuestRam::allocate`] maps the memory
+//! and applies that policy with `mbind(2)` before any page is touched.
+
+use crate::layout::MIB;
+
+/// Smallest amount of memory a guest NUMA node may get.
+pub const MIN_NODE_MEMORY: u64 = 32 * MIB;
+/// Smallest guest.
+pub const MIN_MEMORY: u64 = 64 * MIB;
+/// Node shares are multiples of this.
+pub const NODE_ALIGN: u64 = 2 * MIB;
+
+/// Errors of this module.
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    /// The requested size is below the minimum.
+    #[error(
+        "--memory {requested} is too small: the minimum is {minimum} ({} per NUMA node, {} in all)",
+        HumanSize(MIN_NODE_MEMORY),
+        HumanSize(MIN_MEMORY)
+    )]
+    TooSmall {
+        /// What was asked for.
+        requested: HumanSize,
+        /// The minimum for this many nodes.
+        minimum: HumanSize,
+    },
+    /// The address space would overflow.
+    #[error("--memory {0} is too large for this VMM's address space")]
+    TooLarge(HumanSize),
+    /// mmap failed.
+    #[error("cannot map {size} of guest memory for node {node}: {source}")]
+    Map {
+        /// Guest node.
+        node: u32,
+        /// Size of the region.
+        size: HumanSize,
+        /// What mmap said.
+        source: vm_memory::mmap::MmapRegionError,
+    },
+    /// The regions could not be assembled (overlap: a bug).
+    #[error("cannot assemble guest memory: {0}")]
+    Assemble(String),
+    /// mbind failed.
+    #[error("cannot bind guest node {node}'s memory to host node(s) {nodes:?}: {source}")]
+    Bind {
+        /// Guest node.
+        node: u32,
+        /// Host nodes.
+        nodes: Vec<u32>,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+mod host;
+mod plan;
+mod size;
+
+pub use host::{node_policies, GuestRam, HostPolicy, NodePolicy};
+pub use plan::{E820Entry, E820Kind, MemoryPlan, RamRange};
+pub use size::{host_mem_available, host_mem_total, parse_size, HumanSize};

@@ -1,0 +1,285 @@
+//! A worker thread: the loop that schedules its CPU, parks it while idle
+//! and runs the picked vCPU's `KVM_RUN` itself (see the module above for
+//! the protocol with kickers).
+
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+use vcpu_sched::exec::{current_tid, pin_current_thread, CPU_OK};
+use vcpu_sched::{CpuId, Pick, Prev, Scheduler, TaskId};
+
+use super::super::{enter, resumed, Action, Resume, VcpuSlot, VcpuState, VmSet};
+use super::{host_rt, lock, Shared, TaskRt, WorkerCpu, WorkerStats, IDLE};
+
+/// The body of CPU `cpu`'s worker thread.
+pub(super) fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
+    enter_worker_thread(&sh, cpu);
+    let set = sh.set.clone();
+    Worker {
+        sh: &sh,
+        sched: &sched,
+        set: &set,
+        cpu,
+        w: &sh.cpus[cpu as usize],
+        stats: &sh.stats[cpu as usize],
+        cur: None,
+        prev: Prev::Keep,
+        resched: true,
+    }
+    .run();
+}
+
+/// Makes the calling thread CPU `cpu`'s worker: records its thread id,
+/// gives it host RT if asked and pins it to its host CPU.
+fn enter_worker_thread(sh: &Shared, cpu: CpuId) {
+    let w = &sh.cpus[cpu as usize];
+    w.tid.store(current_tid(), Ordering::Release);
+    host_rt(sh, 0);
+    if sh.pin && pin_current_thread(w.host_cpu).is_err() {
+        sh.pin_errors.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// One worker's loop state.
+struct Worker<'a> {
+    sh: &'a Shared,
+    sched: &'a Scheduler,
+    set: &'a VmSet,
+    cpu: CpuId,
+    w: &'a WorkerCpu,
+    stats: &'a WorkerStats,
+    /// The task whose vCPU it runs (`None`: idle).
+    cur: Option<TaskId>,
+    /// What happens to `cur` at the next `schedule`.
+    prev: Prev,
+    /// Whether to call `schedule` before anything else.
+    resched: bool,
+}
+
+impl Worker<'_> {
+    /// The worker's loop: schedule when needed, park while idle, otherwise
+    /// run the current vCPU; returns when the executor quits.
+    fn run(&mut self) {
+        loop {
+            if (self.resched || self.needs_attention()) && !self.reschedule() {
+                continue;
+            }
+            let Some(t) = self.cur else {
+                if !self.park() {
+                    return;
+                }
+                self.resched = true;
+                continue;
+            };
+            self.run_task(t);
+        }
+    }
+
+    /// Whether the core wants this CPU to schedule.
+    fn needs_attention(&self) -> bool {
+        self.sched.needs_attention(self.cpu).expect(CPU_OK)
+    }
+
+    /// Asks `resched` at the next round, telling the core `prev`.
+    fn resched_with(&mut self, prev: Prev) {
+        self.prev = prev;
+        self.resched = true;
+    }
+
+    /// Calls `schedule`, retires a task that exited and publishes what was
+    /// picked; false when the CPU needs attention again already.
+    fn reschedule(&mut self) -> bool {
+        let (sh, set, cpu) = (self.sh, self.set, self.cpu);
+        let t0 = set.now();
+        let exiting = self.prev == Prev::Exit;
+        let pick = self.sched.schedule(cpu, self.prev, t0).expect(CPU_OK);
+        self.stats
+            .sched_ns
+            .fetch_add(set.now().saturating_sub(t0), Ordering::Relaxed);
+        self.stats.sched_calls.fetch_add(1, Ordering::Relaxed);
+        if exiting {
+            if let Some(t) = self.cur.take() {
+                finish_task(sh, self.sched, t);
+            }
+        }
+        self.cur = match pick {
+            Pick::Same => {
+                if exiting {
+                    sh.violation(format!("CPU {cpu}: schedule kept an exiting task"));
+                }
+                self.cur
+            }
+            Pick::Switch(n) => Some(n),
+            Pick::Idle => None,
+        };
+        self.prev = Prev::Keep;
+        self.resched = false;
+        self.w
+            .current
+            .store(self.cur.map_or(IDLE, |t| t.0), Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if self.needs_attention() {
+            self.resched = true;
+            return false;
+        }
+        true
+    }
+
+    /// Parks the idle worker until a kick's token; false when the executor
+    /// quits.
+    fn park(&self) -> bool {
+        let (w, sh) = (self.w, self.sh);
+        // `parked` is cleared before the token is taken, so the checker
+        // never sees this worker parked without a token once a kick has
+        // landed. The token is taken with a swap (acquire): what the kick
+        // it takes published before it (need_resched, the wake list) is
+        // visible to the schedule() that follows; a token set after the
+        // swap stays for the next round.
+        w.parked.store(true, Ordering::SeqCst);
+        while !w.token.load(Ordering::SeqCst) {
+            if sh.quit.load(Ordering::Acquire) {
+                w.parked.store(false, Ordering::SeqCst);
+                return false;
+            }
+            std::thread::park();
+        }
+        w.parked.store(false, Ordering::SeqCst);
+        w.token.swap(false, Ordering::AcqRel);
+        !sh.quit.load(Ordering::Acquire)
+    }
+
+    /// Runs task `t`'s vCPU once, unless it goes back to sleep or the CPU
+    /// needs attention first, and acts on why it came back.
+    fn run_task(&mut self, t: TaskId) {
+        let (sh, set, cpu) = (self.sh, self.set, self.cpu);
+        let Some(&g) = sh.by_task.get(t.0 as usize).and_then(|x| x.get()) else {
+            sh.violation(format!("CPU {cpu} picked task {} that is no vCPU", t.0));
+            self.resched_with(Prev::Exit);
+            return;
+        };
+        let slot = &set.slots()[g];
+        let vm = &set.vms()[slot.vm];
+        let rt = &sh.rt[g];
+        let stopping = set.stopping() || vm.control.is_stopping();
+        // A sleeper picked early (another wake) goes back to sleep.
+        let due = rt.sleep_due.load(Ordering::Acquire);
+        if due != 0 && !stopping && set.now() < due {
+            self.resched_with(Prev::Block);
+            return;
+        }
+        let Some(mut st) = slot.try_lock() else {
+            sh.violation(format!(
+                "CPU {cpu}: vCPU {} is being run elsewhere",
+                super::super::threads::task_name(set, slot)
+            ));
+            self.resched_with(Prev::Keep);
+            std::thread::yield_now();
+            return;
+        };
+        if sh.check {
+            self.check_current(t);
+        }
+        // The check right before KVM_RUN (a later kick finds immediate_exit).
+        if self.needs_attention() {
+            self.resched = true;
+            return;
+        }
+        deliver_resumes(set, slot, rt, due, &mut st);
+        let action = enter(set, vm, &mut st);
+        self.act(action, g, slot, &mut st);
+    }
+
+    /// The checker's checks on a task about to run here: the core has it
+    /// current on this CPU, and this CPU is inside its affinity.
+    fn check_current(&self, t: TaskId) {
+        let (sh, sched, cpu) = (self.sh, self.sched, self.cpu);
+        if sched.current(cpu).expect(CPU_OK) != Some(t) {
+            sh.violation(format!(
+                "CPU {cpu} runs task {} but the core has {:?} current",
+                t.0,
+                sched.current(cpu).expect(CPU_OK)
+            ));
+        }
+        // decided under the runqueue lock (see running_outside_affinity)
+        if let Some(m) = sched.running_outside_affinity(cpu, t).expect(CPU_OK) {
+            sh.violation(format!(
+                "task {} runs on CPU {cpu} outside its affinity {m}",
+                t.0
+            ));
+        }
+    }
+
+    /// Acts on why vCPU `g` came back from `enter`: what the core hears at
+    /// the next `schedule`, a sleep's timer, a doorbell's wake, an exit.
+    fn act(&mut self, action: Action, g: usize, slot: &VcpuSlot, st: &mut VcpuState) {
+        let (sh, sched, set, cpu) = (self.sh, self.sched, self.set, self.cpu);
+        let rt = &sh.rt[g];
+        match action {
+            Action::Continue => {}
+            Action::Block => {
+                rt.halt_at.store(set.now(), Ordering::Release);
+                self.resched_with(Prev::Block);
+            }
+            Action::Sleep(ns) => {
+                let now = set.now();
+                let at = now + ns;
+                rt.sleep_due.store(at, Ordering::Release);
+                let gen = rt.timer_gen.fetch_add(1, Ordering::AcqRel) + 1;
+                sh.timers.add(at, g, gen);
+                self.resched_with(Prev::Block);
+            }
+            Action::Yield => self.resched_with(Prev::Yield),
+            Action::Wake(k) => {
+                if let Some(s) = set.doorbell(slot.vm, k, set.now()) {
+                    if let Some(&tk) = s.task.get() {
+                        let _ = sched.wake(tk, Some(cpu), set.now());
+                    }
+                }
+            }
+            Action::Exit => {
+                set.vcpu_exited(slot, st);
+                self.resched_with(Prev::Exit);
+            }
+            Action::Fail(r) => {
+                set.fail_vm(slot.vm, r, &|s: &VcpuSlot| {
+                    if let Some(&tk) = s.task.get() {
+                        let _ = sched.wake(tk, Some(cpu), set.now());
+                    }
+                });
+                set.vcpu_exited(slot, st);
+                self.resched_with(Prev::Exit);
+            }
+        }
+    }
+}
+
+/// Tells vCPU `slot`'s metrics that it resumes from a sleep that was due
+/// at `due` (0: none) and from a halt, if it was halted.
+fn deliver_resumes(set: &VmSet, slot: &VcpuSlot, rt: &TaskRt, due: u64, st: &mut VcpuState) {
+    if due != 0 {
+        rt.sleep_due.store(0, Ordering::Release);
+        rt.timer_gen.fetch_add(1, Ordering::AcqRel);
+        resumed(set, slot, &mut st.m, Resume::Timer(due));
+    }
+    let h = rt.halt_at.swap(0, Ordering::AcqRel);
+    if h != 0 {
+        resumed(set, slot, &mut st.m, Resume::Halt(h));
+    }
+}
+
+/// Removes exited task `t` from the core and keeps its statistics.
+fn finish_task(sh: &Shared, sched: &Scheduler, t: TaskId) {
+    let g = sh.by_task.get(t.0 as usize).and_then(|x| x.get()).copied();
+    if let Some(g) = g {
+        sh.rt[g].timer_gen.fetch_add(1, Ordering::AcqRel);
+    }
+    match sched.remove_task(t) {
+        Ok(st) => {
+            if let Some(g) = g {
+                lock(&sh.finished).push((g, st));
+            }
+        }
+        Err(e) => sh.violation(format!("task {} could not be removed after exit: {e}", t.0)),
+    }
+    sh.live.fetch_sub(1, Ordering::AcqRel);
+}
