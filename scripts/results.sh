@@ -80,7 +80,8 @@ meta=$data/results-meta.txt
         echo "kvm=none"
     fi
     echo "mode=$( ((small)) && echo small || echo full)"
-    echo "vmm=$VMM_BIN"
+    # the binary's build, not its path on this machine
+    echo "vmm=$("$VMM_BIN" --version 2>/dev/null || echo vmm) ($( ((small)) && echo debug || echo release) build)"
 } >"$meta"
 
 # run NAME ARGS...: one comparison, its JSON to $data/NAME.json; the exact
@@ -93,7 +94,8 @@ run() {
     local t0=$SECONDS
     "${cmd[@]}"
     echo "== $name: $((SECONDS - t0)) s" >&2
-    printf 'cmd.%s=%s\n' "$name" "${cmd[*]}" >>"$meta"
+    # as a reader types it: `vmm ...`, not this machine's path to the binary
+    printf 'cmd.%s=vmm %s\n' "$name" "${cmd[*]:1}" >>"$meta"
 }
 
 # Sizes. Small: 1 repetition of 0.1 s (micro-guests 0.5 s), few tasks and vCPUs (transcode's
@@ -135,6 +137,8 @@ pairs=()
 for d in results-scheduler results-vcpus; do
     pairs+=("docs/$d.md" "$docs_out/$d.md.new")
 done
+# The raw data without the histograms' bucket lists, as compact JSON.
+"$RESULTS_MD" --compact "$data"/*.json
 "$RESULTS_MD" "$meta" "$data" "${pairs[@]}"
 for d in results-scheduler results-vcpus; do
     mv "$docs_out/$d.md.new" "$docs_out/$d.md"

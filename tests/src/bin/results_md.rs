@@ -26,6 +26,15 @@ const END: &str = "<!-- results:end -->";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--compact") {
+        return match args[1..].iter().try_for_each(|f| compact(Path::new(f))) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if args.len() < 4 || args.len() % 2 != 0 {
         eprintln!("usage: results_md META DATA_DIR IN.md OUT.md [IN.md OUT.md ...]");
         return ExitCode::from(2);
@@ -36,6 +45,33 @@ fn main() -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Rewrites a raw comparison JSON as compact JSON without the histograms'
+/// bucket lists (`values` next to `significant_digits`): every metric,
+/// per-repetition value, counter and quantile stays; the buckets of every
+/// latency histogram of every vCPU of every run made the files hundreds of
+/// MB.
+fn compact(path: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let mut v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    drop_buckets(&mut v);
+    let out = serde_json::to_string(&v).map_err(|e| e.to_string())?;
+    std::fs::write(path, out + "\n").map_err(|e| format!("writing {}: {e}", path.display()))
+}
+
+fn drop_buckets(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            if m.contains_key("significant_digits") {
+                m.remove("values");
+            }
+            m.values_mut().for_each(drop_buckets);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(drop_buckets),
+        _ => {}
     }
 }
 
@@ -263,6 +299,18 @@ fn table(name: &str, cmd: &str, v: &Value) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compacting_drops_only_histogram_buckets() {
+        let mut v = serde_json::json!({
+            "rows": [{"values": [1.0, 2.0], "mean": 1.5}],
+            "h": {"significant_digits": 3, "p99": 7, "values": [[1, 2]]},
+        });
+        drop_buckets(&mut v);
+        assert_eq!(v["rows"][0]["values"], serde_json::json!([1.0, 2.0]));
+        assert_eq!(v["h"]["p99"], 7);
+        assert!(v["h"].get("values").is_none());
+    }
 
     #[test]
     fn fills_only_between_markers() {
