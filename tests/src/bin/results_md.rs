@@ -54,7 +54,8 @@ fn main() -> ExitCode {
 /// latency histogram of every vCPU of every run made the files hundreds of
 /// MB.
 fn compact(path: &Path) -> Result<(), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
     let mut v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     drop_buckets(&mut v);
