@@ -90,7 +90,7 @@ pub(crate) fn warn_rt_oversubscribed(set: &VmSet) {
         .count();
     let host_cpus = vcpu_sched::exec::allowed_host_cpus().map_or(0, |v| v.len());
     if rt > host_cpus {
-        // KVM-NOTES: equal-priority FIFO threads never time-slice; a
+        // docs/kvm-notes.md: equal-priority FIFO threads never time-slice; a
         // vCPU that spins in the guest starves the others on its CPU.
         tracing::warn!(
             "{rt} RT vCPU threads on {host_cpus} host CPUs: a vCPU that does not block starves the others on its CPU"

@@ -7,7 +7,7 @@
 //! host threads (a futex wake, a park and two host context switches). The
 //! price is that a vCPU's fd is entered from whichever worker runs it:
 //! KVM loads the vCPU state on that thread, about 2 us the first time
-//! (KVM-NOTES). Measured both ways in `docs/results-vcpus.md`.
+//! (docs/kvm-notes.md). Measured both ways in `docs/results-vcpus.md`.
 //!
 //! It drives the same [`Scheduler`] core through the same calls as the
 //! threads executor:
