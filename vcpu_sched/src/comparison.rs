@@ -165,22 +165,10 @@ pub struct VariantRow {
 /// A finished comparison.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Comparison {
-    /// Workload name.
-    pub workload: String,
-    /// Topology SPEC.
-    pub topology: String,
-    /// Logical CPUs.
-    pub cpus: usize,
-    /// Host CPUs.
-    pub host_cpus: usize,
-    /// The metric's name.
-    pub metric: String,
-    /// Its unit.
-    pub unit: String,
-    /// Is bigger better?
-    pub higher_is_better: bool,
-    /// Measured seconds per run.
-    pub duration_s: f64,
+    /// What was compared, on what (its fields at the top level of the
+    /// JSON).
+    #[serde(flatten)]
+    pub header: ComparisonHeader,
     /// Repetitions.
     pub repetitions: usize,
     /// The noise band in percent of the baseline: the A/A row's
@@ -192,7 +180,7 @@ pub struct Comparison {
 }
 
 /// What the first run of a comparison says about all of them.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ComparisonHeader {
     /// Workload name.
     pub workload: String,
@@ -348,14 +336,7 @@ impl Comparison {
         }
         let (rows, band) = rows(cells, values, sched_ns_per_call, header.higher_is_better);
         Ok(Comparison {
-            workload: header.workload,
-            topology: header.topology,
-            cpus: header.cpus,
-            host_cpus: header.host_cpus,
-            metric: header.metric,
-            unit: header.unit,
-            higher_is_better: header.higher_is_better,
-            duration_s: header.duration_s,
+            header,
             repetitions: values.first().map_or(0, |v| v.len()),
             noise_band_pct: band,
             rows,
@@ -368,12 +349,13 @@ impl Comparison {
     /// verdict against the noise band; then the band itself.
     pub fn render_table(&self) -> String {
         let mut s = String::new();
-        let emulated = if self.host_cpus < self.cpus {
-            format!(" emulated on {} host CPUs", self.host_cpus)
+        let h = &self.header;
+        let emulated = if h.host_cpus < h.cpus {
+            format!(" emulated on {} host CPUs", h.host_cpus)
         } else {
             String::new()
         };
-        let better = if self.higher_is_better {
+        let better = if h.higher_is_better {
             "higher"
         } else {
             "lower"
@@ -381,8 +363,8 @@ impl Comparison {
         let _ = writeln!(
             s,
             "{} on {} ({} CPUs{emulated}), {} x {:.1} s per variant; metric {} [{}], {better} is better",
-            self.workload, self.topology, self.cpus, self.repetitions, self.duration_s,
-            self.metric, self.unit,
+            h.workload, h.topology, h.cpus, self.repetitions, h.duration_s,
+            h.metric, h.unit,
         );
         let _ = writeln!(
             s,
