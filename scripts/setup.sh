@@ -10,6 +10,8 @@ PKGS=(
   # what building a kernel needs
   busybox-static linux-source-6.1 build-essential flex bison bc
   libelf-dev libssl-dev cpio xz-utils kmod
+  # vmm serve: promtool (checks the /metrics exposition)
+  prometheus
 )
 
 missing=()

@@ -1,7 +1,7 @@
 //! Command-line interface (clap) and the glue from arguments to the library.
 //!
 //! One module per subcommand ([`topology`], [`demo`], [`run`],
-//! [`sched_bench`], [`bench`]) and a leaf, [`args`], for what they share
+//! [`sched_bench`], [`bench`], [`plan`], [`serve`]) and a leaf, [`args`], for what they share
 //! (the input error, `--compare` lists, range checks, the progress bar).
 //! The subcommands import from [`args`] only, never from each other or
 //! from this module, so the module graph has no cycles.
@@ -14,8 +14,10 @@
 pub mod args;
 pub mod bench;
 pub mod demo;
+pub mod plan;
 pub mod run;
 pub mod sched_bench;
+pub mod serve;
 pub mod topology;
 
 use std::process::ExitCode;
@@ -57,6 +59,12 @@ pub enum Command {
     /// run, or the seeds' comparison with the host 1:1 baseline
     /// (`--compare seeds`).
     Bench(Box<bench::BenchArgs>),
+    /// Pack N pinned VMs of one guest shape onto a host, aligned to core,
+    /// L2, LLC and node; print a table or `cpus.affinity` JSON.
+    Plan(plan::PlanArgs),
+    /// Serve a Cloud Hypervisor-compatible REST API on a Unix socket: many
+    /// VMs, one scheduler, Prometheus metrics at /metrics.
+    Serve(serve::ServeArgs),
 }
 
 /// Sets up `tracing` on stderr, coloured only when
@@ -108,6 +116,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run(args) => return run::run(*args),
         Command::SchedBench(args) => sched_bench::run(args)?,
         Command::Bench(args) => bench::run(*args)?,
+        Command::Plan(args) => plan::run(args)?,
+        Command::Serve(args) => serve::run(args)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,827 @@
+//! `vmm serve`: a Cloud Hypervisor-compatible REST API over a Unix socket.
+//!
+//! WHAT: a long-running server (tokio, hyper HTTP/1.1 on a
+//! `UnixListener`) that creates, boots, inspects, shuts down and deletes
+//! many VMs while others run, speaks CH's paths, verbs, field names and
+//! status codes under `/api/v1/`, and serves Prometheus text at
+//! `/metrics` ([`metrics`]). Request bodies are in [`api`].
+//!
+//! Several VMs on CH's one-VM API: the CH paths (`/api/v1/vm.boot`) act on
+//! the VM named `default`; `/api/v1/vms/{id}/vm.boot` acts on VM `{id}`
+//! (ids: 1-64 of `[A-Za-z0-9_-]`), and `GET /api/v1/vms` lists them.
+//!
+//! WHY: operators (and Kata's clh driver) drive VMMs through this API; one
+//! process for many VMs is what a shared scheduler needs.
+//!
+//! HOW: one `Mutex<State>` holds the VM table and the planner's free map;
+//! a handler takes it only to read or flip a record, never across an
+//! executor start or stop, which run on tokio's blocking pool. Each booted
+//! VM is its own [`VmSet`] on its own executor over the server's topology
+//! and mitigations. The executors (`vcpu_task`) take their whole set at
+//! start, so a VM cannot yet join a running scheduler: each VM has a
+//! scheduler instance of its own. docs/api.md says so.
+
+pub mod api;
+pub mod metrics;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use topology::{GuestTopology, HostTopology};
+use vcpu_sched::exec::CpuMapping;
+use vcpu_sched::{CpuMask, Mitigations, Policy};
+
+use crate::micro::asm::GuestAsm;
+use crate::micro::{MicroHost, MicroVm, MicroVmSpec};
+use crate::plan::{FreeMap, Relax, VmPlan};
+use crate::vcpu_task::{ExecOptions, ExecutorKind, Placement, Running, VmSet};
+use api::{ApiError, VmConfig, VmResize};
+
+/// The largest request body.
+const MAX_BODY: usize = 1 << 20;
+/// How long a VM's vCPUs get to stop.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The VM the CH paths act on.
+pub const DEFAULT_VM: &str = "default";
+
+/// Every route: (method, path under `/api/v1/` or absolute). The OpenAPI
+/// document (docs/api.yaml) is checked against this table by a test.
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/api/v1/vmm.ping"),
+    ("PUT", "/api/v1/vmm.shutdown"),
+    ("PUT", "/api/v1/vm.create"),
+    ("PUT", "/api/v1/vm.boot"),
+    ("GET", "/api/v1/vm.info"),
+    ("GET", "/api/v1/vm.counters"),
+    ("PUT", "/api/v1/vm.pause"),
+    ("PUT", "/api/v1/vm.resume"),
+    ("PUT", "/api/v1/vm.shutdown"),
+    ("PUT", "/api/v1/vm.reboot"),
+    ("PUT", "/api/v1/vm.delete"),
+    ("PUT", "/api/v1/vm.resize"),
+    ("GET", "/api/v1/vms"),
+    ("GET", "/metrics"),
+];
+
+/// How the server runs VMs.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// The socket path.
+    pub socket: PathBuf,
+    /// The topology spec the scheduler manages (`host`, a preset, ...).
+    pub topology: String,
+    /// The fixes.
+    pub mitigations: Mitigations,
+    /// Which executor runs each VM.
+    pub executor: ExecutorKind,
+    /// Per-vCPU metric series.
+    pub per_vcpu_metrics: bool,
+}
+
+/// A VM's lifecycle state, as CH names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmState {
+    /// Created, not booted.
+    Created,
+    /// Booted.
+    Running,
+    /// Shut down (by the API, or the guest ended or failed).
+    Shutdown,
+}
+
+impl VmState {
+    fn name(self) -> &'static str {
+        match self {
+            VmState::Created => "Created",
+            VmState::Running => "Running",
+            VmState::Shutdown => "Shutdown",
+        }
+    }
+}
+
+/// One VM of the server.
+pub struct VmRecord {
+    config: VmConfig,
+    shape: String,
+    plan: Option<VmPlan>,
+    state: VmState,
+    run: Option<Arc<Running>>,
+    /// Set while a boot, shutdown or delete is in flight.
+    busy: bool,
+    boots: u64,
+    /// Counters of earlier boots, kept so that `_total` series never drop.
+    past_exits: u64,
+    last_stop: Option<String>,
+}
+
+impl VmRecord {
+    /// Refreshes a Running VM whose guest ended or failed to `Shutdown`
+    /// state (the executor keeps running until the API stops it).
+    fn observed_state(&self) -> (VmState, Option<String>) {
+        if let (VmState::Running, Some(r)) = (self.state, &self.run) {
+            let e = &r.set().vms()[0];
+            if let Some(f) = e.failure() {
+                return (VmState::Shutdown, Some(f.to_string()));
+            }
+            if e.finished_at().is_some() {
+                return (VmState::Shutdown, Some("every vCPU ended".into()));
+            }
+        }
+        (self.state, self.last_stop.clone())
+    }
+}
+
+/// Everything the handlers share.
+pub struct State {
+    opts: ServeOptions,
+    topo: Arc<HostTopology>,
+    mapping: CpuMapping,
+    micro: MicroHost,
+    vms: BTreeMap<String, VmRecord>,
+    free: FreeMap,
+    started: Instant,
+    shutdown: Arc<tokio::sync::Notify>,
+    api_latency: prometheus_client::metrics::histogram::Histogram,
+    api_requests: prometheus_client::metrics::family::Family<
+        Vec<(String, String)>,
+        prometheus_client::metrics::counter::Counter,
+    >,
+}
+
+type Shared = Arc<Mutex<State>>;
+
+fn lock(s: &Shared) -> std::sync::MutexGuard<'_, State> {
+    s.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Errors starting the server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The topology.
+    #[error(transparent)]
+    Topology(#[from] topology::TopologyError),
+    /// The scheduler's CPU mapping.
+    #[error(transparent)]
+    Sched(#[from] vcpu_sched::SchedError),
+    /// KVM.
+    #[error(transparent)]
+    Micro(#[from] crate::micro::MicroError),
+    /// The socket.
+    #[error("{0}: {1}")]
+    Io(String, std::io::Error),
+}
+
+impl State {
+    /// Opens KVM and loads the topology.
+    pub fn new(opts: ServeOptions) -> Result<Self, ServeError> {
+        crate::vcpu::install_kick_signal().map_err(crate::micro::MicroError::from)?;
+        let topo = Arc::new(topology::load(&opts.topology)?);
+        let mapping = CpuMapping::for_spec(&opts.topology)?;
+        let micro = MicroHost::open()?;
+        Ok(Self {
+            free: FreeMap::new(&topo),
+            topo,
+            mapping,
+            micro,
+            vms: BTreeMap::new(),
+            started: Instant::now(),
+            shutdown: Arc::new(tokio::sync::Notify::new()),
+            api_latency: prometheus_client::metrics::histogram::Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(5e-6, 4.0, 10),
+            ),
+            api_requests: Default::default(),
+            opts,
+        })
+    }
+}
+
+fn json_response(status: u16, body: &serde_json::Value) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        "content-type",
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn empty(status: u16) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::new()));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::NO_CONTENT);
+    r
+}
+
+fn error_response(e: &ApiError) -> Response<Full<Bytes>> {
+    json_response(e.status, &serde_json::to_value(e).unwrap_or_default())
+}
+
+type Reply = Result<Response<Full<Bytes>>, ApiError>;
+
+/// Splits a path into (VM id, endpoint). `None`: not an API path.
+fn route(path: &str) -> Option<(String, String)> {
+    let rest = path.strip_prefix("/api/v1/")?;
+    if let Some(r) = rest.strip_prefix("vms/") {
+        let (id, ep) = r.split_once('/')?;
+        return Some((id.to_string(), ep.to_string()));
+    }
+    Some((DEFAULT_VM.to_string(), rest.to_string()))
+}
+
+fn valid_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+async fn body_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, ApiError> {
+    let bytes = Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| {
+            ApiError::status(413, format!("request body: {e} (at most {MAX_BODY} bytes)"))
+        })?
+        .to_bytes();
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::from_json(&e))
+}
+
+/// Answers one request. Never panics on input; every failure is a JSON
+/// error body.
+pub async fn handle(
+    state: Shared,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+    let t0 = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let reply = dispatch(&state, req).await;
+    let resp = match reply {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::info!(%method, %path, status = e.status, error = %e.error, "api error");
+            error_response(&e)
+        }
+    };
+    let s = lock(&state);
+    s.api_latency.observe(t0.elapsed().as_secs_f64());
+    let ep = if ROUTES.iter().any(|(_, p)| *p == path) || path.starts_with("/api/v1/vms/") {
+        route(&path).map(|(_, e)| e).unwrap_or_else(|| path.clone())
+    } else {
+        "other".into()
+    };
+    s.api_requests
+        .get_or_create(&vec![
+            ("endpoint".into(), ep),
+            ("code".into(), resp.status().as_u16().to_string()),
+        ])
+        .inc();
+    Ok(resp)
+}
+
+async fn dispatch(state: &Shared, req: Request<Incoming>) -> Reply {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    if path == "/metrics" {
+        if method != Method::GET {
+            return Err(ApiError::status(405, "GET /metrics"));
+        }
+        let text = metrics::render(&lock(state));
+        let mut r = Response::new(Full::new(Bytes::from(text)));
+        r.headers_mut().insert(
+            "content-type",
+            hyper::header::HeaderValue::from_static(
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            ),
+        );
+        return Ok(r);
+    }
+    if path == "/api/v1/vms" {
+        if method != Method::GET {
+            return Err(ApiError::status(405, "GET /api/v1/vms"));
+        }
+        let s = lock(state);
+        let list: Vec<serde_json::Value> = s
+            .vms
+            .iter()
+            .map(|(id, v)| serde_json::json!({"id": id, "state": v.observed_state().0.name()}))
+            .collect();
+        return Ok(json_response(200, &serde_json::Value::Array(list)));
+    }
+    let Some((id, ep)) = route(&path) else {
+        return Err(ApiError::status(404, format!("no such endpoint: {path}")));
+    };
+    if !valid_id(&id) {
+        return Err(ApiError::bad(
+            "id",
+            format!("{id:?} is not a VM id (1-64 of A-Z a-z 0-9 - _)"),
+        ));
+    }
+    let want = |m: Method| -> Result<(), ApiError> {
+        if method == m {
+            Ok(())
+        } else {
+            Err(ApiError::status(
+                405,
+                format!("{ep} takes {m}, not {method}"),
+            ))
+        }
+    };
+    match ep.as_str() {
+        "vmm.ping" if path == "/api/v1/vmm.ping" => {
+            want(Method::GET)?;
+            Ok(json_response(
+                200,
+                &serde_json::json!({
+                    "build_version": env!("CARGO_PKG_VERSION"),
+                    "version": env!("CARGO_PKG_VERSION"),
+                    "pid": std::process::id(),
+                    "features": ["x_vmm"],
+                }),
+            ))
+        }
+        "vmm.shutdown" if path == "/api/v1/vmm.shutdown" => {
+            want(Method::PUT)?;
+            lock(state).shutdown.notify_one();
+            Ok(empty(204))
+        }
+        "vm.create" => {
+            want(Method::PUT)?;
+            let cfg: VmConfig = body_json(req).await?;
+            create(state, &id, cfg)
+        }
+        "vm.boot" => {
+            want(Method::PUT)?;
+            boot(state, &id).await
+        }
+        "vm.info" => {
+            want(Method::GET)?;
+            info(state, &id)
+        }
+        "vm.counters" => {
+            want(Method::GET)?;
+            counters(state, &id)
+        }
+        "vm.pause" | "vm.resume" => {
+            want(Method::PUT)?;
+            let s = lock(state);
+            let v = s.vms.get(&id).ok_or_else(|| not_created(&id))?;
+            if v.observed_state().0 != VmState::Running {
+                return Err(ApiError::status(405, format!("VM {id} is not booted")));
+            }
+            Err(ApiError::status(
+                400,
+                format!("{ep} is not supported: the executors cannot hold a VM's vCPUs yet; use vm.shutdown and vm.boot"),
+            ))
+        }
+        "vm.resize" => {
+            want(Method::PUT)?;
+            let r: VmResize = body_json(req).await?;
+            let s = lock(state);
+            let v = s.vms.get(&id).ok_or_else(|| not_created(&id))?;
+            let field = if r.desired_vcpus.is_some() {
+                "desired_vcpus"
+            } else if r.desired_ram.is_some() {
+                "desired_ram"
+            } else {
+                "desired_balloon"
+            };
+            if r.desired_vcpus == Some(v.config.cpus.boot_vcpus)
+                && r.desired_ram.is_none()
+                && r.desired_balloon.is_none()
+            {
+                return Ok(empty(204));
+            }
+            Err(ApiError::bad(
+                field,
+                "resizing is not supported: a running scheduler cannot add or remove vCPU tasks yet; create the VM with the size it needs",
+            ))
+        }
+        "vm.shutdown" => {
+            want(Method::PUT)?;
+            shutdown_vm(state, &id, false).await
+        }
+        "vm.reboot" => {
+            want(Method::PUT)?;
+            shutdown_vm(state, &id, false).await?;
+            boot(state, &id).await
+        }
+        "vm.delete" => {
+            want(Method::PUT)?;
+            shutdown_vm(state, &id, true).await
+        }
+        _ => Err(ApiError::status(404, format!("no such endpoint: {path}"))),
+    }
+}
+
+fn not_created(id: &str) -> ApiError {
+    ApiError::status(404, format!("VM {id} is not created"))
+}
+
+fn create(state: &Shared, id: &str, cfg: VmConfig) -> Reply {
+    let shape = cfg.guest_shape()?;
+    let mut s = lock(state);
+    if s.vms.contains_key(id) {
+        return Err(ApiError::status(
+            409,
+            format!("VM {id} already exists; vm.delete it first"),
+        ));
+    }
+    let guest = GuestTopology::from_spec(&shape)
+        .map_err(|e| ApiError::bad("cpus.topology", e.to_string()))?;
+    let x = cfg.x_vmm.clone().unwrap_or_default();
+    let placement = x.placement.clone();
+    let policy = placement.as_ref().map_or("pinned", |p| p.policy.as_str());
+    let relax = placement.as_ref().map_or(Relax::default(), |p| p.relax);
+    let plan = if let Some(aff) = &cfg.cpus.affinity {
+        let n = cfg.cpus.boot_vcpus;
+        let mut dense = vec![u32::MAX; n as usize];
+        let mut os = vec![u32::MAX; n as usize];
+        for a in aff {
+            if a.vcpu >= n {
+                return Err(ApiError::bad(
+                    "cpus.affinity",
+                    format!("vcpu {} but the VM has {n} vCPUs", a.vcpu),
+                ));
+            }
+            let [c] = a.host_cpus[..] else {
+                return Err(ApiError::bad(
+                    "cpus.affinity",
+                    format!(
+                        "vcpu {}: give exactly one host CPU per vCPU (pinned placement)",
+                        a.vcpu
+                    ),
+                ));
+            };
+            let d = s.topo.cpu_by_os_index(c).ok_or_else(|| {
+                ApiError::bad(
+                    "cpus.affinity",
+                    format!("host CPU {c} is not in the server's topology"),
+                )
+            })?;
+            dense[a.vcpu as usize] = d;
+            os[a.vcpu as usize] = c;
+        }
+        if let Some(v) = dense.iter().position(|&d| d == u32::MAX) {
+            return Err(ApiError::bad(
+                "cpus.affinity",
+                format!("vcpu {v} has no entry"),
+            ));
+        }
+        Some(VmPlan { dense, os })
+    } else if policy == "pinned" {
+        let topo = s.topo.clone();
+        let p = crate::plan::place(&topo, &guest, relax, &mut s.free, &format!("VM {id}"))
+            .map_err(|e| ApiError::bad("cpus", e.0))?;
+        Some(p)
+    } else {
+        None
+    };
+    if cfg.cpus.affinity.is_some() {
+        if let Some(p) = &plan {
+            let d = p.dense.clone();
+            s.free.set(&d, true);
+        }
+    }
+    tracing::info!(vm = id, shape, "created");
+    s.vms.insert(
+        id.to_string(),
+        VmRecord {
+            config: cfg,
+            shape,
+            plan,
+            state: VmState::Created,
+            run: None,
+            busy: false,
+            boots: 0,
+            past_exits: 0,
+            last_stop: None,
+        },
+    );
+    Ok(empty(204))
+}
+
+/// The micro-guest program.
+fn program(name: &str, vcpus: usize) -> Result<Vec<u8>, crate::micro::MicroError> {
+    use crate::micro::asm::{Op, Script};
+    match name {
+        "exit" => Script {
+            vcpus: vec![],
+            others: vec![Op::Report(1), Op::Done(0)],
+        }
+        .assemble(),
+        "crash" => Script {
+            vcpus: vec![vec![Op::Report(1), Op::Crash]],
+            others: vec![Op::Report(1), Op::Sleep(1_000_000), Op::Done(0)],
+        }
+        .assemble(),
+        _ => {
+            let _ = vcpus;
+            let mut g = GuestAsm::new()?;
+            let mut top = g.label();
+            g.bind(&mut top)?;
+            g.compute(2000)?;
+            g.report(1)?;
+            g.sleep_ns(1_000_000)?;
+            g.raw()
+                .jmp(top)
+                .map_err(|e| crate::micro::MicroError::Assemble(e.to_string()))?;
+            g.finish()
+        }
+    }
+}
+
+async fn boot(state: &Shared, id: &str) -> Reply {
+    let (cfg, plan, eo, spec) = {
+        let mut s = lock(state);
+        let topo = s.topo.clone();
+        let mapping = s.mapping.clone();
+        let mitigations = s.opts.mitigations;
+        let executor = s.opts.executor;
+        let v = s.vms.get_mut(id).ok_or_else(|| not_created(id))?;
+        if v.busy {
+            return Err(ApiError::status(
+                409,
+                format!("VM {id} is busy with another request"),
+            ));
+        }
+        if v.state == VmState::Running {
+            return Err(ApiError::status(405, format!("VM {id} is already booted")));
+        }
+        v.busy = true;
+        let mut eo = ExecOptions::new(topo, mapping);
+        eo.kind = executor;
+        eo.mitigations = mitigations;
+        let prog = v
+            .config
+            .x_vmm
+            .as_ref()
+            .and_then(|x| x.micro.clone())
+            .unwrap_or_else(|| "ticker".into());
+        let n = v.config.cpus.boot_vcpus as usize;
+        let code = program(&prog, n);
+        let mut spec = code.map(|c| MicroVmSpec::new(id.to_string(), n, c));
+        if let (Ok(sp), Some(m)) = (spec.as_mut(), &v.config.memory) {
+            sp.memory = m.size;
+        }
+        (v.config.clone(), v.plan.clone(), eo, spec)
+    };
+    let st = state.clone();
+    let id2 = id.to_string();
+    let result = tokio::task::spawn_blocking(move || -> Result<Running, String> {
+        let spec = spec.map_err(|e| e.to_string())?;
+        let vm = {
+            let s = lock(&st);
+            MicroVm::build(&s.micro, &spec).map_err(|e| e.to_string())?
+        };
+        let policy = match cfg.x_vmm.as_ref().and_then(|x| x.rt.as_ref()) {
+            Some(rt) if rt.policy == "rr" => Policy::Rr(rt.priority),
+            Some(rt) => Policy::Fifo(rt.priority),
+            None => Policy::Fair(vcpu_sched::task::NICE_0_WEIGHT),
+        };
+        let placement: Vec<Placement> = match &plan {
+            Some(p) => p
+                .dense
+                .iter()
+                .map(|&d| Placement {
+                    policy,
+                    affinity: Some(CpuMask::single(d)),
+                })
+                .collect(),
+            None => vec![Placement {
+                policy,
+                affinity: None,
+            }],
+        };
+        let set = VmSet::new(vec![vm.into_guest(placement)]).map_err(|e| e.to_string())?;
+        tracing::info!(vm = id2, "booting");
+        Running::start(&eo, set).map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("boot task failed: {e}")));
+    let mut s = lock(state);
+    let Some(v) = s.vms.get_mut(id) else {
+        return Err(not_created(id));
+    };
+    v.busy = false;
+    match result {
+        Ok(r) => {
+            v.run = Some(Arc::new(r));
+            v.state = VmState::Running;
+            v.boots += 1;
+            v.last_stop = None;
+            Ok(empty(204))
+        }
+        Err(e) => Err(ApiError::status(
+            500,
+            format!("VM {id} could not boot: {e}"),
+        )),
+    }
+}
+
+/// Stops a VM's vCPUs; with `delete`, also forgets it (any state).
+async fn shutdown_vm(state: &Shared, id: &str, delete: bool) -> Reply {
+    let run = {
+        let mut s = lock(state);
+        let v = s.vms.get_mut(id).ok_or_else(|| not_created(id))?;
+        if v.busy {
+            return Err(ApiError::status(
+                409,
+                format!("VM {id} is busy with another request"),
+            ));
+        }
+        if !delete && v.state != VmState::Running {
+            return Err(ApiError::status(
+                405,
+                format!("VM {id} is not booted (state {})", v.state.name()),
+            ));
+        }
+        v.busy = true;
+        let (_, why) = v.observed_state();
+        v.last_stop = why.or_else(|| Some("shut down by the API".into()));
+        v.run.take()
+    };
+    let stopped = match run {
+        Some(r) => stop_running(r).await,
+        None => Ok(0),
+    };
+    let mut s = lock(state);
+    if delete {
+        if let Some(v) = s.vms.remove(id) {
+            if let Some(p) = v.plan {
+                s.free.set(&p.dense, false);
+            }
+        }
+    } else if let Some(v) = s.vms.get_mut(id) {
+        v.busy = false;
+        v.state = VmState::Shutdown;
+        if let Ok(n) = stopped {
+            v.past_exits += n;
+        }
+    }
+    match stopped {
+        Ok(_) => Ok(empty(204)),
+        Err(e) => Err(ApiError::status(500, format!("VM {id}: {e}"))),
+    }
+}
+
+/// Stops an executor on the blocking pool; returns the VM's KVM exits.
+async fn stop_running(r: Arc<Running>) -> Result<u64, String> {
+    tokio::task::spawn_blocking(move || {
+        let exits: u64 = r.set().progress_snapshot().iter().sum();
+        // The handlers' clones are short-lived; wait for them to go.
+        let mut r = r;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let owned = loop {
+            match Arc::try_unwrap(r) {
+                Ok(o) => break o,
+                Err(back) if Instant::now() < deadline => {
+                    r = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(_) => return Err("the VM is still referenced; not stopped".to_string()),
+            }
+        };
+        owned
+            .stop(STOP_TIMEOUT)
+            .map(|_| exits)
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("stop task failed: {e}")))
+}
+
+fn info(state: &Shared, id: &str) -> Reply {
+    let s = lock(state);
+    let v = s.vms.get(id).ok_or_else(|| not_created(id))?;
+    let (st, why) = v.observed_state();
+    let (exits, live) = match &v.run {
+        Some(r) => (
+            r.set().progress_snapshot().iter().sum::<u64>(),
+            r.set().vms()[0].live(),
+        ),
+        None => (0, 0),
+    };
+    let mem = v
+        .config
+        .memory
+        .as_ref()
+        .map_or(crate::micro::MIN_MEMORY, |m| m.size);
+    let mut config = serde_json::to_value(&v.config).unwrap_or_default();
+    if let (Some(p), Some(obj)) = (
+        &v.plan,
+        config.get_mut("cpus").and_then(|c| c.as_object_mut()),
+    ) {
+        obj.insert(
+            "affinity".into(),
+            serde_json::to_value(p.affinity()).unwrap_or_default(),
+        );
+    }
+    Ok(json_response(
+        200,
+        &serde_json::json!({
+            "config": config,
+            "state": st.name(),
+            "memory_actual_size": mem,
+            "x_vmm": {
+                "id": id,
+                "guest_topology": v.shape,
+                "boots": v.boots,
+                "live_vcpus": live,
+                "kvm_exits": v.past_exits + exits,
+                "stop_reason": why,
+                "executor": s.opts.executor.name(),
+            },
+        }),
+    ))
+}
+
+fn counters(state: &Shared, id: &str) -> Reply {
+    let s = lock(state);
+    let v = s.vms.get(id).ok_or_else(|| not_created(id))?;
+    let mut out = serde_json::Map::new();
+    if let Some(r) = &v.run {
+        for (k, n) in r.set().progress_snapshot().iter().enumerate() {
+            out.insert(format!("vcpu{k}"), serde_json::json!({ "kvm_exits": n }));
+        }
+        if let Some(c) = r.counters() {
+            let m: serde_json::Map<String, serde_json::Value> = c
+                .fields()
+                .into_iter()
+                .map(|(k, n)| (k.to_string(), n.into()))
+                .collect();
+            out.insert("scheduler".into(), serde_json::Value::Object(m));
+        }
+    }
+    Ok(json_response(200, &serde_json::Value::Object(out)))
+}
+
+/// Runs the server until `vmm.shutdown` or SIGTERM/SIGINT, then stops
+/// every VM and removes the socket.
+pub fn serve(opts: ServeOptions) -> Result<(), ServeError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| ServeError::Io("starting the tokio runtime".into(), e))?;
+    rt.block_on(serve_async(opts))
+}
+
+async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
+    let path = opts.socket.clone();
+    let state = State::new(opts)?;
+    let shutdown = state.shutdown.clone();
+    let state: Shared = Arc::new(Mutex::new(state));
+    if path.exists() {
+        // A stale socket from a killed server: refuse a live one.
+        if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+            return Err(ServeError::Io(
+                format!("--api-socket {}", path.display()),
+                std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    "another server answers on it",
+                ),
+            ));
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    let listener = tokio::net::UnixListener::bind(&path)
+        .map_err(|e| ServeError::Io(format!("--api-socket {}", path.display()), e))?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| ServeError::Io("SIGTERM handler".into(), e))?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| ServeError::Io("SIGINT handler".into(), e))?;
+    tracing::info!(socket = %path.display(), "serving");
+    eprintln!("vmm serve: listening on {}", path.display());
+    loop {
+        tokio::select! {
+            a = listener.accept() => {
+                let Ok((stream, _)) = a else { continue };
+                let st = state.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| handle(st.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+            _ = shutdown.notified() => { tracing::info!("vmm.shutdown"); break; }
+            _ = term.recv() => { tracing::info!("SIGTERM"); break; }
+            _ = int.recv() => { tracing::info!("SIGINT"); break; }
+        }
+    }
+    drop(listener);
+    let _ = std::fs::remove_file(&path);
+    let ids: Vec<String> = lock(&state).vms.keys().cloned().collect();
+    for id in ids {
+        if let Err(e) = shutdown_vm(&state, &id, true).await {
+            tracing::warn!(vm = id, error = %e.error, "stopping at shutdown");
+        }
+    }
+    eprintln!("vmm serve: stopped every VM, removed {}", path.display());
+    Ok(())
+}
