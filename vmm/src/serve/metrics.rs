@@ -10,7 +10,9 @@
 //! because a host with hundreds of vCPUs would multiply the series.
 //! HOW: a fresh `prometheus-client` registry per scrape, filled from
 //! atomics the executors already keep (no lock a vCPU takes), encoded as
-//! OpenMetrics text. Names follow Prometheus conventions: base units,
+//! OpenMetrics text; a scraper that does not ask for OpenMetrics (curl,
+//! `promtool check metrics`) gets the classic text format 0.0.4
+//! ([`to_classic`]). Names follow Prometheus conventions: base units,
 //! `_total` for counters, `_seconds` for times.
 
 use prometheus_client::encoding::text::encode;
@@ -123,4 +125,50 @@ pub fn render(state: &State) -> String {
         out = "# EOF\n".into();
     }
     out
+}
+
+/// OpenMetrics text as the classic Prometheus text format (0.0.4): a
+/// counter family's `# HELP`/`# TYPE` lines name the `_total` sample, and
+/// the `# EOF` and `# UNIT` lines go.
+pub fn to_classic(open: &str) -> String {
+    let counters: std::collections::HashSet<&str> = open
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(open.len());
+    for line in open.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        match meta {
+            Some((p, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                if counters.contains(name) {
+                    out.push_str(&format!("{p}{name}_total {tail}"));
+                } else {
+                    out.push_str(line);
+                }
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn classic_names_the_total_sample() {
+        let open = "# HELP a_b Things.\n# TYPE a_b counter\na_b_total{vm=\"x\"} 3\n# HELP g G.\n# TYPE g gauge\ng 1\n# EOF\n";
+        let c = super::to_classic(open);
+        assert_eq!(
+            c,
+            "# HELP a_b_total Things.\n# TYPE a_b_total counter\na_b_total{vm=\"x\"} 3\n# HELP g G.\n# TYPE g gauge\ng 1\n"
+        );
+    }
 }

@@ -290,13 +290,27 @@ async fn dispatch(state: &Shared, req: Request<Incoming>) -> Reply {
         if method != Method::GET {
             return Err(ApiError::status(405, "GET /metrics"));
         }
+        let open = req
+            .headers()
+            .get("accept")
+            .and_then(|a| a.to_str().ok())
+            .is_some_and(|a| a.contains("application/openmetrics-text"));
         let text = metrics::render(&lock(state));
+        let (text, ctype) = if open {
+            (
+                text,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )
+        } else {
+            (
+                metrics::to_classic(&text),
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
+        };
         let mut r = Response::new(Full::new(Bytes::from(text)));
         r.headers_mut().insert(
             "content-type",
-            hyper::header::HeaderValue::from_static(
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            ),
+            hyper::header::HeaderValue::from_static(ctype),
         );
         return Ok(r);
     }
