@@ -1,0 +1,587 @@
+//! `vmm serve` driven through its real Unix socket with a real HTTP client
+//! (hyper), and by `scripts/serve-demo.sh` with curl.
+//!
+//! Every test starts its own server (a child process, killed if the test
+//! fails) on a small synthetic topology, runs built-in micro-guests, and
+//! bounds every wait. They cover the lifecycle of several VMs at once, every
+//! error case (the server keeps answering after each), a guest that
+//! triple-faults next to one that keeps running, the metrics (parsed, and
+//! checked by `promtool` where it is installed), 100 concurrent clients,
+//! SIGTERM, and the OpenAPI document against the route table.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use integration_tests::{vmm_bin, workspace_root};
+use serde_json::Value;
+
+/// The topology every server here manages: 8 CPUs, 2 LLCs of 2 L2s of one
+/// SMT2 core each (emulated on this host's CPUs).
+const TOPO: &str = "package:1 l3:2 l2:2 core:1 pu:2";
+
+struct Server {
+    child: Child,
+    sock: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("api.sock");
+        let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
+        let child = Command::new(vmm_bin())
+            .args(["serve", "--api-socket"])
+            .arg(&sock)
+            .args(["--topology", TOPO])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn vmm serve");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !sock.exists() {
+            assert!(Instant::now() < deadline, "no socket after 20 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server {
+            child,
+            sock,
+            _dir: dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.sock.with_file_name("serve.log")).unwrap_or_default()
+    }
+
+    /// Waits (bounded) for the server to exit; its status code.
+    fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server still running after {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One request on a fresh connection: (status, body as JSON or as a string).
+async fn call(sock: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+    let (status, text) = call_text(sock, method, path, body).await;
+    let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, v)
+}
+
+async fn call_text(sock: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    let stream = tokio::net::UnixStream::connect(sock)
+        .await
+        .expect("connect");
+    let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(conn);
+    let req = hyper::Request::builder()
+        .method(method)
+        .uri(format!("http://localhost{path}"))
+        .header("host", "localhost")
+        .body(Full::new(Bytes::from(body.unwrap_or("").to_string())))
+        .unwrap();
+    let resp = tx.send_request(req).await.expect("request");
+    let status = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+const TICKER2: &str = r#"{"cpus":{"boot_vcpus":2,"max_vcpus":2,"topology":{"threads_per_core":2,"cores_per_die":1,"dies_per_package":1,"packages":1}},"x_vmm":{"micro":"ticker"}}"#;
+
+async fn exits(sock: &Path, vm: &str) -> u64 {
+    let p = if vm == "default" {
+        "/api/v1/vm.info".to_string()
+    } else {
+        format!("/api/v1/vms/{vm}/vm.info")
+    };
+    let (s, v) = call(sock, "GET", &p, None).await;
+    assert_eq!(s, 200, "{v}");
+    v["x_vmm"]["kvm_exits"].as_u64().unwrap()
+}
+
+/// Waits (bounded) until `vm`'s exits exceed `than`.
+async fn progresses(sock: &Path, vm: &str, than: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let n = exits(sock, vm).await;
+        if n > than {
+            return n;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "VM {vm} made no progress past {than} exits"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[test]
+fn lifecycle_of_several_vms() {
+    let mut srv = Server::start(&[]);
+    let sock = srv.sock.clone();
+    rt().block_on(async {
+        let (s, v) = call(&sock, "GET", "/api/v1/vmm.ping", None).await;
+        assert_eq!(s, 200);
+        assert_eq!(v["pid"].as_u64(), Some(srv.child.id() as u64));
+        // CH path: the default VM; /vms/{id}/: another.
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vm.create", Some(TICKER2))
+                .await
+                .0,
+            204
+        );
+        let (s, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
+        assert_eq!((s, v["state"].as_str()), (200, Some("Created")));
+        // The planner pinned both SMT siblings of one host core.
+        let aff = v["config"]["cpus"]["affinity"].as_array().unwrap().clone();
+        assert_eq!(aff.len(), 2);
+        let cpus: Vec<u64> = aff
+            .iter()
+            .map(|a| a["host_cpus"][0].as_u64().unwrap())
+            .collect();
+        assert_eq!(cpus[0] / 2, cpus[1] / 2, "siblings on one core: {cpus:?}");
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
+        let first = progresses(&sock, "default", 0).await;
+        // A second VM boots while the first runs; it gets other cores.
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vms/b/vm.create", Some(TICKER2))
+                .await
+                .0,
+            204
+        );
+        let (_, vb) = call(&sock, "GET", "/api/v1/vms/b/vm.info", None).await;
+        let bcpu = vb["config"]["cpus"]["affinity"][0]["host_cpus"][0]
+            .as_u64()
+            .unwrap();
+        assert!(!cpus.contains(&bcpu));
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vms/b/vm.boot", None).await.0,
+            204
+        );
+        progresses(&sock, "b", 0).await;
+        progresses(&sock, "default", first).await;
+        let (s, list) = call(&sock, "GET", "/api/v1/vms", None).await;
+        assert_eq!(s, 200);
+        assert_eq!(list.as_array().unwrap().len(), 2);
+        // Counters: per vCPU and the scheduler's.
+        let (s, c) = call(&sock, "GET", "/api/v1/vm.counters", None).await;
+        assert_eq!(s, 200);
+        assert!(c["vcpu1"]["kvm_exits"].as_u64().unwrap() > 0, "{c}");
+        assert!(c["scheduler"]["switches"].as_u64().unwrap() > 0, "{c}");
+        // Reboot, shut down, boot again, delete.
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.reboot", None).await.0, 204);
+        let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
+        assert_eq!(v["x_vmm"]["boots"], 2);
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.shutdown", None).await.0, 204);
+        let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
+        assert_eq!(v["state"], "Shutdown");
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
+        let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
+        assert_eq!(v["state"], "Running");
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vms/b/vm.delete", None).await.0,
+            204
+        );
+        assert_eq!(
+            call(&sock, "GET", "/api/v1/vms/b/vm.info", None).await.0,
+            404
+        );
+        // Its cores are free again: a new VM gets them.
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vms/c/vm.create", Some(TICKER2))
+                .await
+                .0,
+            204
+        );
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vmm.shutdown", None).await.0,
+            204
+        );
+    });
+    assert_eq!(
+        srv.wait_exit(Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        srv.log()
+    );
+    assert!(!srv.sock.exists(), "socket left behind");
+    assert!(srv.log().contains("stopped every VM"), "{}", srv.log());
+}
+
+/// method, path, body, status, field named, text in the error.
+type Case = (
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    u16,
+    Option<&'static str>,
+    &'static str,
+);
+
+#[test]
+fn errors_are_4xx_json_naming_the_field_and_the_server_keeps_serving() {
+    let srv = Server::start(&[]);
+    let sock = srv.sock.clone();
+    rt().block_on(async {
+        let cases: &[Case] = &[
+            ("PUT", "/api/v1/vm.create", Some("{\"cpus\":"), 400, None, "invalid JSON"),
+            ("PUT", "/api/v1/vm.create", Some(r#"{"cpus":{"boot_vcpus":2,"bogus":1}}"#), 400, Some("bogus"), "unknown field"),
+            ("PUT", "/api/v1/vm.create", Some(r#"{"cpuz":{}}"#), 400, Some("cpuz"), "unknown field"),
+            ("PUT", "/api/v1/vm.create", Some(r#"{"cpus":{"boot_vcpus":4,"topology":{"threads_per_core":2,"cores_per_die":3,"dies_per_package":1,"packages":1}}}"#), 400, Some("cpus.topology"), "= 6 vCPUs"),
+            ("PUT", "/api/v1/vm.create", Some(r#"{"cpus":{"boot_vcpus":9}}"#), 400, Some("cpus"), "fits in no host node"),
+            ("PUT", "/api/v1/vm.create", Some(r#"{"cpus":{"boot_vcpus":2,"max_vcpus":4}}"#), 400, Some("cpus.max_vcpus"), "hotplug"),
+            ("PUT", "/api/v1/vm.create", Some(r#"{"cpus":{"boot_vcpus":1,"affinity":[{"vcpu":0,"host_cpus":[99]}]}}"#), 400, Some("cpus.affinity"), "host CPU 99"),
+            ("PUT", "/api/v1/vm.create", Some(r#"{"payload":{"kernel":"/boot/vmlinuz"}}"#), 400, Some("payload.kernel"), "not served"),
+            ("PUT", "/api/v1/vm.create", Some(r#"{"x_vmm":{"rt":{"policy":"fifo","priority":0}}}"#), 400, Some("x_vmm.rt.priority"), "1..=99"),
+            ("PUT", "/api/v1/vms/nope/vm.boot", None, 404, None, "not created"),
+            ("GET", "/api/v1/vms/nope/vm.info", None, 404, None, "not created"),
+            ("PUT", "/api/v1/vms/bad%id/vm.info", None, 400, Some("id"), "not a VM id"),
+            ("GET", "/api/v1/vm.create", None, 405, None, "takes PUT"),
+            ("GET", "/api/v1/vm.nothing", None, 404, None, "no such endpoint"),
+        ];
+        for (m, p, b, status, field, needle) in cases {
+            let (s, v) = call(&sock, m, p, *b).await;
+            assert_eq!(s, *status, "{m} {p} {b:?}: {v}");
+            let err = v["error"].as_str().unwrap_or_else(|| panic!("no error body: {v}"));
+            assert!(err.contains(needle), "{m} {p}: {err:?} lacks {needle:?}");
+            assert_eq!(v["field"].as_str(), *field, "{m} {p}: {v}");
+            // still serving
+            assert_eq!(call(&sock, "GET", "/api/v1/vmm.ping", None).await.0, 200);
+        }
+        // Wrong state transitions: 405, as CH.
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.create", Some(TICKER2)).await.0, 204);
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.create", Some(TICKER2)).await.0, 409);
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.shutdown", None).await.0, 405);
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.pause", None).await.0, 405);
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 405);
+        // Unsupported, said so.
+        let (s, v) = call(&sock, "PUT", "/api/v1/vm.pause", None).await;
+        assert_eq!(s, 400, "{v}");
+        assert!(v["error"].as_str().unwrap().contains("not supported"));
+        let (s, v) = call(&sock, "PUT", "/api/v1/vm.resize", Some(r#"{"desired_vcpus":4}"#)).await;
+        assert_eq!((s, v["field"].as_str()), (400, Some("desired_vcpus")), "{v}");
+        assert_eq!(call(&sock, "GET", "/api/v1/vmm.ping", None).await.0, 200);
+    });
+    drop(srv);
+}
+
+#[test]
+fn a_crashing_guest_shows_in_info_and_others_go_on() {
+    let srv = Server::start(&[]);
+    let sock = srv.sock.clone();
+    rt().block_on(async {
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vm.create", Some(TICKER2))
+                .await
+                .0,
+            204
+        );
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
+        let crash = r#"{"cpus":{"boot_vcpus":1},"x_vmm":{"micro":"crash"}}"#;
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vms/x/vm.create", Some(crash))
+                .await
+                .0,
+            204
+        );
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vms/x/vm.boot", None).await.0,
+            204
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let v = loop {
+            let (_, v) = call(&sock, "GET", "/api/v1/vms/x/vm.info", None).await;
+            if v["state"] == "Shutdown" {
+                break v;
+            }
+            assert!(Instant::now() < deadline, "crash not seen: {v}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let why = v["x_vmm"]["stop_reason"].as_str().unwrap();
+        assert!(why.contains("triple fault"), "{why}");
+        let n = exits(&sock, "default").await;
+        progresses(&sock, "default", n).await;
+        let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
+        assert_eq!(v["state"], "Running");
+    });
+    drop(srv);
+}
+
+/// `name{labels} value` lines of a classic exposition.
+fn samples(text: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (k, v) = l
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("bad line {l:?}"));
+            (
+                k.to_string(),
+                v.parse::<f64>()
+                    .unwrap_or_else(|_| panic!("bad value {l:?}")),
+            )
+        })
+        .collect()
+}
+
+fn sample(s: &[(String, f64)], key: &str) -> f64 {
+    s.iter()
+        .find(|(k, _)| k == key)
+        .unwrap_or_else(|| panic!("no sample {key}"))
+        .1
+}
+
+#[test]
+fn metrics_parse_grow_and_pass_promtool() {
+    let srv = Server::start(&["--metrics-per-vcpu"]);
+    let sock = srv.sock.clone();
+    let text = rt().block_on(async {
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vm.create", Some(TICKER2))
+                .await
+                .0,
+            204
+        );
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
+        progresses(&sock, "default", 0).await;
+        let (s, a) = call_text(&sock, "GET", "/metrics", None).await;
+        assert_eq!(s, 200);
+        let a = samples(&a);
+        let e0 = sample(&a, "vmm_vm_kvm_exits_total{vm=\"default\"}");
+        assert!(e0 > 0.0);
+        assert_eq!(sample(&a, "vmm_vm_running{vm=\"default\"}"), 1.0);
+        assert!(sample(&a, "vmm_vcpu_kvm_exits_total{vm=\"default\",vcpu=\"1\"}") > 0.0);
+        assert!(sample(&a, "vmm_sched_switches_total{vm=\"default\"}") > 0.0);
+        progresses(&sock, "default", e0 as u64).await;
+        let (_, b) = call_text(&sock, "GET", "/metrics", None).await;
+        let bs = samples(&b);
+        assert!(sample(&bs, "vmm_vm_kvm_exits_total{vm=\"default\"}") > e0);
+        assert!(sample(&bs, "vmm_api_request_duration_seconds_count") > 0.0);
+        // OpenMetrics on request.
+        let stream = tokio::net::UnixStream::connect(&sock).await.unwrap();
+        let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let req = hyper::Request::builder()
+            .uri("http://localhost/metrics")
+            .header("host", "localhost")
+            .header("accept", "application/openmetrics-text; version=1.0.0")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let r = tx.send_request(req).await.unwrap();
+        assert!(r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text"));
+        let om = r.into_body().collect().await.unwrap().to_bytes();
+        assert!(String::from_utf8_lossy(&om).trim_end().ends_with("# EOF"));
+        b
+    });
+    // Every counter family is named for its _total sample, with help.
+    assert!(text.contains("# TYPE vmm_vm_kvm_exits_total counter"));
+    match Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(mut p) => {
+            use std::io::Write;
+            p.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+            let out = p.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "promtool: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Err(_) => eprintln!("promtool not installed (scripts/setup.sh installs it): check skipped"),
+    }
+    drop(srv);
+}
+
+#[test]
+fn hundred_clients_neither_stall_the_api_nor_the_vcpus() {
+    let srv = Server::start(&[]);
+    let sock = srv.sock.clone();
+    rt().block_on(async {
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vm.create", Some(TICKER2))
+                .await
+                .0,
+            204
+        );
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
+        let before = progresses(&sock, "default", 0).await;
+        let t0 = Instant::now();
+        let mut tasks = Vec::new();
+        for c in 0..100 {
+            let sock = sock.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut worst = Duration::ZERO;
+                for i in 0..10 {
+                    let path = if (c + i) % 2 == 0 {
+                        "/api/v1/vm.info"
+                    } else {
+                        "/metrics"
+                    };
+                    let t = Instant::now();
+                    let (s, _) = call_text(&sock, "GET", path, None).await;
+                    assert_eq!(s, 200, "{path}");
+                    worst = worst.max(t.elapsed());
+                }
+                worst
+            }));
+        }
+        let all = tokio::time::timeout(Duration::from_secs(120), futures_join(tasks))
+            .await
+            .expect("1000 requests from 100 clients did not finish in 120 s");
+        let worst = all.into_iter().max().unwrap();
+        let after = exits(&sock, "default").await;
+        eprintln!(
+            "100 clients x 10 requests in {:?}, slowest {:?}; vCPU exits {before} -> {after}",
+            t0.elapsed(),
+            worst
+        );
+        assert!(
+            after > before,
+            "the vCPUs made no progress while the API was hammered"
+        );
+        assert!(worst < Duration::from_secs(30), "a request took {worst:?}");
+    });
+    drop(srv);
+}
+
+async fn futures_join(tasks: Vec<tokio::task::JoinHandle<Duration>>) -> Vec<Duration> {
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.expect("client task"));
+    }
+    out
+}
+
+#[test]
+fn sigterm_stops_every_vm_and_removes_the_socket() {
+    let mut srv = Server::start(&[]);
+    let sock = srv.sock.clone();
+    rt().block_on(async {
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vm.create", Some(TICKER2))
+                .await
+                .0,
+            204
+        );
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
+        progresses(&sock, "default", 0).await;
+    });
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    let rc = unsafe { libc::kill(srv.child.id() as i32, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    assert_eq!(
+        srv.wait_exit(Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        srv.log()
+    );
+    assert!(!sock.exists());
+    assert!(srv.log().contains("stopped every VM"), "{}", srv.log());
+}
+
+#[test]
+fn curl_script_drives_the_api() {
+    let out = integration_tests::run_bounded::run_bounded_cmd(
+        {
+            let mut c = Command::new(workspace_root().join("scripts/serve-demo.sh"));
+            c.env("VMM_BIN", vmm_bin());
+            c
+        },
+        Duration::from_secs(120),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.context());
+    for needle in [
+        "\"state\":\"Running\"",
+        "triple fault",
+        "\"field\":\"bogus\"} [400]",
+        "vmm_vm_kvm_exits_total{vm=\"default\"}",
+        "server stopped, socket removed",
+    ] {
+        assert!(
+            out.stdout.contains(needle),
+            "{needle:?} missing:\n{}",
+            out.context()
+        );
+    }
+}
+
+#[test]
+fn openapi_document_matches_the_routes() {
+    let doc = std::fs::read_to_string(workspace_root().join("docs/api.yaml")).unwrap();
+    // paths in the document: "  /path:" lines, methods: "    get:" lines under them
+    let mut documented = Vec::new();
+    let mut current: Option<String> = None;
+    for line in doc.lines() {
+        if let Some(p) = line.strip_prefix("  /").and_then(|l| l.strip_suffix(':')) {
+            current = Some(format!("/{p}"));
+        } else if let (Some(p), Some(m)) = (
+            &current,
+            line.strip_prefix("    ").and_then(|l| l.strip_suffix(':')),
+        ) {
+            if ["get", "put", "post", "delete"].contains(&m) {
+                documented.push((m.to_uppercase(), p.clone()));
+            }
+        } else if !line.starts_with(' ') && !line.is_empty() {
+            current = None;
+        }
+    }
+    let mut real: Vec<(String, String)> = vmm::serve::ROUTES
+        .iter()
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    // each VM endpoint also under /api/v1/vms/{id}/
+    for (m, p) in vmm::serve::ROUTES {
+        if let Some(ep) = p.strip_prefix("/api/v1/vm.") {
+            real.push((m.to_string(), format!("/api/v1/vms/{{id}}/vm.{ep}")));
+        }
+    }
+    documented.sort();
+    real.sort();
+    assert_eq!(
+        documented, real,
+        "docs/api.yaml and vmm::serve::ROUTES differ"
+    );
+}
