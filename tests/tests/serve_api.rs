@@ -523,6 +523,32 @@ fn sigterm_stops_every_vm_and_removes_the_socket() {
 }
 
 #[test]
+fn host_executor_names_vcpu_threads() {
+    let srv = Server::start(&["--executor", "host"]);
+    let sock = srv.sock.clone();
+    let pid = srv.child.id();
+    rt().block_on(async {
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vm.create", Some(TICKER2))
+                .await
+                .0,
+            204
+        );
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
+        progresses(&sock, "default", 0).await;
+    });
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .filter(|n| n.starts_with("vcpu"))
+        .collect();
+    names.sort();
+    assert_eq!(names, ["vcpu0", "vcpu1"]);
+    drop(srv);
+}
+
+#[test]
 fn curl_script_drives_the_api() {
     let out = integration_tests::run_bounded::run_bounded_cmd(
         {

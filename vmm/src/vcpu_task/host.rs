@@ -74,7 +74,14 @@ impl HostOptions {
             .collect();
         Self {
             pins,
-            names: ThreadNames::PerVm,
+            // A set of one VM (`vmm serve` runs each VM as its own set)
+            // names its threads `vcpuN`, as orchestrators such as Kata
+            // expect when they pin vCPU threads by name.
+            names: if set.vms().len() == 1 {
+                ThreadNames::Vcpu
+            } else {
+                ThreadNames::PerVm
+            },
             strict_policy: false,
             stack_size: Some(256 << 10),
         }
