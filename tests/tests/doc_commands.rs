@@ -108,6 +108,12 @@ const fn run(run: &'static str) -> Form {
     }
 }
 
+/// What follows README.md's `vmm serve ... &`: wait for the socket, then
+/// its curl lines (create, boot, info, metrics, shutdown), then the server.
+const SERVE_CURLS: &str = r#"& S={tmp}/vmm.sock; for i in $(seq 200); do [ -S $S ] && break; sleep 0.05; done; curl -sS --unix-socket $S -X PUT http://localhost/api/v1/vm.create -d '{"cpus":{"boot_vcpus":2}}'; curl -sS --unix-socket $S -X PUT http://localhost/api/v1/vm.boot; curl -sS --unix-socket $S http://localhost/api/v1/vm.info; curl -sS --unix-socket $S http://localhost/metrics; curl -sS --unix-socket $S -X PUT http://localhost/api/v1/vmm.shutdown; wait"#;
+/// README.md's `vmm serve` example as run.
+const SERVE_RUN: &str = r#"vmm serve --api-socket {tmp}/vmm.sock --topology "package:1 l3:2 l2:2 core:1 pu:2" & S={tmp}/vmm.sock; for i in $(seq 200); do [ -S $S ] && break; sleep 0.05; done; curl -sS --unix-socket $S -X PUT http://localhost/api/v1/vm.create -d '{"cpus":{"boot_vcpus":2}}'; curl -sS --unix-socket $S -X PUT http://localhost/api/v1/vm.boot; curl -sS --unix-socket $S http://localhost/api/v1/vm.info; curl -sS --unix-socket $S http://localhost/metrics; curl -sS --unix-socket $S -X PUT http://localhost/api/v1/vmm.shutdown; wait"#;
+
 /// The documented commands (whitespace-normalised, as extracted) and how
 /// each is run. Forms run in table order; the HWLOC_ lines use the dump the
 /// line before them wrote.
@@ -229,6 +235,22 @@ const TABLE: &[(&str, How)] = &[
             ],
             expect: Expect::Stdout("smp: Brought up"),
             ..run("vmm run --sched vcpu_sched --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 256M --guest \"package:1 l3:1 l2:1 core:1 pu:2\" --until \"smp: Brought up\" --timeout 5m")
+        }]),
+    ),
+    (
+        "vmm serve --api-socket /tmp/vmm.sock --topology \"package:1 l3:2 l2:2 core:1 pu:2\" &",
+        // The server in the background, then the README's curl lines.
+        How::Run(&[Form {
+            expand: &[("/tmp/vmm.sock", "{tmp}/vmm.sock"), ("&", SERVE_CURLS)],
+            expect: Expect::Stdout("\"state\":\"Running\""),
+            ..run(SERVE_RUN)
+        }]),
+    ),
+    (
+        "vmm plan --topology genoa-2s --guest \"package:1 l3:1 l2:4 core:1 pu:2\" --vms 40 --format json",
+        How::Run(&[Form {
+            expect: Expect::Stdout("\"host_cpus\""),
+            ..run("vmm plan --topology genoa-2s --guest \"package:1 l3:1 l2:4 core:1 pu:2\" --vms 40 --format json")
         }]),
     ),
     (
@@ -433,6 +455,29 @@ const TABLE: &[(&str, How)] = &[
             )],
             expect: Expect::Stdout("Linux version"),
             ..run("vmm run --config vm.toml --pin auto")
+        }]),
+    ),
+    // ---- docs/api.md ----
+    (
+        "scripts/serve-demo.sh",
+        How::Run(&[Form {
+            env: &[("VMM_BIN", "{vmm}")],
+            expect: Expect::Stdout("server stopped, socket removed"),
+            ..run("scripts/serve-demo.sh")
+        }]),
+    ),
+    (
+        "vmm plan --topology genoa-2s --guest \"package:1 l3:1 l2:4 core:1 pu:2\" --vms 40",
+        How::Run(&[Form {
+            expect: Expect::Stdout("host_cpu"),
+            ..run("vmm plan --topology genoa-2s --guest \"package:1 l3:1 l2:4 core:1 pu:2\" --vms 40")
+        }]),
+    ),
+    (
+        "vmm plan --topology gnr-2s --guest \"package:2 [numa] l3:1 l2:4 core:1 pu:1\" --vms 25 --rt 50 --format json",
+        How::Run(&[Form {
+            expect: Expect::Stdout("\"rt_priority\": 50"),
+            ..run("vmm plan --topology gnr-2s --guest \"package:2 [numa] l3:1 l2:4 core:1 pu:1\" --vms 25 --rt 50 --format json")
         }]),
     ),
 ];
