@@ -17,7 +17,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use integration_tests::{vmm_bin, workspace_root};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// The topology every server here manages: 8 CPUs, 2 LLCs of 2 L2s of one
 /// SMT2 core each (emulated on this host's CPUs).
@@ -31,13 +31,17 @@ struct Server {
 
 impl Server {
     fn start(extra: &[&str]) -> Server {
+        Self::start_on(TOPO, extra)
+    }
+
+    fn start_on(topology: &str, extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("api.sock");
         let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
         let child = Command::new(vmm_bin())
             .args(["serve", "--api-socket"])
             .arg(&sock)
-            .args(["--topology", TOPO])
+            .args(["--topology", topology])
             .args(extra)
             .stdout(Stdio::null())
             .stderr(log)
@@ -262,7 +266,8 @@ fn errors_are_4xx_json_naming_the_field_and_the_server_keeps_serving() {
             ("PUT", "/api/v1/vm.create", Some(r#"{"cpus":{"boot_vcpus":9}}"#), 400, Some("cpus"), "fits in no host node"),
             ("PUT", "/api/v1/vm.create", Some(r#"{"cpus":{"boot_vcpus":2,"max_vcpus":4}}"#), 400, Some("cpus.max_vcpus"), "hotplug"),
             ("PUT", "/api/v1/vm.create", Some(r#"{"cpus":{"boot_vcpus":1,"affinity":[{"vcpu":0,"host_cpus":[99]}]}}"#), 400, Some("cpus.affinity"), "host CPU 99"),
-            ("PUT", "/api/v1/vm.create", Some(r#"{"payload":{"kernel":"/boot/vmlinuz"}}"#), 400, Some("payload.kernel"), "not served"),
+            ("PUT", "/api/v1/vm.create", Some(r#"{"payload":{"kernel":"/nonexistent/vmlinux"}}"#), 400, Some("payload.kernel"), "/nonexistent/vmlinux"),
+            ("PUT", "/api/v1/vm.create", Some(r#"{"payload":{"cmdline":"x"}}"#), 400, Some("payload.kernel"), "need a kernel"),
             ("PUT", "/api/v1/vm.create", Some(r#"{"x_vmm":{"rt":{"policy":"fifo","priority":0}}}"#), 400, Some("x_vmm.rt.priority"), "1..=99"),
             ("PUT", "/api/v1/vms/nope/vm.boot", None, 404, None, "not created"),
             ("GET", "/api/v1/vms/nope/vm.info", None, 404, None, "not created"),
@@ -520,6 +525,67 @@ fn sigterm_stops_every_vm_and_removes_the_socket() {
     );
     assert!(!sock.exists());
     assert!(srv.log().contains("stopped every VM"), "{}", srv.log());
+}
+
+#[test]
+fn linux_guest_create_boot_info_shutdown() {
+    // The minimal kernel (guest/build.sh); a 2-vCPU guest pinned by the
+    // planner on this host's CPUs, its serial console in a file.
+    let img = integration_tests::guest::guest_images();
+    let mut srv = Server::start_on("host", &[]);
+    let sock = srv.sock.clone();
+    let console = sock.with_file_name("console.log");
+    let cfg = json!({
+        "cpus": {"boot_vcpus": 2, "topology": {"threads_per_core": 1, "cores_per_die": 2, "dies_per_package": 1, "packages": 1}},
+        "memory": {"size": 256u64 << 20},
+        "payload": {"kernel": img.vmlinux, "initramfs": img.initramfs, "cmdline": "loglevel=8"},
+        "serial": {"mode": "File", "file": console},
+    })
+    .to_string();
+    rt().block_on(async {
+        let (s, v) = call(&sock, "PUT", "/api/v1/vm.create", Some(&cfg)).await;
+        if s == 400 && v["field"] == "cpus" {
+            // A host with fewer than 2 cores: let any CPU run them.
+            let mut c: Value = serde_json::from_str(&cfg).unwrap();
+            c["x_vmm"] = json!({"placement": {"policy": "none"}});
+            let (s, v) = call(&sock, "PUT", "/api/v1/vm.create", Some(&c.to_string())).await;
+            assert_eq!(s, 204, "{v}");
+        } else {
+            assert_eq!(s, 204, "{v}");
+        }
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            let log = std::fs::read_to_string(&console).unwrap_or_default();
+            if log.contains("smp: Brought up") {
+                break;
+            }
+            let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
+            assert_eq!(v["state"], "Running", "{v}\n{log}");
+            assert!(
+                Instant::now() < deadline,
+                "no 'smp: Brought up' in 300 s:\n{log}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
+        assert_eq!(v["state"], "Running", "{v}");
+        assert_eq!(v["memory_actual_size"], 256u64 << 20);
+        assert!(v["x_vmm"]["kvm_exits"].as_u64().unwrap() > 0);
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.shutdown", None).await.0, 204);
+        let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
+        assert_eq!(v["state"], "Shutdown");
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vmm.shutdown", None).await.0,
+            204
+        );
+    });
+    assert_eq!(
+        srv.wait_exit(Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        srv.log()
+    );
 }
 
 #[test]

@@ -257,7 +257,17 @@ fn pinned() -> String {
 /// The micro-guest programs `x_vmm.micro` names.
 pub const MICRO_PROGRAMS: &[&str] = &["ticker", "exit", "crash"];
 
+/// The smallest memory of a Linux guest.
+pub const LINUX_MIN_MEMORY: u64 = 64 << 20;
+/// A Linux guest's memory when `memory` is absent (CH's default).
+pub const LINUX_DEFAULT_MEMORY: u64 = 512 << 20;
+
 impl VmConfig {
+    /// Does it boot a Linux kernel (`payload.kernel`)?
+    pub fn linux_payload(&self) -> bool {
+        self.payload.as_ref().is_some_and(|p| p.kernel.is_some())
+    }
+
     /// Checks the fields this VMM does not take and returns the guest
     /// shape as an hwloc synthetic string (or the preset named).
     pub fn guest_shape(&self) -> Result<String, ApiError> {
@@ -282,15 +292,34 @@ impl VmConfig {
                 ));
             }
         }
+        let x = self.x_vmm.clone().unwrap_or_default();
+        let linux = self.linux_payload();
         if let Some(p) = &self.payload {
-            if p.kernel.is_some() || p.initramfs.is_some() {
+            if p.kernel.is_none() && (p.initramfs.is_some() || p.cmdline.is_some()) {
                 return Err(ApiError::bad(
                     "payload.kernel",
-                    "Linux payloads are not served yet (use `vmm run`); give x_vmm.micro",
+                    "initramfs and cmdline need a kernel",
                 ));
             }
+            if let Some(k) = &p.kernel {
+                if x.micro.is_some() {
+                    return Err(ApiError::bad(
+                        "x_vmm.micro",
+                        "give a micro-guest or payload.kernel, not both",
+                    ));
+                }
+                crate::boot::inspect_kernel(std::path::Path::new(k))
+                    .map_err(|e| ApiError::bad("payload.kernel", e.to_string()))?;
+            }
+            if let Some(i) = &p.initramfs {
+                crate::boot::check_initrd(std::path::Path::new(i))
+                    .map_err(|e| ApiError::bad("payload.initramfs", e.to_string()))?;
+            }
+            if let Some(c) = &p.cmdline {
+                crate::boot::check_cmdline(c)
+                    .map_err(|e| ApiError::bad("payload.cmdline", e.to_string()))?;
+            }
         }
-        let x = self.x_vmm.clone().unwrap_or_default();
         if let Some(m) = &x.micro {
             if !MICRO_PROGRAMS.contains(&m.as_str()) {
                 return Err(ApiError::bad(
@@ -318,7 +347,17 @@ impl VmConfig {
                 ));
             }
         }
-        if let Some(m) = &self.memory {
+        if let (true, Some(m)) = (linux, &self.memory) {
+            if m.size < LINUX_MIN_MEMORY || m.size % (2 << 20) != 0 {
+                return Err(ApiError::bad(
+                    "memory.size",
+                    format!(
+                        "{} bytes; a Linux guest takes a multiple of 2 MiB, at least {LINUX_MIN_MEMORY}",
+                        m.size
+                    ),
+                ));
+            }
+        } else if let Some(m) = &self.memory {
             let (lo, hi) = (crate::micro::MIN_MEMORY, crate::micro::MAX_MEMORY);
             if m.size < lo || m.size > hi || m.size % lo != 0 {
                 return Err(ApiError::bad(

@@ -586,12 +586,8 @@ async fn boot(state: &Shared, id: &str) -> Reply {
     };
     let st = state.clone();
     let id2 = id.to_string();
+    let topo2 = lock(state).topo.clone();
     let result = tokio::task::spawn_blocking(move || -> Result<Running, String> {
-        let spec = spec.map_err(|e| e.to_string())?;
-        let vm = {
-            let s = lock(&st);
-            MicroVm::build(&s.micro, &spec).map_err(|e| e.to_string())?
-        };
         let policy = match cfg.x_vmm.as_ref().and_then(|x| x.rt.as_ref()) {
             Some(rt) if rt.policy == "rr" => Policy::Rr(rt.priority),
             Some(rt) => Policy::Fifo(rt.priority),
@@ -610,6 +606,14 @@ async fn boot(state: &Shared, id: &str) -> Reply {
                 policy,
                 affinity: None,
             }],
+        };
+        if cfg.linux_payload() {
+            return boot_linux(&id2, &cfg, plan.as_ref(), &topo2, placement, &eo);
+        }
+        let spec = spec.map_err(|e| e.to_string())?;
+        let vm = {
+            let s = lock(&st);
+            MicroVm::build(&s.micro, &spec).map_err(|e| e.to_string())?
         };
         let set = VmSet::new(vec![vm.into_guest(placement)]).map_err(|e| e.to_string())?;
         tracing::info!(vm = id2, "booting");
@@ -635,6 +639,90 @@ async fn boot(state: &Shared, id: &str) -> Reply {
             format!("VM {id} could not boot: {e}"),
         )),
     }
+}
+
+/// Builds and starts a Linux VM (`payload.kernel`): its vCPUs become tasks
+/// like a micro-guest's; a poller thread kicks halted vCPUs out of
+/// `KVM_RUN` (the in-kernel irqchip keeps HLT inside KVM) until the set
+/// stops, as `vmm run --sched vcpu_sched` does.
+fn boot_linux(
+    id: &str,
+    cfg: &VmConfig,
+    plan: Option<&VmPlan>,
+    topo: &HostTopology,
+    placement: Vec<Placement>,
+    eo: &ExecOptions,
+) -> Result<Running, String> {
+    use crate::vcpu_task::linux::{BlockingStat, LinuxMapper};
+    let shape = cfg.guest_shape().map_err(|e| e.error)?;
+    let guest = GuestTopology::from_spec(&shape).map_err(|e| e.to_string())?;
+    let p = cfg.payload.clone().unwrap_or(api::PayloadConfig {
+        kernel: None,
+        cmdline: None,
+        initramfs: None,
+    });
+    let console: Box<dyn std::io::Write + Send> = match &cfg.serial {
+        Some(c) if c.mode == "File" => {
+            let f = c
+                .file
+                .as_deref()
+                .ok_or("serial.file: give a file for mode File")?;
+            Box::new(std::fs::File::create(f).map_err(|e| format!("serial.file {f}: {e}"))?)
+        }
+        Some(c) if c.mode == "Tty" => Box::new(std::io::stdout()),
+        _ => Box::new(std::io::sink()),
+    };
+    let kvm = kvm_ioctls::Kvm::new().map_err(|e| format!("cannot open /dev/kvm: {e}"))?;
+    let spec = crate::vm::LinuxVmSpec {
+        guest,
+        memory: cfg
+            .memory
+            .as_ref()
+            .map_or(api::LINUX_DEFAULT_MEMORY, |m| m.size),
+        kernel: p.kernel.clone().unwrap_or_default().into(),
+        initrd: p.initramfs.clone().map(Into::into),
+        cmdline: p.cmdline.clone().unwrap_or_default(),
+        vendor: None,
+        compat: crate::compat::CompatArg::Auto.resolve(),
+        pins: plan.map(|p| crate::pin::PinPlan {
+            dense: p.dense.clone(),
+            os: p.os.clone(),
+        }),
+        host: plan.map(|_| topo.clone()),
+        console,
+        until: None,
+    };
+    let mut vm = crate::vm::LinuxVm::build(&kvm, spec).map_err(|e| e.to_string())?;
+    let vcpus = vm.take_vcpus();
+    let stats: Vec<Option<BlockingStat>> = vcpus.iter().map(BlockingStat::open).collect();
+    let kickers: Vec<crate::vcpu::Kicker> = vcpus.iter().map(|v| v.kicker()).collect();
+    let control = vm.control();
+    let guest = crate::vcpu_task::GuestVm {
+        name: id.to_string(),
+        vcpus,
+        mapper: Arc::new(LinuxMapper::new(vm.devices(), 1_000_000)),
+        control: control.clone(),
+        placement,
+        keep: Box::new(vm),
+    };
+    let set = VmSet::new(vec![guest]).map_err(|e| e.to_string())?;
+    control.mark_started();
+    tracing::info!(vm = id, "booting Linux");
+    let running = Running::start(eo, set.clone()).map_err(|e| e.to_string())?;
+    std::thread::Builder::new()
+        .name(format!("halt-poll/{id}"))
+        .spawn(move || {
+            while !set.stopping() && set.vms()[0].live() > 0 {
+                for (s, k) in stats.iter().zip(&kickers) {
+                    if s.as_ref().is_none_or(|s| s.blocking()) {
+                        k.kick();
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+        .map_err(|e| format!("cannot start the halt poller: {e}"))?;
+    Ok(running)
 }
 
 /// Stops a VM's vCPUs; with `delete`, also forgets it (any state).
