@@ -677,3 +677,112 @@ fn openapi_document_matches_the_routes() {
         "docs/api.yaml and vmm::serve::ROUTES differ"
     );
 }
+
+#[test]
+fn bad_serve_and_plan_input_is_one_line_and_exit_2() {
+    use integration_tests::run_bounded::run_bounded;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s.sock");
+    let sock = sock.to_str().unwrap();
+    let bad_cfg = dir.path().join("bad.toml");
+    std::fs::write(&bad_cfg, "topology = \"host\"\nbogus = 1\n").unwrap();
+    for (args, needle) in [
+        (
+            vec!["serve", "--api-socket", sock, "-t", "bogus"],
+            "--topology bogus",
+        ),
+        (
+            vec!["serve", "--api-socket", "/nonexistent/dir/s.sock"],
+            "is not a directory",
+        ),
+        (
+            vec![
+                "serve",
+                "--api-socket",
+                sock,
+                "--config",
+                bad_cfg.to_str().unwrap(),
+            ],
+            "unknown field `bogus`",
+        ),
+        (
+            vec![
+                "plan",
+                "-t",
+                "genoa-2s",
+                "-g",
+                "package:1 l3:1 l2:9 core:1 pu:2",
+            ],
+            "fits in no host node left",
+        ),
+        (
+            vec![
+                "plan",
+                "-t",
+                "genoa-2s",
+                "-g",
+                "package:1 l3:1 l2:8 core:1 pu:2",
+                "--vms",
+                "25",
+            ],
+            "VM 24 of 25",
+        ),
+        (vec!["plan", "-g", "x"], "--guest x"),
+        (
+            vec!["plan", "-g", "package:1 core:1 pu:1", "--relax", "l3"],
+            "unknown level",
+        ),
+    ] {
+        let out = run_bounded(&args, Duration::from_secs(60));
+        assert_eq!(out.code, Some(2), "{args:?}: {}", out.context());
+        let lines: Vec<&str> = out.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {}", out.context());
+        assert!(
+            lines[0].starts_with("error: ") && lines[0].contains(needle),
+            "{args:?}: {}",
+            out.context()
+        );
+    }
+}
+
+#[test]
+fn config_file_sets_the_executor_and_plan_json_feeds_vm_create() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("serve.toml");
+    std::fs::write(&cfg, "executor = \"threads\"\nmetrics_per_vcpu = true\n").unwrap();
+    // vmm plan's JSON for this topology, handed to vm.create as the affinity.
+    let out = integration_tests::run_bounded::run_bounded(
+        &[
+            "plan",
+            "-t",
+            TOPO,
+            "-g",
+            "package:1 l3:1 l2:1 core:1 pu:2",
+            "--vms",
+            "2",
+            "-f",
+            "json",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.context());
+    let plans: Value = serde_json::from_str(&out.stdout).unwrap();
+    let second = plans[1]["cpus"]["affinity"].clone();
+    let srv = Server::start(&["--config", cfg.to_str().unwrap()]);
+    let sock = srv.sock.clone();
+    rt().block_on(async {
+        let body = json!({
+            "cpus": {"boot_vcpus": 2, "affinity": second, "topology": {"threads_per_core": 2, "cores_per_die": 1, "dies_per_package": 1, "packages": 1}},
+        });
+        let (s, v) = call(&sock, "PUT", "/api/v1/vm.create", Some(&body.to_string())).await;
+        assert_eq!(s, 204, "{v}");
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
+        let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
+        assert_eq!(v["x_vmm"]["executor"], "threads");
+        assert_eq!(v["config"]["cpus"]["affinity"], second);
+        progresses(&sock, "default", 0).await;
+        let (_, m) = call_text(&sock, "GET", "/metrics", None).await;
+        assert!(m.contains("vmm_vcpu_kvm_exits_total{vm=\"default\",vcpu=\"0\"}"), "{m}");
+    });
+    drop(srv);
+}
