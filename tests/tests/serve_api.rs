@@ -394,6 +394,34 @@ fn metrics_parse_grow_and_pass_promtool() {
         let bs = samples(&b);
         assert!(sample(&bs, "vmm_vm_kvm_exits_total{vm=\"default\"}") > e0);
         assert!(sample(&bs, "vmm_api_request_duration_seconds_count") > 0.0);
+        // The scheduler's view: run delay per VM and per vCPU, and a
+        // wake-to-run histogram whose buckets add up.
+        assert!(sample(&bs, "vmm_vm_run_delay_seconds_total{vm=\"default\"}") >= 0.0);
+        assert!(
+            sample(
+                &bs,
+                "vmm_vcpu_run_delay_seconds_total{vm=\"default\",vcpu=\"1\"}"
+            ) >= 0.0
+        );
+        assert!(sample(&bs, "vmm_vm_wakeups_total{vm=\"default\"}") > 0.0);
+        let count = sample(&bs, "vmm_vm_wake_to_run_seconds_count{vm=\"default\"}");
+        assert!(count > 0.0);
+        let buckets: Vec<f64> = bs
+            .iter()
+            .filter(|(k, _)| k.starts_with("vmm_vm_wake_to_run_seconds_bucket{"))
+            .map(|(_, v)| *v)
+            .collect();
+        assert!(
+            buckets.len() > 2 && buckets.windows(2).all(|w| w[0] <= w[1]),
+            "{buckets:?}"
+        );
+        assert_eq!(
+            sample(
+                &bs,
+                "vmm_vm_wake_to_run_seconds_bucket{le=\"+Inf\",vm=\"default\"}"
+            ),
+            count
+        );
         // OpenMetrics on request.
         let stream = tokio::net::UnixStream::connect(&sock).await.unwrap();
         let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))

@@ -1,11 +1,13 @@
 //! `GET /metrics`: Prometheus text exposition of the server's VMs.
 //!
-//! WHAT: per VM, its KVM exits, live vCPUs, boots and state; per VM's
+//! WHAT: per VM, its KVM exits, live vCPUs, boots and state, and its
+//! vCPUs' scheduler statistics (run delay, running time, migrations,
+//! wakeups, preemptions, a wake-to-run latency histogram); per VM's
 //! scheduler, every [`vcpu_sched::SchedCounters`] field as a `_total`
 //! counter (context switches, wake-list vs direct enqueues, RT push/pull,
 //! shared-runqueue pops, steals, group-load writes, ...); the API's own
 //! request counts and latency histogram; with `--metrics-per-vcpu`, KVM
-//! exits per vCPU.
+//! exits and run delay per vCPU.
 //! WHY: operators scrape VMMs with Prometheus; per-vCPU series are opt-in
 //! because a host with hundreds of vCPUs would multiply the series.
 //! HOW: a fresh `prometheus-client` registry per scrape, filled from
@@ -15,15 +17,149 @@
 //! ([`to_classic`]). Names follow Prometheus conventions: base units,
 //! `_total` for counters, `_seconds` for times.
 
+use std::sync::Mutex;
+
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
+use vcpu_sched::TaskStats;
 
 use super::State;
 
 type Labels = Vec<(String, String)>;
+
+/// Upper bounds (seconds) of the latency histograms: 1 us x 4^k up to
+/// about 1 s, then +Inf.
+const LATENCY_BOUNDS: [f64; 11] = [
+    1e-6, 4e-6, 16e-6, 64e-6, 256e-6, 1.024e-3, 4.096e-3, 16.384e-3, 65.536e-3, 262.144e-3,
+    1.048576,
+];
+
+/// A histogram encoded from a snapshot (the scheduler's HDR histogram of
+/// nanoseconds), not from observations.
+#[derive(Debug, Default)]
+struct SnapshotHistogram(Mutex<(f64, u64, Vec<(f64, u64)>)>);
+
+impl SnapshotHistogram {
+    /// Sets it to `h` (values in ns).
+    fn set(&self, h: &vcpu_sched::stats::Histogram) {
+        let mut buckets: Vec<(f64, u64)> = LATENCY_BOUNDS.iter().map(|&b| (b, 0)).collect();
+        buckets.push((f64::MAX, 0));
+        for (v, n) in h.pairs() {
+            let secs = v as f64 / 1e9;
+            let i = LATENCY_BOUNDS
+                .iter()
+                .position(|&b| secs <= b)
+                .unwrap_or(LATENCY_BOUNDS.len());
+            buckets[i].1 += n;
+        }
+        let count = h.count();
+        let sum = h.mean() * count as f64 / 1e9;
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = (sum, count, buckets);
+    }
+}
+
+impl TypedMetric for SnapshotHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for SnapshotHistogram {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        encoder.encode_histogram::<NoLabelSet>(g.0, g.1, &g.2, None)
+    }
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// Per-VM sums of its vCPUs' scheduler statistics.
+#[derive(Default)]
+struct TaskFamilies {
+    run_delay: Family<Labels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    running: Family<Labels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    migrations: Family<Labels, Counter>,
+    wakeups: Family<Labels, Counter>,
+    preemptions: Family<Labels, Counter>,
+    wake_to_run: Family<Labels, SnapshotHistogram>,
+    vcpu_run_delay: Family<Labels, Counter<f64, std::sync::atomic::AtomicU64>>,
+}
+
+impl TaskFamilies {
+    fn add(&self, l: &Labels, stats: &[Option<TaskStats>], per_vcpu: bool) {
+        let mut h = vcpu_sched::stats::Histogram::new();
+        let (mut delay, mut run, mut mig, mut wk, mut pre) = (0u64, 0u64, 0, 0, 0);
+        for (k, t) in stats.iter().enumerate() {
+            let Some(t) = t else { continue };
+            delay += t.run_delay_ns;
+            run += t.running_ns;
+            mig += t.migrations;
+            wk += t.wakeups;
+            pre += t.preemptions;
+            h.merge(&t.wake_to_run);
+            if per_vcpu {
+                let mut lk = l.clone();
+                lk.push(("vcpu".into(), k.to_string()));
+                self.vcpu_run_delay
+                    .get_or_create(&lk)
+                    .inc_by(t.run_delay_ns as f64 / 1e9);
+            }
+        }
+        if stats.iter().all(Option::is_none) {
+            return;
+        }
+        self.run_delay.get_or_create(l).inc_by(delay as f64 / 1e9);
+        self.running.get_or_create(l).inc_by(run as f64 / 1e9);
+        self.migrations.get_or_create(l).inc_by(mig);
+        self.wakeups.get_or_create(l).inc_by(wk);
+        self.preemptions.get_or_create(l).inc_by(pre);
+        self.wake_to_run.get_or_create(l).set(&h);
+    }
+
+    fn register(self, reg: &mut Registry, per_vcpu: bool) {
+        reg.register(
+            "vm_run_delay_seconds",
+            "Time the VM's vCPUs were runnable but not running (this boot)",
+            self.run_delay,
+        );
+        reg.register(
+            "vm_running_seconds",
+            "Time the VM's vCPUs ran (this boot)",
+            self.running,
+        );
+        reg.register(
+            "vm_migrations",
+            "CPU changes of the VM's vCPUs (this boot)",
+            self.migrations,
+        );
+        reg.register(
+            "vm_wakeups",
+            "Wakeups of the VM's vCPUs (this boot)",
+            self.wakeups,
+        );
+        reg.register(
+            "vm_preemptions",
+            "Times the VM's vCPUs were switched out while runnable (this boot)",
+            self.preemptions,
+        );
+        reg.register(
+            "vm_wake_to_run_seconds",
+            "From a vCPU's wakeup to its running, per wakeup (this boot)",
+            self.wake_to_run,
+        );
+        if per_vcpu {
+            reg.register(
+                "vcpu_run_delay_seconds",
+                "Run delay per vCPU (this boot)",
+                self.vcpu_run_delay,
+            );
+        }
+    }
+}
 
 fn counter_family() -> Family<Labels, Counter> {
     Family::default()
@@ -43,6 +179,7 @@ pub fn render(state: &State) -> String {
     let vcpus = gauge_family();
     let running = gauge_family();
     let mut sched: Vec<(&'static str, Family<Labels, Counter>)> = Vec::new();
+    let tasks = TaskFamilies::default();
     for (id, v) in &state.vms {
         let l = vec![("vm".to_string(), id.clone())];
         let (st, _) = v.observed_state();
@@ -64,6 +201,7 @@ pub fn render(state: &State) -> String {
                     vcpu_exits.get_or_create(&lk).inc_by(*n);
                 }
             }
+            tasks.add(&l, &r.task_stats(), state.opts.per_vcpu_metrics);
             if let Some(c) = r.counters() {
                 for (name, n) in c.fields() {
                     let fam = match sched.iter().position(|(k, _)| *k == name) {
@@ -100,6 +238,7 @@ pub fn render(state: &State) -> String {
             vcpu_exits,
         );
     }
+    tasks.register(&mut reg, state.opts.per_vcpu_metrics);
     for (name, fam) in sched {
         reg.register(
             format!("sched_{name}"),

@@ -359,6 +359,22 @@ impl Running {
         }
     }
 
+    /// Each vCPU's scheduler statistics so far (run delay, wake-to-run
+    /// latency, migrations), by global index; read while the set runs.
+    /// `None` for the host executor, or a vCPU without a task.
+    pub fn task_stats(&self) -> Vec<Option<TaskStats>> {
+        let sched = match &self.inner {
+            Inner::Threads(t) => t.scheduler(),
+            Inner::Workers(w) => w.scheduler(),
+            Inner::Host(_) => return vec![None; self.set.slots().len()],
+        };
+        self.set
+            .slots()
+            .iter()
+            .map(|s| s.task.get().and_then(|t| sched.task_stats(*t).ok()))
+            .collect()
+    }
+
     /// Wakes vCPU `k` of VM `vm` from outside the executor (an I/O thread,
     /// a halt poller). False if there is no such live vCPU.
     pub fn wake(&self, vm: usize, k: usize) -> bool {

@@ -150,6 +150,10 @@ impl ThreadsRun {
         self.ex.scheduler().counters()
     }
 
+    pub(crate) fn scheduler(&self) -> &Arc<vcpu_sched::Scheduler> {
+        self.ex.scheduler()
+    }
+
     pub(crate) fn wake_slot(&self, s: &VcpuSlot) {
         if let Some(t) = s.task.get() {
             let _ = self.ex.wake(*t);
