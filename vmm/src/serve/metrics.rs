@@ -42,7 +42,10 @@ const LATENCY_BOUNDS: [f64; 11] = [
 /// A histogram encoded from a snapshot (the scheduler's HDR histogram of
 /// nanoseconds), not from observations.
 #[derive(Debug, Default)]
-struct SnapshotHistogram(Mutex<(f64, u64, Vec<(f64, u64)>)>);
+struct SnapshotHistogram(Mutex<Snapshot>);
+
+/// Sum (seconds), count, and (upper bound, count) per bucket.
+type Snapshot = (f64, u64, Vec<(f64, u64)>);
 
 impl SnapshotHistogram {
     /// Sets it to `h` (values in ns).
