@@ -336,6 +336,11 @@ fn a_crashing_guest_shows_in_info_and_others_go_on() {
         };
         let why = v["x_vmm"]["stop_reason"].as_str().unwrap();
         assert!(why.contains("triple fault"), "{why}");
+        // The exit reasons: its one REPORT (a port write), then the
+        // triple fault.
+        let (_, c) = call(&sock, "GET", "/api/v1/vms/x/vm.counters", None).await;
+        assert_eq!(c["exits"]["shutdown"], 1, "{c}");
+        assert_eq!(c["exits"]["io"], 1, "{c}");
         let n = exits(&sock, "default").await;
         progresses(&sock, "default", n).await;
         let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
@@ -404,6 +409,15 @@ fn metrics_parse_grow_and_pass_promtool() {
             ) >= 0.0
         );
         assert!(sample(&bs, "vmm_vm_wakeups_total{vm=\"default\"}") > 0.0);
+        // The ticker's exits are its port writes (REPORT, SLEEP).
+        assert!(sample(&bs, "vmm_vm_exits_total{vm=\"default\",reason=\"io\"}") > 0.0);
+        assert_eq!(
+            sample(
+                &bs,
+                "vmm_vm_exits_total{vm=\"default\",reason=\"shutdown\"}"
+            ),
+            0.0
+        );
         let count = sample(&bs, "vmm_vm_wake_to_run_seconds_count{vm=\"default\"}");
         assert!(count > 0.0);
         let buckets: Vec<f64> = bs

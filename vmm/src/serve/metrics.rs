@@ -183,6 +183,7 @@ pub fn render(state: &State) -> String {
     let running = gauge_family();
     let mut sched: Vec<(&'static str, Family<Labels, Counter>)> = Vec::new();
     let tasks = TaskFamilies::default();
+    let by_reason = counter_family();
     for (id, v) in &state.vms {
         let l = vec![("vm".to_string(), id.clone())];
         let (st, _) = v.observed_state();
@@ -219,12 +220,22 @@ pub fn render(state: &State) -> String {
             }
         }
         exits.get_or_create(&l).inc_by(total);
+        for (reason, n) in v.exit_counts.snapshot() {
+            let mut lr = l.clone();
+            lr.push(("reason".into(), reason.into()));
+            by_reason.get_or_create(&lr).inc_by(n);
+        }
         live.get_or_create(&l).set(nlive as i64);
     }
     reg.register(
         "vm_kvm_exits",
         "Exits from KVM_RUN of the VM's vCPUs (all boots)",
         exits,
+    );
+    reg.register(
+        "vm_exits",
+        "vCPU exits that reached the VMM's exit handling, by reason (all boots)",
+        by_reason,
     );
     reg.register("vm_boots", "Times the VM was booted", boots);
     reg.register("vm_vcpus", "vCPUs the VM was created with", vcpus);

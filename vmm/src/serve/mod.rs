@@ -26,6 +26,7 @@ pub mod metrics;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,8 +40,71 @@ use vcpu_sched::{CpuMask, Mitigations, Policy};
 use crate::micro::asm::GuestAsm;
 use crate::micro::{MicroHost, MicroVm, MicroVmSpec};
 use crate::plan::{FreeMap, Relax, VmPlan};
-use crate::vcpu_task::{ExecOptions, ExecutorKind, Placement, Running, VmSet};
+use crate::vcpu::VcpuExit;
+use crate::vcpu_task::{ExecOptions, ExecutorKind, ExitMapper, Placement, Running, VmSet};
 use api::{ApiError, VmConfig, VmResize};
+
+/// Exit reasons counted per VM (`vmm_vm_exits_total{reason}`).
+pub const EXIT_REASONS: [&str; 9] = [
+    "halt",
+    "io",
+    "kicked",
+    "reset",
+    "power_off",
+    "shutdown",
+    "internal_error",
+    "fail_entry",
+    "other",
+];
+
+/// A VM's vCPU exits by reason ([`EXIT_REASONS`] order), over all its
+/// boots.
+#[derive(Debug, Default)]
+pub struct ExitCounts([AtomicU64; 9]);
+
+impl ExitCounts {
+    /// (reason, count) pairs.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        EXIT_REASONS
+            .iter()
+            .zip(&self.0)
+            .map(|(r, n)| (*r, n.load(Ordering::Relaxed)))
+            .collect()
+    }
+}
+
+/// Counts each exit by reason on its way to the VM's own mapping: exits
+/// that reach the executor (a port write a device handles inside the
+/// vCPU's run loop does not).
+struct CountingMapper {
+    inner: Arc<dyn ExitMapper>,
+    counts: Arc<ExitCounts>,
+}
+
+impl ExitMapper for CountingMapper {
+    fn io(&self) -> &dyn crate::vcpu::PortIo {
+        self.inner.io()
+    }
+    fn map_exit(&self, vcpu: &crate::vcpu::Vcpu, exit: VcpuExit) -> crate::vcpu_task::Action {
+        let i = match &exit {
+            VcpuExit::Halt => 0,
+            VcpuExit::Io { .. } => 1,
+            VcpuExit::Kicked => 2,
+            VcpuExit::Reset => 3,
+            VcpuExit::PowerOff => 4,
+            VcpuExit::Shutdown => 5,
+            VcpuExit::InternalError { .. } => 6,
+            VcpuExit::FailEntry { .. } => 7,
+            VcpuExit::Unexpected(_) => 8,
+        };
+        self.counts.0[i].fetch_add(1, Ordering::Relaxed);
+        self.inner.map_exit(vcpu, exit)
+    }
+    fn on_kicked(&self, vcpu: &crate::vcpu::Vcpu) -> Option<crate::vcpu_task::Action> {
+        self.counts.0[2].fetch_add(1, Ordering::Relaxed);
+        self.inner.on_kicked(vcpu)
+    }
+}
 
 /// The largest request body.
 const MAX_BODY: usize = 1 << 20;
@@ -117,6 +181,8 @@ pub struct VmRecord {
     /// Counters of earlier boots, kept so that `_total` series never drop.
     past_exits: u64,
     last_stop: Option<String>,
+    /// Exits by reason, all boots.
+    exit_counts: Arc<ExitCounts>,
 }
 
 impl VmRecord {
@@ -514,6 +580,7 @@ fn create(state: &Shared, id: &str, cfg: VmConfig) -> Reply {
             boots: 0,
             past_exits: 0,
             last_stop: None,
+            exit_counts: Arc::default(),
         },
     );
     Ok(empty(204))
@@ -550,7 +617,7 @@ fn program(name: &str, vcpus: usize) -> Result<Vec<u8>, crate::micro::MicroError
 }
 
 async fn boot(state: &Shared, id: &str) -> Reply {
-    let (cfg, plan, eo, spec) = {
+    let (cfg, plan, eo, spec, counts) = {
         let mut s = lock(state);
         let topo = s.topo.clone();
         let mapping = s.mapping.clone();
@@ -582,7 +649,13 @@ async fn boot(state: &Shared, id: &str) -> Reply {
         if let (Ok(sp), Some(m)) = (spec.as_mut(), &v.config.memory) {
             sp.memory = m.size;
         }
-        (v.config.clone(), v.plan.clone(), eo, spec)
+        (
+            v.config.clone(),
+            v.plan.clone(),
+            eo,
+            spec,
+            v.exit_counts.clone(),
+        )
     };
     let st = state.clone();
     let id2 = id.to_string();
@@ -608,14 +681,19 @@ async fn boot(state: &Shared, id: &str) -> Reply {
             }],
         };
         if cfg.linux_payload() {
-            return boot_linux(&id2, &cfg, plan.as_ref(), &topo2, placement, &eo);
+            return boot_linux(&id2, &cfg, plan.as_ref(), &topo2, placement, &eo, counts);
         }
         let spec = spec.map_err(|e| e.to_string())?;
         let vm = {
             let s = lock(&st);
             MicroVm::build(&s.micro, &spec).map_err(|e| e.to_string())?
         };
-        let set = VmSet::new(vec![vm.into_guest(placement)]).map_err(|e| e.to_string())?;
+        let mut guest = vm.into_guest(placement);
+        guest.mapper = Arc::new(CountingMapper {
+            inner: guest.mapper,
+            counts,
+        });
+        let set = VmSet::new(vec![guest]).map_err(|e| e.to_string())?;
         tracing::info!(vm = id2, "booting");
         Running::start(&eo, set).map_err(|e| e.to_string())
     })
@@ -652,6 +730,7 @@ fn boot_linux(
     topo: &HostTopology,
     placement: Vec<Placement>,
     eo: &ExecOptions,
+    counts: Arc<ExitCounts>,
 ) -> Result<Running, String> {
     use crate::vcpu_task::linux::{BlockingStat, LinuxMapper};
     let shape = cfg.guest_shape().map_err(|e| e.error)?;
@@ -700,7 +779,10 @@ fn boot_linux(
     let guest = crate::vcpu_task::GuestVm {
         name: id.to_string(),
         vcpus,
-        mapper: Arc::new(LinuxMapper::new(vm.devices(), 1_000_000)),
+        mapper: Arc::new(CountingMapper {
+            inner: Arc::new(LinuxMapper::new(vm.devices(), 1_000_000)),
+            counts,
+        }),
         control: control.clone(),
         placement,
         keep: Box::new(vm),
@@ -846,6 +928,13 @@ fn counters(state: &Shared, id: &str) -> Reply {
     let s = lock(state);
     let v = s.vms.get(id).ok_or_else(|| not_created(id))?;
     let mut out = serde_json::Map::new();
+    let exits: serde_json::Map<String, serde_json::Value> = v
+        .exit_counts
+        .snapshot()
+        .into_iter()
+        .map(|(k, n)| (k.to_string(), n.into()))
+        .collect();
+    out.insert("exits".into(), serde_json::Value::Object(exits));
     if let Some(r) = &v.run {
         for (k, n) in r.set().progress_snapshot().iter().enumerate() {
             out.insert(format!("vcpu{k}"), serde_json::json!({ "kvm_exits": n }));
