@@ -828,3 +828,44 @@ fn config_file_sets_the_executor_and_plan_json_feeds_vm_create() {
     });
     drop(srv);
 }
+
+#[test]
+fn plan_takes_cloud_hypervisor_shape_flags() {
+    // 2 packages (a node each) x 4 cores x 2 threads on genoa-2s, whose
+    // node 0 is CPUs 0-95 and 192-287.
+    let out = integration_tests::run_bounded::run_bounded(
+        &[
+            "plan",
+            "-t",
+            "genoa-2s",
+            "--packages",
+            "2",
+            "--numa",
+            "--cores-per-die",
+            "4",
+            "--threads-per-core",
+            "2",
+            "--vms",
+            "3",
+            "-f",
+            "json",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.context());
+    let plans: Value = serde_json::from_str(&out.stdout).unwrap();
+    let node0 = |c: u64| c < 96 || (192..288).contains(&c);
+    let mut seen = std::collections::BTreeSet::new();
+    for vm in plans.as_array().unwrap() {
+        let aff = vm["cpus"]["affinity"].as_array().unwrap();
+        assert_eq!(aff.len(), 16);
+        for a in aff {
+            let (v, c) = (
+                a["vcpu"].as_u64().unwrap(),
+                a["host_cpus"][0].as_u64().unwrap(),
+            );
+            assert_eq!(node0(c), v < 8, "vCPU {v} on host CPU {c}");
+            assert!(seen.insert(c), "host CPU {c} given twice");
+        }
+    }
+}

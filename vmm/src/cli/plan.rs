@@ -9,6 +9,8 @@
 //! HOW: thin glue; an impossible request is an input error (exit 2) whose
 //! line names what did not fit and where.
 
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -36,8 +38,29 @@ pub struct PlanArgs {
     pub topology: String,
     /// The guest shape (a preset or an hwloc synthetic string), e.g.
     /// "package:1 l3:1 l2:4 core:1 pu:2".
-    #[arg(long, short, value_name = "SPEC", required_unless_present = "request")]
+    #[arg(
+        long,
+        short,
+        value_name = "SPEC",
+        required_unless_present_any = ["request", "packages"],
+        conflicts_with = "packages"
+    )]
     pub guest: Option<String>,
+    /// Or the guest shape in Cloud Hypervisor's terms: packages (sockets)...
+    #[arg(long, value_name = "N", value_parser = shape_count)]
+    pub packages: Option<u32>,
+    /// ... dies per package (one LLC each) ...
+    #[arg(long, value_name = "N", default_value = "1", value_parser = shape_count)]
+    pub dies_per_package: u32,
+    /// ... cores per die (an L2 each) ...
+    #[arg(long, value_name = "N", default_value = "1", value_parser = shape_count)]
+    pub cores_per_die: u32,
+    /// ... threads per core ...
+    #[arg(long, value_name = "N", default_value = "1", value_parser = shape_count)]
+    pub threads_per_core: u32,
+    /// ... and a guest NUMA node per package.
+    #[arg(long)]
+    pub numa: bool,
     /// How many VMs of that shape.
     #[arg(long, default_value = "1", value_name = "N", value_parser = args::vm_count)]
     pub vms: usize,
@@ -70,6 +93,14 @@ struct Request {
     rt: Option<u8>,
     #[serde(default)]
     relax: Relax,
+}
+
+/// A topology count: 1..=1024.
+fn shape_count(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?} is not a count from 1 to 1024")),
+    }
 }
 
 fn host() -> String {
@@ -115,9 +146,20 @@ pub fn run(mut a: PlanArgs) -> Result<()> {
         load_request(&mut a, &p)?;
     }
     let host = topology::load(&a.topology).with_context(|| format!("--topology {}", a.topology))?;
-    let gspec = a.guest.clone().unwrap_or_default();
+    let gspec = match (a.guest.clone(), a.packages) {
+        (Some(g), _) => g,
+        (None, Some(p)) => crate::serve::api::ch_shape(
+            p,
+            a.dies_per_package,
+            a.cores_per_die,
+            a.threads_per_core,
+            a.numa,
+        ),
+        (None, None) => String::new(),
+    };
     let guest = GuestTopology::from_spec(&gspec).with_context(|| format!("--guest {gspec}"))?;
     let plans = planner::pack(&host, &guest, a.vms, a.relax).map_err(|e| InputError(e.0))?;
+    let mut out = String::new();
     match a.format {
         PlanFormat::Json => {
             let v: Vec<serde_json::Value> = plans
@@ -131,10 +173,12 @@ pub fn run(mut a: PlanArgs) -> Result<()> {
                     })
                 })
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            out.push_str(&serde_json::to_string_pretty(&v)?);
+            out.push('\n');
         }
         PlanFormat::Table => {
-            println!(
+            let _ = writeln!(
+                out,
                 "{} VMs of {} vCPUs ({}) on {} ({} CPUs){}",
                 a.vms,
                 guest.num_vcpus(),
@@ -144,13 +188,15 @@ pub fn run(mut a: PlanArgs) -> Result<()> {
                 a.rt.map(|p| format!(", SCHED_FIFO {p}"))
                     .unwrap_or_default()
             );
-            println!(
+            let _ = writeln!(
+                out,
                 "{:>4} {:>5} {:>8} {:>5} {:>4} {:>4} {:>4}",
                 "vm", "vcpu", "host_cpu", "core", "l2", "llc", "node"
             );
             for (i, p) in plans.iter().enumerate() {
                 for (v, (&d, &os)) in p.dense.iter().zip(&p.os).enumerate() {
-                    println!(
+                    let _ = writeln!(
+                        out,
                         "{i:>4} {v:>5} {os:>8} {:>5} {:>4} {:>4} {:>4}",
                         host.core_of(d),
                         host.l2_of(d),
@@ -161,5 +207,12 @@ pub fn run(mut a: PlanArgs) -> Result<()> {
             }
         }
     }
-    Ok(())
+    // One write; a closed pipe (`| head`) is not an error.
+    let mut so = std::io::stdout().lock();
+    match so.write_all(out.as_bytes()).and_then(|()| so.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::Error::from(e).context("writing the plan"))
+        }
+        _ => Ok(()),
+    }
 }

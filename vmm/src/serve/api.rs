@@ -257,6 +257,13 @@ fn pinned() -> String {
 /// The micro-guest programs `x_vmm.micro` names.
 pub const MICRO_PROGRAMS: &[&str] = &["ticker", "exit", "crash"];
 
+/// Cloud Hypervisor's CPU topology as an hwloc synthetic guest shape: one
+/// LLC per die, an L2 per core, and with `numa` one NUMA node per package.
+pub fn ch_shape(packages: u32, dies: u32, cores: u32, threads: u32, numa: bool) -> String {
+    let numa = if numa { " [numa]" } else { "" };
+    format!("package:{packages}{numa} die:{dies} l3:1 l2:{cores} core:1 pu:{threads}")
+}
+
 /// The smallest memory of a Linux guest.
 pub const LINUX_MIN_MEMORY: u64 = 64 << 20;
 /// A Linux guest's memory when `memory` is absent (CH's default).
@@ -405,11 +412,13 @@ impl VmConfig {
                     format!("{nodes} guest nodes; give one per package ({})", t.packages),
                 ));
             }
-            let numa = if nodes > 1 { " [numa]" } else { "" };
             (
-                format!(
-                    "package:{}{numa} die:{} l3:1 l2:{} core:1 pu:{}",
-                    t.packages, t.dies_per_package, t.cores_per_die, t.threads_per_core
+                ch_shape(
+                    t.packages,
+                    t.dies_per_package,
+                    t.cores_per_die,
+                    t.threads_per_core,
+                    nodes > 1,
                 ),
                 "cpus.topology",
             )
