@@ -585,6 +585,11 @@ fn linux_guest_create_boot_info_shutdown() {
     })
     .to_string();
     rt().block_on(async {
+        // More memory than the host has: refused up front, naming the field.
+        let mut huge: Value = serde_json::from_str(&cfg).unwrap();
+        huge["memory"]["size"] = json!(1u64 << 50);
+        let (s, v) = call(&sock, "PUT", "/api/v1/vm.create", Some(&huge.to_string())).await;
+        assert_eq!((s, v["field"].as_str()), (400, Some("memory.size")), "{v}");
         let (s, v) = call(&sock, "PUT", "/api/v1/vm.create", Some(&cfg)).await;
         if s == 400 && v["field"] == "cpus" {
             // A host with fewer than 2 cores: let any CPU run them.

@@ -355,6 +355,17 @@ impl VmConfig {
             }
         }
         if let (true, Some(m)) = (linux, &self.memory) {
+            if let Some(total) = crate::memory::host_mem_total() {
+                if m.size > total {
+                    return Err(ApiError::bad(
+                        "memory.size",
+                        format!(
+                            "{} bytes is more than this host's {total} bytes of RAM",
+                            m.size
+                        ),
+                    ));
+                }
+            }
             if m.size < LINUX_MIN_MEMORY || m.size % (2 << 20) != 0 {
                 return Err(ApiError::bad(
                     "memory.size",
