@@ -236,6 +236,19 @@ pub struct RtConfig {
     pub policy: String,
     /// 1..=99.
     pub priority: u8,
+    /// Per-vCPU priorities (one per vCPU, 1..=99), overriding `priority`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpu_priorities: Option<Vec<u8>>,
+}
+
+impl RtConfig {
+    /// vCPU `k`'s priority.
+    pub fn priority_of(&self, k: usize) -> u8 {
+        self.vcpu_priorities
+            .as_ref()
+            .and_then(|v| v.get(k).copied())
+            .unwrap_or(self.priority)
+    }
 }
 
 /// `x_vmm.placement`.
@@ -344,6 +357,17 @@ impl VmConfig {
                     "x_vmm.rt.priority",
                     "an RT priority is 1..=99",
                 ));
+            }
+            if let Some(v) = &rt.vcpu_priorities {
+                if v.len() != c.boot_vcpus as usize || v.iter().any(|p| !(1..=99).contains(p)) {
+                    return Err(ApiError::bad(
+                        "x_vmm.rt.vcpu_priorities",
+                        format!(
+                            "give one RT priority (1..=99) per vCPU: {} of them",
+                            c.boot_vcpus
+                        ),
+                    ));
+                }
             }
         }
         if let Some(p) = &x.placement {
@@ -498,6 +522,15 @@ mod tests {
             .guest_shape()
             .unwrap_err();
         assert_eq!(e.field.as_deref(), Some("memory.size"));
+        let e = cfg(r#"{"cpus":{"boot_vcpus":2},"x_vmm":{"rt":{"policy":"fifo","priority":5,"vcpu_priorities":[3]}}}"#)
+            .unwrap()
+            .guest_shape()
+            .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("x_vmm.rt.vcpu_priorities"));
+        let ok = cfg(r#"{"cpus":{"boot_vcpus":2},"x_vmm":{"rt":{"policy":"rr","priority":5,"vcpu_priorities":[3,7]}}}"#).unwrap();
+        ok.guest_shape().unwrap();
+        let rt = ok.x_vmm.unwrap().rt.unwrap();
+        assert_eq!((rt.priority_of(0), rt.priority_of(1)), (3, 7));
         let e = cfg(r#"{"x_vmm":{"micro":"nope"}}"#)
             .unwrap()
             .guest_shape()

@@ -661,25 +661,19 @@ async fn boot(state: &Shared, id: &str) -> Reply {
     let id2 = id.to_string();
     let topo2 = lock(state).topo.clone();
     let result = tokio::task::spawn_blocking(move || -> Result<Running, String> {
-        let policy = match cfg.x_vmm.as_ref().and_then(|x| x.rt.as_ref()) {
-            Some(rt) if rt.policy == "rr" => Policy::Rr(rt.priority),
-            Some(rt) => Policy::Fifo(rt.priority),
+        let rt = cfg.x_vmm.as_ref().and_then(|x| x.rt.clone());
+        let policy = |k: usize| match &rt {
+            Some(r) if r.policy == "rr" => Policy::Rr(r.priority_of(k)),
+            Some(r) => Policy::Fifo(r.priority_of(k)),
             None => Policy::Fair(vcpu_sched::task::NICE_0_WEIGHT),
         };
-        let placement: Vec<Placement> = match &plan {
-            Some(p) => p
-                .dense
-                .iter()
-                .map(|&d| Placement {
-                    policy,
-                    affinity: Some(CpuMask::single(d)),
-                })
-                .collect(),
-            None => vec![Placement {
-                policy,
-                affinity: None,
-            }],
-        };
+        let n = cfg.cpus.boot_vcpus as usize;
+        let placement: Vec<Placement> = (0..n)
+            .map(|k| Placement {
+                policy: policy(k),
+                affinity: plan.as_ref().map(|p| CpuMask::single(p.dense[k])),
+            })
+            .collect();
         if cfg.linux_payload() {
             return boot_linux(&id2, &cfg, plan.as_ref(), &topo2, placement, &eo, counts);
         }
