@@ -1,7 +1,7 @@
 //! Command-line interface (clap) and the glue from arguments to the library.
 //!
 //! One module per subcommand ([`topology`], [`demo`], [`run`],
-//! [`sched_bench`], [`bench`]) and a leaf, [`args`], for what they share
+//! [`sched_bench`], [`bench`], [`sim`]) and a leaf, [`args`], for what they share
 //! (the input error, `--compare` lists, range checks, the progress bar).
 //! The subcommands import from [`args`] only, never from each other or
 //! from this module, so the module graph has no cycles.
@@ -16,6 +16,7 @@ pub mod bench;
 pub mod demo;
 pub mod run;
 pub mod sched_bench;
+pub mod sim;
 pub mod topology;
 
 use std::process::ExitCode;
@@ -57,6 +58,10 @@ pub enum Command {
     /// run, or the seeds' comparison with the host 1:1 baseline
     /// (`--compare seeds`).
     Bench(Box<bench::BenchArgs>),
+    /// Simulate the scheduler core on a big topology in deterministic
+    /// virtual time, with cited cache-line transfer costs
+    /// (`--compare seeds`, `--c2c`, `--lockstat`, `--sweep`).
+    Sim(Box<sim::SimArgs>),
 }
 
 /// Sets up `tracing` on stderr, coloured only when
@@ -108,6 +113,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run(args) => return run::run(*args),
         Command::SchedBench(args) => sched_bench::run(args)?,
         Command::Bench(args) => bench::run(*args)?,
+        Command::Sim(args) => sim::run(*args)?,
     }
     Ok(ExitCode::SUCCESS)
 }

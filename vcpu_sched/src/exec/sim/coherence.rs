@@ -44,8 +44,12 @@ struct Line {
     owner: Option<u32>,
     /// CPUs holding it shared (empty when owned).
     sharers: Vec<u32>,
-    /// Virtual time its last transfer completes.
-    busy_until: u64,
+    /// Ownership transfers booked on it: (start, end), sorted. Calls run
+    /// one at a time, so a call can book a transfer later in virtual time
+    /// than another CPU's call that runs after it; that one takes the
+    /// first gap at or after its own time, as the hardware would have
+    /// served it first.
+    busy: Vec<(u64, u64)>,
     /// Lock word: when its holder released it, and who.
     released_at: u64,
     last_holder: Option<u32>,
@@ -81,6 +85,8 @@ pub struct Coherence {
     die: Vec<u32>,
     package: Vec<u32>,
     lines: HashMap<u64, Line>,
+    /// No access starts before this (the event loop's time).
+    floor: u64,
     /// Traffic per line.
     pub line_stats: HashMap<u64, LineStat>,
     /// Contention per lock word line.
@@ -99,9 +105,16 @@ impl Coherence {
             die: c.iter().map(|l| l.die).collect(),
             package: c.iter().map(|l| l.package).collect(),
             lines: HashMap::new(),
+            floor: 0,
             line_stats: HashMap::new(),
             lock_stats: HashMap::new(),
         }
+    }
+
+    /// Tells the model that no access will start before `t`, so bookings
+    /// that end earlier can be forgotten.
+    pub fn set_floor(&mut self, t: u64) {
+        self.floor = t;
     }
 
     /// The cost table in use.
@@ -192,9 +205,32 @@ impl Coherence {
                 lat = lat.max(far);
             }
         }
-        let start = now.max(l.busy_until);
+        // Ownership transfers serialize on the line: a write takes the
+        // first gap of `lat` at or after `now`. Read misses of a line
+        // nobody is writing are served in parallel (from the sharers or
+        // the home agent): they wait only for a write in progress.
+        let floor = self.floor;
+        l.busy.retain(|&(_, e)| e > floor);
+        let start = if write {
+            let mut s = now;
+            for &(b, e) in &l.busy {
+                if s + lat <= b {
+                    break;
+                }
+                s = s.max(e);
+            }
+            s
+        } else {
+            l.busy
+                .iter()
+                .find(|&&(b, e)| b <= now && now < e)
+                .map_or(now, |&(_, e)| e)
+        };
         let done = start + lat;
-        l.busy_until = done;
+        if write {
+            let at = l.busy.partition_point(|&(b, _)| b < start);
+            l.busy.insert(at, (start, done));
+        }
         if nearest.is_some() {
             let s = self.line_stats.entry(line).or_default();
             s.transfers += 1;
@@ -250,8 +286,9 @@ mod tests {
         let d2 = m.access(2, 1, Kind::Load, t);
         assert_eq!(d2, t + c.llc_ns);
         let d3 = m.access(3, 1, Kind::Load, t);
-        // CPU 3's nearest holder is its SMT sibling 2, but the line is busy
-        assert_eq!(d3, d2 + c.smt_ns);
+        // CPU 3's nearest holder is its SMT sibling 2; reads of a line
+        // nobody writes do not queue behind one another
+        assert_eq!(d3, t + c.smt_ns);
         // the writer's next store invalidates three sharers: farthest is LLC
         let w = m.access(0, 1, Kind::Store, 5000);
         assert_eq!(w, 5000 + c.llc_ns);

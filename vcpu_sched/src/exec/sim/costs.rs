@@ -29,6 +29,12 @@ pub struct CostTable {
     pub remote_ns: u64,
     /// A line nobody caches (DRAM).
     pub memory_ns: u64,
+    /// Independent load misses one core keeps in flight (L1 miss
+    /// buffers): consecutive loads of a call overlap in groups of this
+    /// many. Estimated from the vendors' optimization manuals: 12 fill
+    /// buffers on Skylake-derived cores (Cascade Lake, Ice Lake), 16 on
+    /// Golden Cove and later (Sapphire, Granite Rapids), 22 on Zen 3/4.
+    pub mlp: u32,
 }
 
 impl CostTable {
@@ -57,6 +63,7 @@ impl CostTable {
             package_ns: s(self.package_ns),
             remote_ns: s(self.remote_ns),
             memory_ns: s(self.memory_ns),
+            mlp: self.mlp,
         }
     }
 
@@ -70,37 +77,38 @@ impl CostTable {
             // pairs). SMT not found: Ice Lake 8375C's 8 ns stands in
             // (estimated). L1 5 cycles (Chips and Cheese, Xeon 6 memory,
             // 2025-09-26) ~2 ns. DRAM: SPR's ~107 ns stands in (estimated).
-            "gnr-2s" => Self::intel(8, 86, 247, 2, 107),
+            "gnr-2s" => Self::intel(8, 86, 247, 2, 107, 16),
             // Sapphire Rapids 2S: Chips and Cheese, "Core to core latency
             // data on large systems" (2023-11-07): within socket average 59
             // (measured), cross socket average 138 (measured). SMT not found:
             // Ice Lake's 8 stands in (estimated). DRAM ~107 ns (Chips and
             // Cheese, "A peek at Sapphire Rapids", 2023-03-12, measured).
-            "spr-2s" => Self::intel(8, 59, 138, 2, 107),
+            "spr-2s" => Self::intel(8, 59, 138, 2, 107, 16),
             // Ice Lake-SP 8375C 2S: nviennot/core-to-core-latency README:
             // SMT 8.1, same socket 51, other socket 108 (all measured).
             // DRAM: SPR's 107 stands in (estimated).
-            "icx-2s" => Self::intel(8, 51, 108, 2, 107),
+            "icx-2s" => Self::intel(8, 51, 108, 2, 107, 12),
             // Cascade Lake Gold 6242 2S: nviennot README: SMT 7.4, same
             // socket 48, other socket 136 (measured). L1 4 cycles (Velten et
             // al., ICPE'22) ~2 ns. DRAM: 107 stands in (estimated).
-            "clx-2s" => Self::intel(7, 48, 136, 2, 107),
+            "clx-2s" => Self::intel(7, 48, 136, 2, 107, 12),
             // Genoa EPYC 9274F 2S: nviennot issue #132: SMT 9, same CCX
             // 22-25 (24), other CCD 87-104 (95), other socket 187-202 (195)
             // (measured). L1 1.08 ns, DRAM ~110 ns (jhan-positron
             // pass1_outline.md §4.1, EPYC 9654, measured).
-            "genoa-2s" => Self::amd(9, 24, 95, 195, 1, 110),
+            "genoa-2s" => Self::amd(9, 24, 95, 195, 1, 110, 22),
             // Milan EPYC 7R13 2S: nviennot README: SMT 9.8, CCX 23, other
             // CCD on the line's home socket ~108, other socket 197
             // (measured). L1/DRAM: Genoa's stand in (estimated).
-            "milan-2s" => Self::amd(10, 23, 108, 197, 1, 110),
-            "test" => Self::amd(5, 20, 60, 100, 1, 200),
+            "milan-2s" => Self::amd(10, 23, 108, 197, 1, 110, 22),
+            "test" => Self::amd(5, 20, 60, 100, 1, 200, 4),
             _ => return None,
         })
     }
 
-    fn intel(smt: u64, socket: u64, remote: u64, l1: u64, mem: u64) -> Self {
+    fn intel(smt: u64, socket: u64, remote: u64, l1: u64, mem: u64, mlp: u32) -> Self {
         Self {
+            mlp,
             l1_hit_ns: l1,
             smt_ns: smt,
             l2_ns: smt,
@@ -112,8 +120,9 @@ impl CostTable {
         }
     }
 
-    fn amd(smt: u64, ccx: u64, ccd: u64, remote: u64, l1: u64, mem: u64) -> Self {
+    fn amd(smt: u64, ccx: u64, ccd: u64, remote: u64, l1: u64, mem: u64, mlp: u32) -> Self {
         Self {
+            mlp,
             l1_hit_ns: l1,
             smt_ns: smt,
             l2_ns: smt,

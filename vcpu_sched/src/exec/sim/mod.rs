@@ -28,7 +28,7 @@ use topology::HostTopology;
 
 use crate::check::InvariantChecker;
 use crate::rng::Rng;
-use crate::sync::recorder::{self, Access};
+use crate::sync::recorder::{self, Access, Kind};
 use crate::{
     CpuId, KickCpu, Mitigations, Pick, Policy, Prev, SchedConfig, SchedError, Scheduler, TaskId,
     TaskSpec,
@@ -314,6 +314,7 @@ pub fn run_with_progress(
             break;
         }
         reached = t;
+        sim.coh.set_floor(t);
         if ev == Ev::Check {
             if stop.load(Ordering::Relaxed) {
                 partial = true;
@@ -398,12 +399,31 @@ impl Sim<'_> {
         recorder::start();
         let r = f(&self.s, now);
         recorder::stop_into(&mut self.buf);
+        // Accesses in program order; consecutive loads overlap in groups
+        // of the core's miss buffers (`mlp`), everything else waits for
+        // what came before it.
+        let mlp = self.coh.cost().mlp.max(1);
         let mut t = now + instr;
+        let (mut group_end, mut in_group) = (t, 0);
         for i in 0..self.buf.len() {
             let a = self.buf[i];
             let line = self.line_of(a.addr);
-            t = self.coh.access(cpu, line, a.kind, t) + INSTR.per_access_ns;
+            if a.kind == Kind::Load {
+                let d = self.coh.access(cpu, line, a.kind, t) + INSTR.per_access_ns;
+                group_end = group_end.max(d);
+                in_group += 1;
+                if in_group == mlp {
+                    t = group_end;
+                    in_group = 0;
+                }
+            } else {
+                t = t.max(group_end);
+                t = self.coh.access(cpu, line, a.kind, t) + INSTR.per_access_ns;
+                group_end = t;
+                in_group = 0;
+            }
         }
+        t = t.max(group_end);
         self.sched_ns += t - now;
         self.calls += 1;
         let kicked: Vec<CpuId> =
