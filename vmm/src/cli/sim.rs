@@ -182,6 +182,7 @@ pub fn run(a: SimArgs) -> Result<()> {
     if let Some(path) = &a.plot {
         args::check_output_file("--plot", path, true)?;
     }
+    let topo = load(&a.topology)?;
     let table_name = a.costs.clone().unwrap_or_else(|| a.topology.clone());
     let cost = CostTable::for_preset(&table_name)
         .filter(|_| table_name != "test")
@@ -192,7 +193,6 @@ pub fn run(a: SimArgs) -> Result<()> {
             ))
         })?
         .scaled(a.latency_scale);
-    let topo = load(&a.topology)?;
     let variants = match &a.compare {
         Some(list) => {
             let v = mitigation_sets(list)?;
