@@ -12,6 +12,7 @@
 //! "Non-scalable locks are dangerous" (Linux Symposium 2012); no code.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use topology::HostTopology;
 
@@ -43,7 +44,7 @@ struct Line {
     /// The CPU holding it modified/exclusive.
     owner: Option<u32>,
     /// CPUs holding it shared (empty when owned).
-    sharers: Vec<u32>,
+    sharers: Mask,
     /// Ownership transfers booked on it: (start, end), sorted. Calls run
     /// one at a time, so a call can book a transfer later in virtual time
     /// than another CPU's call that runs after it; that one takes the
@@ -53,6 +54,62 @@ struct Line {
     /// Lock word: when its holder released it, and who.
     released_at: u64,
     last_holder: Option<u32>,
+}
+
+/// A fast hasher for line numbers (u64 keys): one multiply. Deterministic;
+/// no attacker chooses the keys.
+#[derive(Default)]
+pub struct LineHasher(u64);
+
+impl Hasher for LineHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A map keyed by line.
+pub type LineMap<V> = HashMap<u64, V, BuildHasherDefault<LineHasher>>;
+
+const WORDS: usize = crate::cpumask::MAX_CPUS / 64;
+
+/// A set of CPUs, one bit each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Mask([u64; WORDS]);
+
+impl Default for Mask {
+    fn default() -> Self {
+        Mask([0; WORDS])
+    }
+}
+
+impl Mask {
+    fn set(&mut self, c: u32) {
+        self.0[c as usize / 64] |= 1 << (c % 64);
+    }
+    fn has(&self, c: u32) -> bool {
+        self.0[c as usize / 64] & (1 << (c % 64)) != 0
+    }
+    fn is_empty(&self) -> bool {
+        self.0.iter().all(|&w| w == 0)
+    }
+    fn intersects(&self, o: &Mask) -> bool {
+        self.0.iter().zip(&o.0).any(|(a, b)| a & b != 0)
+    }
+    /// Whether some CPU of `self` is outside `o`.
+    fn outside(&self, o: &Mask) -> bool {
+        self.0.iter().zip(&o.0).any(|(a, b)| a & !b != 0)
+    }
+    fn clear(&mut self) {
+        self.0 = [0; WORDS];
+    }
 }
 
 /// Per-line traffic, for the c2c report.
@@ -84,30 +141,56 @@ pub struct Coherence {
     llc: Vec<u32>,
     die: Vec<u32>,
     package: Vec<u32>,
-    lines: HashMap<u64, Line>,
+    /// Per CPU, the CPUs at each level or nearer: itself, SMT core, L2,
+    /// LLC, die, package.
+    tiers: Vec<[Mask; 6]>,
+    lines: LineMap<Line>,
     /// No access starts before this (the event loop's time).
     floor: u64,
     /// Traffic per line.
-    pub line_stats: HashMap<u64, LineStat>,
+    pub line_stats: LineMap<LineStat>,
     /// Contention per lock word line.
-    pub lock_stats: HashMap<u64, LockStat>,
+    pub lock_stats: LineMap<LockStat>,
 }
 
 impl Coherence {
     /// A model of `topo` with `cost`.
     pub fn new(topo: &HostTopology, cost: CostTable) -> Self {
         let c = topo.cpus();
+        let tiers = (0..c.len())
+            .map(|a| {
+                let mut t = [Mask::default(); 6];
+                for (b, lb) in c.iter().enumerate() {
+                    let la = &c[a];
+                    let same = [
+                        a == b,
+                        la.core == lb.core,
+                        la.l2 == lb.l2,
+                        la.llc == lb.llc,
+                        la.die == lb.die,
+                        la.package == lb.package,
+                    ];
+                    for (k, s) in same.iter().enumerate() {
+                        if *s {
+                            t[k].set(b as u32);
+                        }
+                    }
+                }
+                t
+            })
+            .collect();
         Self {
+            tiers,
             cost,
             core: c.iter().map(|l| l.core).collect(),
             l2: c.iter().map(|l| l.l2).collect(),
             llc: c.iter().map(|l| l.llc).collect(),
             die: c.iter().map(|l| l.die).collect(),
             package: c.iter().map(|l| l.package).collect(),
-            lines: HashMap::new(),
+            lines: LineMap::default(),
             floor: 0,
-            line_stats: HashMap::new(),
-            lock_stats: HashMap::new(),
+            line_stats: LineMap::default(),
+            lock_stats: LineMap::default(),
         }
     }
 
@@ -140,10 +223,6 @@ impl Coherence {
         } else {
             Level::Remote
         }
-    }
-
-    fn lat(&self, a: u32, b: u32) -> u64 {
-        self.cost.transfer(self.level(a, b))
     }
 
     /// One access by `cpu` starting at `now`; returns when it completes.
@@ -180,29 +259,46 @@ impl Coherence {
         let hit = if write {
             l.owner == Some(cpu)
         } else {
-            l.owner == Some(cpu) || l.sharers.contains(&cpu)
+            l.owner == Some(cpu) || l.sharers.has(cpu)
         };
         if hit {
             return (l, now + self.cost.l1_hit_ns);
         }
+        // Everyone holding it but `cpu`.
+        let mut holders = l.sharers;
+        if let Some(o) = l.owner {
+            holders.set(o);
+        }
+        holders.0[cpu as usize / 64] &= !(1 << (cpu % 64));
+        const LEVELS: [Level; 6] = [
+            Level::Same,
+            Level::Smt,
+            Level::L2,
+            Level::Llc,
+            Level::Die,
+            Level::Package,
+        ];
+        let tiers = &self.tiers[cpu as usize];
         // The nearest holder serves the miss; memory if nobody holds it.
-        let holders = l
-            .owner
-            .iter()
-            .chain(l.sharers.iter())
-            .filter(|&&h| h != cpu);
-        let nearest = holders.clone().map(|&h| self.lat(cpu, h)).min();
-        let mut lat = nearest.unwrap_or(self.cost.memory_ns);
-        if write {
+        let nearest = if holders.is_empty() {
+            None
+        } else {
+            Some(
+                (1..6)
+                    .find(|&k| holders.intersects(&tiers[k]))
+                    .map_or(Level::Remote, |k| LEVELS[k]),
+            )
+        };
+        let mut lat = nearest.map_or(self.cost.memory_ns, |lv| self.cost.transfer(lv));
+        if write && !l.sharers.is_empty() {
             // Invalidating the farthest other sharer bounds the upgrade.
-            if let Some(far) = l
-                .sharers
-                .iter()
-                .filter(|&&h| h != cpu)
-                .map(|&h| self.lat(cpu, h))
-                .max()
-            {
-                lat = lat.max(far);
+            let mut others = l.sharers;
+            others.0[cpu as usize / 64] &= !(1 << (cpu % 64));
+            if !others.is_empty() {
+                let far = (1..6)
+                    .find(|&k| !others.outside(&tiers[k]))
+                    .map_or(Level::Remote, |k| LEVELS[k]);
+                lat = lat.max(self.cost.transfer(far));
             }
         }
         // Ownership transfers serialize on the line: a write takes the
@@ -241,9 +337,9 @@ impl Coherence {
             l.sharers.clear();
         } else {
             if let Some(o) = l.owner.take() {
-                l.sharers.push(o);
+                l.sharers.set(o);
             }
-            l.sharers.push(cpu);
+            l.sharers.set(cpu);
         }
         (l, done)
     }
