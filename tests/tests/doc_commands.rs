@@ -355,6 +355,14 @@ const TABLE: &[(&str, How)] = &[
             "vmm sched-bench cyclic --compare \"none;only:l2wake\" --duration 0.1 --reps 1",
         )]),
     ),
+    // ---- docs/simulator.md ----
+    (
+        "vmm sim messaging --topology gnr-2s --compare seeds --c2c --lockstat",
+        How::Elsewhere {
+            by: "tests/tests/sim_cli.rs (vmm sim --compare, --c2c, --lockstat on a 16-CPU topology)",
+            why: "480 simulated CPUs x 8 rows is a benchmark, minutes in a debug build even at 0.1 s",
+        },
+    ),
     // ---- docs/results-scheduler.md ----
     (
         "cargo bench -p benches",

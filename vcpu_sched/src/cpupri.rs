@@ -18,7 +18,7 @@
 //! Two layouts, chosen by fix 1 ([`crate::fixes::cpupri_split`]):
 //! [`FlatCpuPri`], the baseline, and [`SplitCpuPri`].
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::shared::{AtomicU32, Ordering};
 
 use crate::cpumask::{AtomicCpuMask, CpuMask};
 pub use crate::fixes::cpupri_split::{CpuPriCount, CpuPriMask, CpuPriSlot, SplitCpuPri};
@@ -252,5 +252,19 @@ mod tests {
         flat.set(2, PRI_IDLE);
         flat.set(9, PRI_IDLE);
         assert_eq!(flat.find(p, map.all(), 1).unwrap().to_string(), "2,9");
+    }
+}
+
+#[cfg(all(not(loom), feature = "sim"))]
+impl CpuPri {
+    pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
+        use crate::sync::recorder::slice;
+        match self {
+            CpuPri::Flat(f) => {
+                out.push(slice(&f.vecs, "cpupri.vec(count+mask)"));
+                out.push(slice(&f.cpu_to_pri, "cpupri.cpu_to_pri"));
+            }
+            CpuPri::Split(s) => s.sim_regions(out),
+        }
     }
 }

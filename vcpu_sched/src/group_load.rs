@@ -8,7 +8,7 @@
 //! adds back, as Linux's `tg->load_avg` is updated on detach and attach.
 //! Fix 6 ([`crate::fixes::node_group_load`]) keeps it per node.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use crate::sync::shared::{AtomicI64, Ordering};
 
 pub use crate::fixes::node_group_load::NodeLoad;
 use crate::task::CpuId;
@@ -154,6 +154,17 @@ mod tests {
             g.sub(3, 9, 512);
             assert_eq!(g.total(3), 0);
             assert_eq!(g.total(2), 0, "groups are independent");
+        }
+    }
+}
+
+#[cfg(all(not(loom), feature = "sim"))]
+impl GroupLoad {
+    pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
+        use crate::sync::recorder::slice;
+        match self {
+            GroupLoad::Shared(s) => out.push(slice(s, "group_load.sum")),
+            GroupLoad::PerNode { loads, .. } => out.push(slice(loads, "group_load.per_node")),
         }
     }
 }

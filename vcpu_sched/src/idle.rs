@@ -288,3 +288,17 @@ mod tests {
         }
     }
 }
+
+#[cfg(all(not(loom), feature = "sim"))]
+impl IdleTracker {
+    pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
+        use crate::sync::recorder::one;
+        match &self.kind {
+            IdleKind::Global(g) => {
+                out.push(one(&g.count, "idle.count"));
+                out.push(one(&g.mask, "idle.mask"));
+            }
+            IdleKind::PerLlc(l) => l.sim_regions(out),
+        }
+    }
+}

@@ -64,7 +64,10 @@ pub mod workload;
 
 mod fair_rq;
 mod rt_rq;
+#[cfg(not(all(not(loom), feature = "sim")))]
 mod sync;
+#[cfg(all(not(loom), feature = "sim"))]
+pub mod sync;
 mod tasks;
 
 #[cfg(all(test, not(loom)))]

@@ -3,8 +3,8 @@
 //! and the CPU's counters. Each is a named type on cache lines of its own,
 //! because each has a different set of writers.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
-use std::sync::Mutex;
+use crate::sync::shared::Mutex;
+use crate::sync::shared::{AtomicBool, AtomicU32, AtomicU64};
 
 use crate::fair_rq::FairRq;
 use crate::rt_rq::RtRq;

@@ -9,7 +9,7 @@
 //! Two layouts, chosen by fix 2 ([`crate::fixes::rto_node`]):
 //! [`FlatRootDomain`], the baseline, and [`NodeRto`].
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::shared::{AtomicU32, Ordering};
 
 pub use crate::cpumask::CpuMaskList;
 use crate::cpumask::{AtomicCpuMask, CpuMask};
@@ -188,5 +188,19 @@ mod tests {
         assert!(!r.overloaded(), "a node flag stayed set with a zero count");
         r.set(9);
         assert!(r.overloaded());
+    }
+}
+
+#[cfg(all(not(loom), feature = "sim"))]
+impl RtOverload {
+    pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
+        use crate::sync::recorder::one;
+        match self {
+            RtOverload::Flat(f) => {
+                out.push(one(&f.rto_count, "rto.count"));
+                out.push(one(&f.rto_mask, "rto.mask"));
+            }
+            RtOverload::PerNode(n) => n.sim_regions(out),
+        }
     }
 }

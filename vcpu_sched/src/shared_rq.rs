@@ -12,9 +12,9 @@
 //! The baseline has one queue (one lock) per LLC; fix 3
 //! ([`crate::fixes::shard_rq`]) splits it into shards.
 
+use crate::sync::shared::Mutex;
+use crate::sync::shared::{AtomicU32, Ordering};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
 
 pub use crate::fixes::shard_rq::shard_layout;
 use crate::task::CpuId;
@@ -173,5 +173,15 @@ mod tests {
         for l in 0..4 {
             assert_eq!(s1.shards_of_llc(l), 1);
         }
+    }
+}
+
+#[cfg(all(not(loom), feature = "sim"))]
+impl SharedRq {
+    pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
+        out.push(crate::sync::recorder::slice(
+            &self.shards,
+            "shared_rq.shard(lock+len+list)",
+        ));
     }
 }

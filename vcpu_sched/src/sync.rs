@@ -1,11 +1,369 @@
-//! Atomics that loom can model.
+//! The atomics and locks of every field that more than one CPU touches.
 //!
-//! The lock-free parts that the loom tests check (the wake list and the idle
-//! accounting, with the CPU masks they use) take their atomics from here:
-//! `std` normally, `loom` under `--cfg loom`. Everything else uses `std`
-//! directly.
+//! Three builds of the same names:
+//! * normal: plain `std` atomics and `std::sync::Mutex` (re-exported, so
+//!   there is no wrapper at all and no cost);
+//! * `--cfg loom`: loom's atomics, so the loom tests can model the
+//!   lock-free parts;
+//! * feature `sim`: `#[repr(transparent)]` wrappers around the `std` types
+//!   that report every access (cache line = address / 64, kind) to a
+//!   thread-local [recorder](recorder) before doing it. The simulator
+//!   (`exec::sim`) turns the reports into coherence traffic. Because the
+//!   line comes from the real address, a layout change (a field moved to
+//!   its own line, a counter split per node) changes the simulated cost by
+//!   itself.
+//!
+//! A lock reports `Lock` on its word and then the first lines of the data
+//! it guards as loads, and on unlock those lines as stores if the guard was
+//! used mutably, then `Unlock`: a remote enqueue moves the runqueue's lines,
+//! not only its lock word.
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
-#[cfg(not(loom))]
+#[cfg(all(not(loom), feature = "sim"))]
+pub(crate) use std::sync::atomic::Ordering;
+#[cfg(all(not(loom), not(feature = "sim")))]
 pub(crate) use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+#[cfg(all(not(loom), feature = "sim"))]
+pub(crate) use wrapped::{AtomicI32, AtomicU32, AtomicU64};
+
+/// The shared fields that loom does not model (cpupri, RT overload, group
+/// load, runqueue locks, shard locks, per-CPU hot fields, task state):
+/// `std` normally and under loom, reporting wrappers in a simulator build.
+pub(crate) mod shared {
+    #[cfg(any(loom, not(feature = "sim")))]
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+    #[cfg(any(loom, not(feature = "sim")))]
+    pub(crate) use std::sync::{Mutex, MutexGuard};
+
+    #[cfg(all(not(loom), feature = "sim"))]
+    pub(crate) use super::wrapped::{
+        AtomicBool, AtomicI64, AtomicU32, AtomicU64, Mutex, MutexGuard,
+    };
+    #[cfg(all(not(loom), feature = "sim"))]
+    pub(crate) use std::sync::atomic::Ordering;
+}
+
+/// The thread-local access recorder a simulator installs.
+#[cfg(all(not(loom), feature = "sim"))]
+pub mod recorder {
+    use std::cell::{Cell, RefCell};
+
+    /// What an access does to its line.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Kind {
+        /// A read.
+        Load,
+        /// A plain write.
+        Store,
+        /// A read-modify-write (CAS, fetch_add, swap).
+        Rmw,
+        /// A lock acquisition on the lock's word.
+        Lock,
+        /// A lock release on the lock's word.
+        Unlock,
+    }
+
+    /// One reported access.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Access {
+        /// The real address.
+        pub addr: u64,
+        /// What it did.
+        pub kind: Kind,
+    }
+
+    thread_local! {
+        static ON: Cell<bool> = const { Cell::new(false) };
+        static LOG: RefCell<Vec<Access>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Starts recording on this thread (clears what was recorded).
+    pub fn start() {
+        LOG.with(|l| l.borrow_mut().clear());
+        ON.with(|o| o.set(true));
+    }
+
+    /// Stops recording and moves the accesses since [`start`] into `out`
+    /// (cleared first), in program order.
+    pub fn stop_into(out: &mut Vec<Access>) {
+        ON.with(|o| o.set(false));
+        LOG.with(|l| {
+            out.clear();
+            out.append(&mut l.borrow_mut());
+        });
+    }
+
+    /// A named address range, for the simulator's per-structure report.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Region {
+        /// First byte.
+        pub start: usize,
+        /// Length in bytes.
+        pub len: usize,
+        /// Structure and field, e.g. `cpupri.counts`.
+        pub name: &'static str,
+    }
+
+    /// The region of a slice.
+    pub(crate) fn slice<T>(s: &[T], name: &'static str) -> Region {
+        Region {
+            start: s.as_ptr() as usize,
+            len: std::mem::size_of_val(s),
+            name,
+        }
+    }
+
+    /// The region of one value.
+    pub(crate) fn one<T>(v: &T, name: &'static str) -> Region {
+        Region {
+            start: v as *const T as usize,
+            len: size_of::<T>(),
+            name,
+        }
+    }
+
+    /// Records one access if recording is on.
+    #[inline]
+    pub(crate) fn record(addr: usize, kind: Kind) {
+        if ON.with(|o| o.get()) {
+            LOG.with(|l| {
+                l.borrow_mut().push(Access {
+                    addr: addr as u64,
+                    kind,
+                })
+            });
+        }
+    }
+
+    /// Records the lines of `[addr, addr + len)` (at most `cap` of them).
+    #[inline]
+    pub(crate) fn record_range(addr: usize, len: usize, cap: usize, kind: Kind) {
+        if len == 0 || !ON.with(|o| o.get()) {
+            return;
+        }
+        let first = addr / 64;
+        let last = ((addr + len - 1) / 64).min(first + cap.saturating_sub(1));
+        for line in first..=last {
+            record(line * 64, kind);
+        }
+    }
+}
+
+#[cfg(all(not(loom), feature = "sim"))]
+mod wrapped {
+    use std::cell::Cell;
+    use std::ops::{Deref, DerefMut};
+    use std::sync::atomic::Ordering;
+    use std::sync::{LockResult, PoisonError};
+
+    use super::recorder::{record, record_range, Kind};
+
+    macro_rules! atomic {
+        ($name:ident, $std:ty, $t:ty) => {
+            /// A reporting wrapper of the `std` atomic of the same name.
+            #[repr(transparent)]
+            #[derive(Default, Debug)]
+            pub struct $name($std);
+
+            #[allow(dead_code)]
+            impl $name {
+                #[inline(always)]
+                fn at(&self, k: Kind) {
+                    record(self as *const Self as usize, k);
+                }
+                /// See `std`.
+                pub const fn new(v: $t) -> Self {
+                    Self(<$std>::new(v))
+                }
+                /// See `std`.
+                #[inline(always)]
+                pub fn load(&self, o: Ordering) -> $t {
+                    self.at(Kind::Load);
+                    self.0.load(o)
+                }
+                /// See `std`.
+                #[inline(always)]
+                pub fn store(&self, v: $t, o: Ordering) {
+                    self.at(Kind::Store);
+                    self.0.store(v, o)
+                }
+                /// See `std`.
+                #[inline(always)]
+                pub fn swap(&self, v: $t, o: Ordering) -> $t {
+                    self.at(Kind::Rmw);
+                    self.0.swap(v, o)
+                }
+                /// See `std`.
+                #[inline(always)]
+                pub fn compare_exchange(
+                    &self,
+                    a: $t,
+                    b: $t,
+                    s: Ordering,
+                    f: Ordering,
+                ) -> Result<$t, $t> {
+                    self.at(Kind::Rmw);
+                    self.0.compare_exchange(a, b, s, f)
+                }
+                /// See `std`.
+                #[inline(always)]
+                pub fn compare_exchange_weak(
+                    &self,
+                    a: $t,
+                    b: $t,
+                    s: Ordering,
+                    f: Ordering,
+                ) -> Result<$t, $t> {
+                    self.at(Kind::Rmw);
+                    self.0.compare_exchange_weak(a, b, s, f)
+                }
+                /// See `std`.
+                #[inline(always)]
+                pub fn fetch_and(&self, v: $t, o: Ordering) -> $t {
+                    self.at(Kind::Rmw);
+                    self.0.fetch_and(v, o)
+                }
+                /// See `std`.
+                #[inline(always)]
+                pub fn fetch_or(&self, v: $t, o: Ordering) -> $t {
+                    self.at(Kind::Rmw);
+                    self.0.fetch_or(v, o)
+                }
+                /// See `std`.
+                #[inline(always)]
+                pub fn get_mut(&mut self) -> &mut $t {
+                    self.0.get_mut()
+                }
+                /// See `std`.
+                #[inline(always)]
+                pub fn into_inner(self) -> $t {
+                    self.0.into_inner()
+                }
+            }
+        };
+    }
+    macro_rules! arith {
+        ($name:ident, $t:ty) => {
+            #[allow(dead_code)]
+            impl $name {
+                /// See `std`.
+                #[inline(always)]
+                pub fn fetch_add(&self, v: $t, o: Ordering) -> $t {
+                    self.at(Kind::Rmw);
+                    self.0.fetch_add(v, o)
+                }
+                /// See `std`.
+                #[inline(always)]
+                pub fn fetch_sub(&self, v: $t, o: Ordering) -> $t {
+                    self.at(Kind::Rmw);
+                    self.0.fetch_sub(v, o)
+                }
+                /// See `std`.
+                #[inline(always)]
+                pub fn fetch_max(&self, v: $t, o: Ordering) -> $t {
+                    self.at(Kind::Rmw);
+                    self.0.fetch_max(v, o)
+                }
+                /// See `std`.
+                #[inline(always)]
+                pub fn fetch_min(&self, v: $t, o: Ordering) -> $t {
+                    self.at(Kind::Rmw);
+                    self.0.fetch_min(v, o)
+                }
+            }
+        };
+    }
+    atomic!(AtomicBool, std::sync::atomic::AtomicBool, bool);
+    atomic!(AtomicI32, std::sync::atomic::AtomicI32, i32);
+    atomic!(AtomicI64, std::sync::atomic::AtomicI64, i64);
+    atomic!(AtomicU32, std::sync::atomic::AtomicU32, u32);
+    atomic!(AtomicU64, std::sync::atomic::AtomicU64, u64);
+    arith!(AtomicI32, i32);
+    arith!(AtomicI64, i64);
+    arith!(AtomicU32, u32);
+    arith!(AtomicU64, u64);
+
+    /// How many lines of a lock's guarded data an acquisition reports: the
+    /// head of the structure, where its counters and first queue heads are.
+    const GUARDED_LINES: usize = 2;
+
+    /// A reporting wrapper of `std::sync::Mutex`.
+    #[derive(Default, Debug)]
+    pub struct Mutex<T>(std::sync::Mutex<T>);
+
+    /// Its guard: reports the guarded lines and the release on drop.
+    pub struct MutexGuard<'a, T> {
+        g: std::sync::MutexGuard<'a, T>,
+        word: usize,
+        dirty: Cell<bool>,
+    }
+
+    #[allow(dead_code)]
+    impl<T> Mutex<T> {
+        /// See `std`.
+        pub const fn new(t: T) -> Self {
+            Self(std::sync::Mutex::new(t))
+        }
+        /// See `std`; the acquisition is reported.
+        pub fn lock(&self) -> LockResult<MutexGuard<'_, T>> {
+            let word = self as *const Self as usize;
+            record(word, Kind::Lock);
+            fn wrap<T>(g: std::sync::MutexGuard<'_, T>, word: usize) -> MutexGuard<'_, T> {
+                record_range(
+                    &*g as *const T as usize,
+                    size_of::<T>(),
+                    GUARDED_LINES,
+                    Kind::Load,
+                );
+                MutexGuard {
+                    g,
+                    word,
+                    dirty: Cell::new(false),
+                }
+            }
+            match self.0.lock() {
+                Ok(g) => Ok(wrap(g, word)),
+                Err(e) => Err(PoisonError::new(wrap(e.into_inner(), word))),
+            }
+        }
+        /// See `std`.
+        pub fn get_mut(&mut self) -> LockResult<&mut T> {
+            self.0.get_mut()
+        }
+        /// See `std`.
+        pub fn into_inner(self) -> LockResult<T> {
+            self.0.into_inner()
+        }
+    }
+
+    impl<T> Deref for MutexGuard<'_, T> {
+        type Target = T;
+        #[inline(always)]
+        fn deref(&self) -> &T {
+            &self.g
+        }
+    }
+
+    impl<T> DerefMut for MutexGuard<'_, T> {
+        #[inline(always)]
+        fn deref_mut(&mut self) -> &mut T {
+            self.dirty.set(true);
+            &mut self.g
+        }
+    }
+
+    impl<T> Drop for MutexGuard<'_, T> {
+        fn drop(&mut self) {
+            if self.dirty.get() {
+                record_range(
+                    &*self.g as *const T as usize,
+                    size_of::<T>(),
+                    GUARDED_LINES,
+                    Kind::Store,
+                );
+            }
+            record(self.word, Kind::Unlock);
+        }
+    }
+}

@@ -12,8 +12,8 @@
 //! on the CPU it is being enqueued on, so that an affinity change never
 //! slips between check and enqueue.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use crate::sync::shared::Mutex;
+use crate::sync::shared::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::cpumask::CpuMask;
 use crate::stats::{Histogram, TaskStats};
@@ -45,8 +45,53 @@ pub(crate) fn state_of(code: u32) -> TaskState {
 /// at every unlock, and a panicking task body must not take the whole
 /// scheduler down with it.
 #[inline]
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+pub(crate) fn lock<L: Lockable>(m: &L) -> L::Guard<'_> {
+    m.lock_ignoring_poison()
+}
+
+/// A mutex [`lock`] can take: `std`'s, and in a simulator build the
+/// reporting one of [`crate::sync::shared`].
+pub(crate) trait Lockable {
+    /// Its guard.
+    type Guard<'a>
+    where
+        Self: 'a;
+    /// Locks, ignoring poisoning.
+    fn lock_ignoring_poison(&self) -> Self::Guard<'_>;
+}
+
+impl<T> Lockable for std::sync::Mutex<T> {
+    type Guard<'a>
+        = std::sync::MutexGuard<'a, T>
+    where
+        Self: 'a;
+    #[inline]
+    fn lock_ignoring_poison(&self) -> Self::Guard<'_> {
+        self.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<L: Lockable> Lockable for std::sync::Arc<L> {
+    type Guard<'a>
+        = L::Guard<'a>
+    where
+        Self: 'a;
+    #[inline]
+    fn lock_ignoring_poison(&self) -> Self::Guard<'_> {
+        (**self).lock_ignoring_poison()
+    }
+}
+
+#[cfg(all(not(loom), feature = "sim"))]
+impl<T> Lockable for Mutex<T> {
+    type Guard<'a>
+        = crate::sync::shared::MutexGuard<'a, T>
+    where
+        Self: 'a;
+    #[inline]
+    fn lock_ignoring_poison(&self) -> Self::Guard<'_> {
+        self.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Per-task accounting, written by whoever handles the task at the time.

@@ -15,6 +15,8 @@
 pub const CPU_OK: &str = "an executor's CPU ids are its scheduler's own";
 
 pub mod clock;
+#[cfg(all(not(loom), feature = "sim"))]
+pub mod sim;
 pub mod threads;
 
 pub use clock::{

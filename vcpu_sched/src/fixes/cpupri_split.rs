@@ -21,7 +21,7 @@
 //! level. The gain needs many concurrent writers: on 2 cores the extra lines
 //! cost more than the sharing they avoid.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::shared::{AtomicU32, Ordering};
 
 use crate::cpumask::{AtomicCpuMask, CpuMask};
 use crate::task::{CpuId, NR_PRI, PRI_IDLE};
@@ -185,5 +185,15 @@ impl SplitCpuPri {
             &self.counts[pri as usize] as *const _ as usize,
             &self.masks[pri as usize * self.nmasks] as *const _ as usize,
         )
+    }
+}
+
+#[cfg(all(not(loom), feature = "sim"))]
+impl SplitCpuPri {
+    pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
+        use crate::sync::recorder::slice;
+        out.push(slice(&self.counts, "cpupri.counts"));
+        out.push(slice(&self.masks, "cpupri.masks"));
+        out.push(slice(&self.cpu_to_pri, "cpupri.cpu_to_pri"));
     }
 }

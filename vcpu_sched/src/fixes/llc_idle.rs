@@ -206,3 +206,12 @@ impl LlcIdleSet {
         Ok(total)
     }
 }
+
+#[cfg(all(not(loom), feature = "sim"))]
+impl LlcIdleSet {
+    pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
+        use crate::sync::recorder::{one, slice};
+        out.push(slice(&self.llcs, "idle.per_llc(count+mask)"));
+        out.push(one(&self.nr_idle_llcs, "idle.nr_idle_llcs"));
+    }
+}

@@ -17,7 +17,7 @@
 //! zero, so it is skipped. Readers sum the nodes. With a single node this
 //! is the baseline counter minus the migration writes.
 
-use std::sync::atomic::AtomicI64;
+use crate::sync::shared::AtomicI64;
 
 /// One group's load on one node, alone on its lines.
 #[repr(align(128))]

@@ -18,7 +18,7 @@
 //! re-derived after each transition so that racing 0->1 and 1->0 updates
 //! cannot leave it stale. With one node this is the baseline with padding.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use crate::sync::shared::{AtomicBool, AtomicU32, Ordering};
 
 use crate::cpumask::{AtomicCpuMask, CpuMask, CpuMaskList};
 use crate::task::CpuId;
@@ -157,5 +157,16 @@ impl NodeRto {
     /// CPUs in the root domain.
     pub fn nr_cpus(&self) -> u32 {
         self.read.nr_cpus
+    }
+}
+
+#[cfg(all(not(loom), feature = "sim"))]
+impl NodeRto {
+    pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
+        use crate::sync::recorder::{one, slice};
+        out.push(slice(&self.counts, "rto.node_counts"));
+        out.push(slice(&self.flags, "rto.node_flags"));
+        out.push(slice(&self.masks, "rto.node_masks"));
+        out.push(one(&self.read, "rto.root_domain"));
     }
 }

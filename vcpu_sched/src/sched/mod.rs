@@ -497,3 +497,27 @@ impl Scheduler {
         lock(&self.anomalies).clone()
     }
 }
+
+#[cfg(all(not(loom), feature = "sim"))]
+impl Scheduler {
+    /// The named address ranges of the shared structures, for the
+    /// simulator's per-structure report (`vmm sim --c2c`).
+    pub fn sim_regions(&self) -> Vec<crate::sync::recorder::Region> {
+        use crate::sync::recorder::{one, slice};
+        let mut out = Vec::new();
+        for c in self.cpus.iter() {
+            out.push(one(&c.rq, "rq.lock+queues"));
+            out.push(one(&c.hot, "rq.hot(idle,curr_pri,need_resched)"));
+            out.push(one(&c.wake, "rq.wake_list"));
+            out.push(one(&c.stats, "rq.stats"));
+        }
+        out.push(slice(&self.tasks.slots, "task"));
+        out.push(slice(&self.groups.ntasks, "group.ntasks"));
+        self.cpupri.sim_regions(&mut out);
+        self.rto.sim_regions(&mut out);
+        self.idle.sim_regions(&mut out);
+        self.gload.sim_regions(&mut out);
+        self.shared.sim_regions(&mut out);
+        out
+    }
+}

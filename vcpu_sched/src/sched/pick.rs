@@ -5,7 +5,7 @@
 
 use std::sync::atomic::Ordering;
 
-use std::sync::MutexGuard;
+use crate::sync::shared::MutexGuard;
 
 use super::{Pick, Prev, Scheduler};
 use crate::cpumask::CpuMask;

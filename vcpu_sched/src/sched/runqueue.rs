@@ -3,8 +3,8 @@
 //! charging the current task, slices and preemption checks). The caller
 //! holds the lock of every runqueue passed in.
 
+use crate::sync::shared::MutexGuard;
 use std::sync::atomic::Ordering;
-use std::sync::MutexGuard;
 
 use super::Scheduler;
 use crate::fair_rq::scale_delta;

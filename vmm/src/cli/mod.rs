@@ -1,8 +1,8 @@
 //! Command-line interface (clap) and the glue from arguments to the library.
 //!
 //! One module per subcommand ([`topology`], [`demo`], [`run`],
-//! [`sched_bench`], [`bench`], [`plan`], [`serve`]) and a leaf, [`args`], for what they share
-//! (the input error, `--compare` lists, range checks, the progress bar).
+//! [`sched_bench`], [`bench`], [`sim`], [`plan`], [`serve`]) and a leaf,
+//! [`args`], for what they share (the input error, `--compare` lists, range checks, the progress bar).
 //! The subcommands import from [`args`] only, never from each other or
 //! from this module, so the module graph has no cycles.
 //!
@@ -18,6 +18,7 @@ pub mod plan;
 pub mod run;
 pub mod sched_bench;
 pub mod serve;
+pub mod sim;
 pub mod topology;
 
 use std::process::ExitCode;
@@ -65,6 +66,10 @@ pub enum Command {
     /// Serve a Cloud Hypervisor-compatible REST API on a Unix socket: many
     /// VMs, one scheduler, Prometheus metrics at /metrics.
     Serve(serve::ServeArgs),
+    /// Simulate the scheduler core on a big topology in deterministic
+    /// virtual time, with cited cache-line transfer costs
+    /// (`--compare seeds`, `--c2c`, `--lockstat`, `--sweep`).
+    Sim(Box<sim::SimArgs>),
 }
 
 /// Sets up `tracing` on stderr, coloured only when
@@ -118,6 +123,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Bench(args) => bench::run(*args)?,
         Command::Plan(args) => plan::run(args)?,
         Command::Serve(args) => serve::run(args)?,
+        Command::Sim(args) => sim::run(*args)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,131 @@
+//! `vmm sim` through the real binary on a 16-CPU topology: a comparison
+//! writes the shared comparison JSON with real numbers, the same seed gives
+//! the same bytes, a sweep writes an SVG and a CSV, and bad requests get one
+//! line and exit status 2.
+
+use std::time::Duration;
+
+use integration_tests::comparison::check_comparison;
+use integration_tests::guest::{assert_input_error, run_vmm, VmmRun};
+
+const TOPO: &str = "package:2 l3:1 l2:4 core:1 pu:2";
+
+fn run(args: &[&str]) -> VmmRun {
+    run_vmm(args, Duration::from_secs(300))
+}
+
+#[test]
+fn bad_requests_name_the_problem() {
+    assert_input_error(
+        &run(&["sim", "hackbench", "--topology", "icx-2s"]),
+        &["messaging"],
+    );
+    assert_input_error(&run(&["sim", "cyclic", "--topology", TOPO]), &["--costs"]);
+    assert_input_error(
+        &run(&["sim", "cyclic", "--topology", "package:two"]),
+        &["--topology"],
+    );
+    assert_input_error(
+        &run(&["sim", "cyclic", "--topology", "icx-2s", "--compare", "all"]),
+        &["at least two"],
+    );
+    assert_input_error(
+        &run(&[
+            "sim",
+            "cyclic",
+            "--topology",
+            "icx-2s",
+            "--sweep",
+            "cpus=4,999",
+        ]),
+        &["999"],
+    );
+    assert_input_error(
+        &run(&[
+            "sim",
+            "cyclic",
+            "--topology",
+            "icx-2s",
+            "--latency-scale",
+            "0",
+        ]),
+        &["--latency-scale"],
+    );
+}
+
+#[test]
+fn comparison_json_is_real_and_deterministic() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("c.json");
+    let args = [
+        "sim",
+        "pingpong",
+        "--topology",
+        TOPO,
+        "--costs",
+        "icx-2s",
+        "--duration",
+        "10ms",
+        "--compare",
+        "none;all",
+        "--c2c",
+        "--lockstat",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    let a = run(&args);
+    assert_eq!(a.status, Some(0), "{}", a.context());
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = check_comparison(&v, &["none", "none (A/A)", "all"], 1);
+    for r in &rows {
+        // 8 pairs with 5 us of work per step: some thousands of
+        // transactions per second each, far from zero and below the bound
+        // of work alone (8 pairs x 1e9 / (2 x 3.75 us) = 2.1M/s)
+        let m = r["mean"].as_f64().unwrap();
+        assert!(m > 10_000.0 && m < 2_200_000.0, "{r}");
+        assert!(r["sched_ns_per_call"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert!(a.console.contains("c2c [none]"), "{}", a.context());
+    assert!(a.console.contains("rq.lock+queues"), "{}", a.context());
+    assert!(a.console.contains("lockstat [all]"), "{}", a.context());
+    // the same seed gives the same table, byte for byte
+    let b = run(&args);
+    assert_eq!(a.console, b.console);
+}
+
+#[test]
+fn sweep_writes_svg_and_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("s.svg");
+    let r = run(&[
+        "sim",
+        "messaging",
+        "--topology",
+        TOPO,
+        "--costs",
+        "spr-2s",
+        "--duration",
+        "5ms",
+        "--vcpus",
+        "4",
+        "--compare",
+        "none;all",
+        "--sweep",
+        "cpus=4,16",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(r.status, Some(0), "{}", r.context());
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(s.starts_with("<svg") && s.contains("polyline"), "{s}");
+    let csv = std::fs::read_to_string(svg.with_extension("csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "cpus,mitigations,metric,sched_share");
+    // one row per size and set: 4 and 16 CPUs x none and all
+    assert_eq!(lines.len(), 5, "{csv}");
+    for l in &lines[1..] {
+        let metric: f64 = l.split(',').nth(2).unwrap().parse().unwrap();
+        assert!(metric > 0.0, "{l}");
+    }
+}

@@ -1,0 +1,160 @@
+//! Cost tables: one per preset, each latency cited to a public
+//! measurement, and one instruction-cost table shared by every variant.
+//!
+//! Latencies are one-way core-to-core cache-line transfer times (half a
+//! CAS ping-pong round trip) in ns. "measured" means the number is a
+//! published measurement of that machine; "estimated" means it stands in
+//! from a neighbouring machine, with the reason. Levels a preset does not
+//! have (a shared L2 on these parts, a die level on monolithic Intel
+//! meshes) take the next level's figure.
+
+use super::coherence::Level;
+
+/// Transfer latencies of one machine, in ns.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CostTable {
+    /// An L1 hit.
+    pub l1_hit_ns: u64,
+    /// SMT sibling.
+    pub smt_ns: u64,
+    /// Another core sharing the L2.
+    pub l2_ns: u64,
+    /// Same LLC (CCX, or the mesh of one die).
+    pub llc_ns: u64,
+    /// Same die, other LLC.
+    pub die_ns: u64,
+    /// Same package, other die / CCD.
+    pub package_ns: u64,
+    /// The other socket.
+    pub remote_ns: u64,
+    /// A line nobody caches (DRAM).
+    pub memory_ns: u64,
+    /// Independent load misses one core keeps in flight (L1 miss
+    /// buffers): consecutive loads of a call overlap in groups of this
+    /// many. Estimated from the vendors' optimization manuals: 12 fill
+    /// buffers on Skylake-derived cores (Cascade Lake, Ice Lake), 16 on
+    /// Golden Cove and later (Sapphire, Granite Rapids), 22 on Zen 3/4.
+    pub mlp: u32,
+}
+
+impl CostTable {
+    /// The transfer latency at `level`.
+    pub fn transfer(&self, level: Level) -> u64 {
+        match level {
+            Level::Same => self.l1_hit_ns,
+            Level::Smt => self.smt_ns,
+            Level::L2 => self.l2_ns,
+            Level::Llc => self.llc_ns,
+            Level::Die => self.die_ns,
+            Level::Package => self.package_ns,
+            Level::Remote => self.remote_ns,
+        }
+    }
+
+    /// Every latency scaled by `f` (sensitivity runs), L1 hits included.
+    pub fn scaled(&self, f: f64) -> Self {
+        let s = |x: u64| ((x as f64) * f).round().max(1.0) as u64;
+        Self {
+            l1_hit_ns: s(self.l1_hit_ns),
+            smt_ns: s(self.smt_ns),
+            l2_ns: s(self.l2_ns),
+            llc_ns: s(self.llc_ns),
+            die_ns: s(self.die_ns),
+            package_ns: s(self.package_ns),
+            remote_ns: s(self.remote_ns),
+            memory_ns: s(self.memory_ns),
+            mlp: self.mlp,
+        }
+    }
+
+    /// The table of a topology preset (`test` is a round-number table for
+    /// the model's own tests), or `None`.
+    pub fn for_preset(name: &str) -> Option<Self> {
+        Some(match name {
+            // Granite Rapids: Xeon 6962P, SNC off, jhan-positron notebook
+            // pass2_writeup.md §4.5 (2026-05-25): same socket 55-118 ns,
+            // median 86 (measured); other socket median 247 (measured, 4
+            // pairs). SMT not found: Ice Lake 8375C's 8 ns stands in
+            // (estimated). L1 5 cycles (Chips and Cheese, Xeon 6 memory,
+            // 2025-09-26) ~2 ns. DRAM: SPR's ~107 ns stands in (estimated).
+            "gnr-2s" => Self::intel(8, 86, 247, 2, 107, 16),
+            // Sapphire Rapids 2S: Chips and Cheese, "Core to core latency
+            // data on large systems" (2023-11-07): within socket average 59
+            // (measured), cross socket average 138 (measured). SMT not found:
+            // Ice Lake's 8 stands in (estimated). DRAM ~107 ns (Chips and
+            // Cheese, "A peek at Sapphire Rapids", 2023-03-12, measured).
+            "spr-2s" => Self::intel(8, 59, 138, 2, 107, 16),
+            // Ice Lake-SP 8375C 2S: nviennot/core-to-core-latency README:
+            // SMT 8.1, same socket 51, other socket 108 (all measured).
+            // DRAM: SPR's 107 stands in (estimated).
+            "icx-2s" => Self::intel(8, 51, 108, 2, 107, 12),
+            // Cascade Lake Gold 6242 2S: nviennot README: SMT 7.4, same
+            // socket 48, other socket 136 (measured). L1 4 cycles (Velten et
+            // al., ICPE'22) ~2 ns. DRAM: 107 stands in (estimated).
+            "clx-2s" => Self::intel(7, 48, 136, 2, 107, 12),
+            // Genoa EPYC 9274F 2S: nviennot issue #132: SMT 9, same CCX
+            // 22-25 (24), other CCD 87-104 (95), other socket 187-202 (195)
+            // (measured). L1 1.08 ns, DRAM ~110 ns (jhan-positron
+            // pass1_outline.md §4.1, EPYC 9654, measured).
+            "genoa-2s" => Self::amd(9, 24, 95, 195, 1, 110, 22),
+            // Milan EPYC 7R13 2S: nviennot README: SMT 9.8, CCX 23, other
+            // CCD on the line's home socket ~108, other socket 197
+            // (measured). L1/DRAM: Genoa's stand in (estimated).
+            "milan-2s" => Self::amd(10, 23, 108, 197, 1, 110, 22),
+            "test" => Self::amd(5, 20, 60, 100, 1, 200, 4),
+            _ => return None,
+        })
+    }
+
+    fn intel(smt: u64, socket: u64, remote: u64, l1: u64, mem: u64, mlp: u32) -> Self {
+        Self {
+            mlp,
+            l1_hit_ns: l1,
+            smt_ns: smt,
+            l2_ns: smt,
+            llc_ns: socket,
+            die_ns: socket,
+            package_ns: socket,
+            remote_ns: remote,
+            memory_ns: mem,
+        }
+    }
+
+    fn amd(smt: u64, ccx: u64, ccd: u64, remote: u64, l1: u64, mem: u64, mlp: u32) -> Self {
+        Self {
+            mlp,
+            l1_hit_ns: l1,
+            smt_ns: smt,
+            l2_ns: smt,
+            llc_ns: ccx,
+            die_ns: ccd,
+            package_ns: ccd,
+            remote_ns: remote,
+            memory_ns: mem,
+        }
+    }
+}
+
+/// Instruction time of the scheduler's entry points, ns, on top of their
+/// memory accesses, shared by every variant and every preset. An estimate
+/// of the single-threaded, all-hits time per call (see docs/simulator.md
+/// for how to recalibrate it with the criterion benches).
+#[derive(Clone, Copy, Debug)]
+pub struct InstrCosts {
+    /// `wake`.
+    pub wake_ns: u64,
+    /// `schedule`.
+    pub schedule_ns: u64,
+    /// `tick`.
+    pub tick_ns: u64,
+    /// Per recorded access (address generation, branches around it).
+    pub per_access_ns: u64,
+}
+
+/// The one instruction-cost table.
+pub const INSTR: InstrCosts = InstrCosts {
+    wake_ns: 60,
+    schedule_ns: 90,
+    tick_ns: 20,
+    per_access_ns: 1,
+};

@@ -1,0 +1,779 @@
+//! The deterministic simulator: the real scheduler core driven in virtual
+//! time on a topology much larger than the host (feature `sim`).
+//!
+//! One thread, one event queue ordered by (virtual ns, sequence number),
+//! one simulated CPU per topology CPU. Each event calls the same
+//! [`Scheduler`] entry points the thread executor calls (`wake`,
+//! `schedule`, `tick`); there is no scheduling decision here. While a core
+//! call runs, the [`sync`](crate::sync) layer reports every shared access
+//! (line, kind); the [`coherence`] model charges them on the calling CPU in
+//! virtual time, so the call ends at `now + instructions + memory`. Kicks
+//! the core sends become events at the kicked CPU, one transfer later.
+//!
+//! Tasks follow small behaviour models of the seeds' workloads
+//! ([`SimWorkload`]); VMs are task groups. Same inputs and seed give the
+//! same report, byte for byte. The [`InvariantChecker`] observes the core
+//! every 10 ms of virtual time.
+
+pub mod coherence;
+pub mod costs;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use topology::HostTopology;
+
+use crate::check::InvariantChecker;
+use crate::rng::Rng;
+use crate::sync::recorder::{self, Access, Kind};
+use crate::{
+    CpuId, KickCpu, Mitigations, Pick, Policy, Prev, SchedConfig, SchedError, Scheduler, TaskId,
+    TaskSpec,
+};
+pub use coherence::{Coherence, Level};
+pub use costs::{CostTable, INSTR};
+
+/// The workloads, shaped like the seeds' benchmarks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SimWorkload {
+    /// hackbench-like: each VM's tasks pass messages round a ring; a task
+    /// computes, wakes the next and blocks. Messages/s.
+    Messaging,
+    /// cyclictest-like: one RT FIFO task per vCPU woken by a 1 ms timer.
+    /// Mean latency timer -> running (ns, lower is better).
+    Cyclic,
+    /// Multi-instance transcode: per VM, fair workers compute a frame and
+    /// meet at a barrier. Frames/s.
+    Transcode,
+    /// UDP_RR-like ping-pong pairs. Transactions/s.
+    Pingpong,
+}
+
+impl SimWorkload {
+    /// Parses a workload name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "messaging" => Self::Messaging,
+            "cyclic" => Self::Cyclic,
+            "transcode" => Self::Transcode,
+            "pingpong" | "udp_rr" => Self::Pingpong,
+            _ => return None,
+        })
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Messaging => "messaging",
+            Self::Cyclic => "cyclic",
+            Self::Transcode => "transcode",
+            Self::Pingpong => "pingpong",
+        }
+    }
+
+    /// (metric, unit, higher is better).
+    pub fn metric(self) -> (&'static str, &'static str, bool) {
+        match self {
+            Self::Messaging => ("messages/s", "msg/s", true),
+            Self::Cyclic => ("mean wakeup latency", "ns", false),
+            Self::Transcode => ("frames/s", "frames/s", true),
+            Self::Pingpong => ("transactions/s", "trans/s", true),
+        }
+    }
+
+    /// Mean compute time of one step (ns): a workload parameter, the same
+    /// for every variant and topology.
+    fn work_ns(self) -> u64 {
+        match self {
+            Self::Messaging => 2_000,
+            Self::Cyclic => 10_000,
+            Self::Transcode => 2_000_000,
+            Self::Pingpong => 5_000,
+        }
+    }
+}
+
+/// What to simulate.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// The workload.
+    pub workload: SimWorkload,
+    /// VMs (task groups).
+    pub vms: usize,
+    /// vCPUs (tasks) per VM.
+    pub vcpus: usize,
+    /// Virtual time to simulate, ns.
+    pub duration_ns: u64,
+    /// The seed of the workload's jitter.
+    pub seed: u64,
+    /// The fixes.
+    pub mitigations: Mitigations,
+    /// The memory cost table.
+    pub cost: CostTable,
+}
+
+/// One structure's coherence traffic.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct C2cRow {
+    /// Structure and field.
+    pub name: String,
+    /// Transfers from another CPU's cache.
+    pub transfers: u64,
+    /// Virtual ns they cost, queueing included.
+    pub cost_ns: u64,
+}
+
+/// One lock class's contention.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LockRow {
+    /// The lock class.
+    pub name: String,
+    /// Acquisitions.
+    pub acquisitions: u64,
+    /// Acquisitions that found it held.
+    pub contended: u64,
+    /// Virtual ns spent waiting.
+    pub wait_ns: u64,
+}
+
+/// The result of one simulation.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SimReport {
+    /// Workload name.
+    pub workload: String,
+    /// CPUs simulated.
+    pub cpus: usize,
+    /// Fixes.
+    pub mitigations: String,
+    /// Seed.
+    pub seed: u64,
+    /// Virtual ns simulated (less than asked if stopped).
+    pub simulated_ns: u64,
+    /// The workload's metric.
+    pub metric: f64,
+    /// Its name.
+    pub metric_name: String,
+    /// Share of simulated CPU time inside the scheduler.
+    pub sched_share: f64,
+    /// Core calls made.
+    pub calls: u64,
+    /// Mean virtual ns per core call.
+    pub sched_ns_per_call: f64,
+    /// Worst timer -> running latency (cyclic), ns.
+    pub max_latency_ns: u64,
+    /// Invariant violations found.
+    pub violations: Vec<String>,
+    /// Per structure, hottest first.
+    pub c2c: Vec<C2cRow>,
+    /// Per lock class, most waited first.
+    pub lockstat: Vec<LockRow>,
+    /// Stopped early (Ctrl-C).
+    pub partial: bool,
+}
+
+/// Records the core's kicks for the event loop.
+#[derive(Default)]
+struct Kicks(Mutex<Vec<CpuId>>);
+
+impl KickCpu for Kicks {
+    fn kick(&self, cpu: CpuId) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(cpu);
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    BurstEnd { cpu: u32, gen: u64 },
+    Kick { cpu: u32 },
+    Tick { cpu: u32 },
+    Timer { task: u32 },
+    Check,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    curr: Option<TaskId>,
+    gen: u64,
+    burst_start: u64,
+    free_at: u64,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Task {
+    vm: u32,
+    idx: u32,
+    remaining: u64,
+    fired_at: Option<u64>,
+}
+
+const TICK_NS: u64 = 1_000_000;
+const CHECK_NS: u64 = 10_000_000;
+
+struct Sim<'a> {
+    s: Scheduler,
+    cfg: &'a SimConfig,
+    kicks: Arc<Kicks>,
+    coh: Coherence,
+    q: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    seq: u64,
+    cpus: Vec<Cpu>,
+    tasks: Vec<Task>,
+    ids: Vec<TaskId>,
+    /// Our task number by task id.
+    index: Vec<u32>,
+    /// Task ids by VM.
+    vms: Vec<Vec<u32>>,
+    barrier: Vec<u32>,
+    rng: Rng,
+    buf: Vec<Access>,
+    /// Named regions sorted by start: (start, end, name).
+    regions: Vec<(u64, u64, &'static str)>,
+    sched_ns: u64,
+    calls: u64,
+    done: u64,
+    lat_sum: u64,
+    lat_n: u64,
+    lat_max: u64,
+    checker: InvariantChecker,
+}
+
+/// Runs one simulation. `stop` set by another thread (Ctrl-C) ends it
+/// early with `partial` set.
+pub fn run(
+    topo: Arc<HostTopology>,
+    cfg: &SimConfig,
+    stop: &AtomicBool,
+) -> crate::Result<SimReport> {
+    run_with_progress(topo, cfg, stop, &mut |_| {})
+}
+
+/// [`run`], calling `progress` with the virtual ns reached every 10 ms.
+pub fn run_with_progress(
+    topo: Arc<HostTopology>,
+    cfg: &SimConfig,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(u64),
+) -> crate::Result<SimReport> {
+    if cfg.vms == 0 || cfg.vcpus == 0 || cfg.duration_ns == 0 {
+        return Err(SchedError::Workload(
+            "a simulation needs at least one VM, one vCPU and a duration".into(),
+        ));
+    }
+    let ntasks = cfg.vms * cfg.vcpus;
+    let sc = SchedConfig {
+        max_tasks: SchedConfig::default().max_tasks.max(ntasks + 1),
+        max_groups: SchedConfig::default().max_groups.max(cfg.vms + 1),
+        ..SchedConfig::default()
+    };
+    let kicks = Arc::new(Kicks::default());
+    let s = Scheduler::new(topo.clone(), cfg.mitigations, sc, kicks.clone())?;
+    let mut sim = Sim {
+        coh: Coherence::new(&topo, cfg.cost),
+        cpus: vec![Cpu::default(); s.num_cpus()],
+        s,
+        cfg,
+        kicks,
+        q: BinaryHeap::new(),
+        seq: 0,
+        tasks: Vec::new(),
+        ids: Vec::new(),
+        index: Vec::new(),
+        vms: vec![Vec::new(); cfg.vms],
+        barrier: vec![0; cfg.vms],
+        rng: Rng::new(cfg.seed),
+        buf: Vec::new(),
+        regions: Vec::new(),
+        sched_ns: 0,
+        calls: 0,
+        done: 0,
+        lat_sum: 0,
+        lat_n: 0,
+        lat_max: 0,
+        checker: InvariantChecker::new(50_000_000),
+    };
+    sim.setup()?;
+    let mut regions: Vec<(u64, u64, &'static str)> = sim
+        .s
+        .sim_regions()
+        .into_iter()
+        .filter(|r| r.len > 0)
+        .map(|r| (r.start as u64, (r.start + r.len) as u64, r.name))
+        .collect();
+    regions.sort_by_key(|r| r.0);
+    sim.regions = regions;
+    let end = cfg.duration_ns;
+    let mut partial = false;
+    let mut reached = 0;
+    while let Some(Reverse((t, _, ev))) = sim.q.pop() {
+        if t >= end {
+            reached = end;
+            break;
+        }
+        reached = t;
+        sim.coh.set_floor(t);
+        if ev == Ev::Check {
+            if stop.load(Ordering::Relaxed) {
+                partial = true;
+                break;
+            }
+            progress(t);
+        }
+        sim.handle(t, ev);
+    }
+    Ok(sim.report(&topo, reached.max(1), partial))
+}
+
+impl Sim<'_> {
+    fn push(&mut self, t: u64, ev: Ev) {
+        self.seq += 1;
+        self.q.push(Reverse((t, self.seq, ev)));
+    }
+
+    fn jitter(&mut self, mean: u64) -> u64 {
+        // uniform in [0.75, 1.25) x mean
+        mean * 3 / 4 + self.rng.below(mean / 2 + 1)
+    }
+
+    fn setup(&mut self) -> crate::Result<()> {
+        let w = self.cfg.workload;
+        for vm in 0..self.cfg.vms {
+            let g = self.s.create_group(&format!("vm{vm}"))?;
+            for k in 0..self.cfg.vcpus {
+                let policy = match w {
+                    SimWorkload::Cyclic => Policy::Fifo(50),
+                    _ => Policy::Fair(1024),
+                };
+                let spec = TaskSpec::new(format!("vm{vm}/vcpu{k}"))
+                    .policy(policy)
+                    .group(g);
+                let id = self.s.add_task(&spec, 0)?;
+                let n = self.tasks.len() as u32;
+                self.tasks.push(Task {
+                    vm: vm as u32,
+                    idx: k as u32,
+                    ..Task::default()
+                });
+                self.ids.push(id);
+                if self.index.len() <= id.0 as usize {
+                    self.index.resize(id.0 as usize + 1, u32::MAX);
+                }
+                self.index[id.0 as usize] = n;
+                self.vms[vm].push(n);
+            }
+        }
+        for n in 0..self.tasks.len() as u32 {
+            let t = self.tasks[n as usize];
+            match w {
+                SimWorkload::Cyclic => {
+                    let off = self.rng.below(TICK_NS);
+                    self.push(off, Ev::Timer { task: n });
+                }
+                // one token per pair of tasks in a ring
+                SimWorkload::Messaging | SimWorkload::Pingpong if t.idx % 2 == 1 => {}
+                _ => {
+                    let at = 1 + n as u64;
+                    self.push(at, Ev::Timer { task: n });
+                }
+            }
+        }
+        for c in 0..self.cpus.len() as u32 {
+            self.push(TICK_NS + c as u64, Ev::Tick { cpu: c });
+        }
+        self.push(CHECK_NS, Ev::Check);
+        Ok(())
+    }
+
+    /// One core call on `cpu` at `now`: returns its result and when it
+    /// ends in virtual time.
+    fn call<R>(
+        &mut self,
+        cpu: u32,
+        now: u64,
+        instr: u64,
+        f: impl FnOnce(&Scheduler, u64) -> R,
+    ) -> (R, u64) {
+        recorder::start();
+        let r = f(&self.s, now);
+        recorder::stop_into(&mut self.buf);
+        // Accesses in program order; consecutive loads overlap in groups
+        // of the core's miss buffers (`mlp`), everything else waits for
+        // what came before it.
+        let mlp = self.coh.cost().mlp.max(1);
+        let mut t = now + instr;
+        let (mut group_end, mut in_group) = (t, 0);
+        for i in 0..self.buf.len() {
+            let a = self.buf[i];
+            let line = self.line_of(a.addr);
+            if a.kind == Kind::Load {
+                let d = self.coh.access(cpu, line, a.kind, t) + INSTR.per_access_ns;
+                group_end = group_end.max(d);
+                in_group += 1;
+                if in_group == mlp {
+                    t = group_end;
+                    in_group = 0;
+                }
+            } else {
+                t = t.max(group_end);
+                t = self.coh.access(cpu, line, a.kind, t) + INSTR.per_access_ns;
+                group_end = t;
+                in_group = 0;
+            }
+        }
+        t = t.max(group_end);
+        self.sched_ns += t - now;
+        self.calls += 1;
+        let kicked: Vec<CpuId> =
+            std::mem::take(&mut *self.kicks.0.lock().unwrap_or_else(|e| e.into_inner()));
+        for k in kicked {
+            let lat = self.coh.cost().transfer(self.coh.level(cpu, k));
+            self.push(t + lat, Ev::Kick { cpu: k });
+        }
+        (r, t)
+    }
+
+    /// The model's line of an address: region number and line offset from
+    /// the region's start, so that the allocator's placement of unaligned
+    /// buffers (which differs from run to run) cannot change a result;
+    /// aligned structures keep exactly their real lines. Addresses in no
+    /// region keep their real line, tagged apart.
+    fn line_of(&self, addr: u64) -> u64 {
+        let i = self.regions.partition_point(|r| r.0 <= addr);
+        if i > 0 {
+            let (start, end, _) = self.regions[i - 1];
+            if addr < end {
+                return ((i as u64) << 40) | ((addr - start) / 64);
+            }
+        }
+        (addr / 64) | (1 << 63)
+    }
+
+    fn region_name(&self, line: u64) -> &'static str {
+        let i = (line >> 40) as usize;
+        if line >> 63 == 0 && i > 0 && i <= self.regions.len() {
+            self.regions[i - 1].2
+        } else {
+            "other"
+        }
+    }
+
+    fn task_of(&self, id: TaskId) -> usize {
+        self.index[id.0 as usize] as usize
+    }
+
+    fn wake(&mut self, n: u32, waker: u32, now: u64) -> u64 {
+        let id = self.ids[n as usize];
+        let (r, t) = self.call(waker, now, INSTR.wake_ns, |s, now| {
+            s.wake(id, Some(waker), now)
+        });
+        // a delivered message (messaging, pingpong); transcode counts
+        // frames at its barrier instead
+        let msg = matches!(
+            self.cfg.workload,
+            SimWorkload::Messaging | SimWorkload::Pingpong
+        );
+        if msg && matches!(r, Ok(true)) {
+            self.done += 1;
+        }
+        t
+    }
+
+    fn start(&mut self, cpu: u32, id: TaskId, now: u64) {
+        let n = self.task_of(id);
+        if let Some(f) = self.tasks[n].fired_at.take() {
+            let lat = now.saturating_sub(f);
+            self.lat_sum += lat;
+            self.lat_n += 1;
+            self.lat_max = self.lat_max.max(lat);
+        }
+        if self.tasks[n].remaining == 0 {
+            let w = self.cfg.workload.work_ns();
+            self.tasks[n].remaining = self.jitter(w);
+        }
+        let c = &mut self.cpus[cpu as usize];
+        c.curr = Some(id);
+        c.gen += 1;
+        c.burst_start = now;
+        let (gen, end) = (c.gen, now + self.tasks[n].remaining);
+        self.push(end, Ev::BurstEnd { cpu, gen });
+    }
+
+    /// Stops the current burst's clock at `now`.
+    fn charge(&mut self, cpu: u32, now: u64) {
+        let c = &mut self.cpus[cpu as usize];
+        c.gen += 1;
+        if let Some(id) = c.curr {
+            let ran = now.saturating_sub(c.burst_start);
+            let n = self.task_of(id);
+            let t = &mut self.tasks[n];
+            t.remaining = t.remaining.saturating_sub(ran).max(1);
+        }
+    }
+
+    fn schedule(&mut self, cpu: u32, prev: Prev, now: u64) {
+        let (r, t) = self.call(cpu, now, INSTR.schedule_ns, |s, now| {
+            s.schedule(cpu, prev, now)
+        });
+        self.cpus[cpu as usize].free_at = t;
+        match r.expect(crate::exec::CPU_OK) {
+            Pick::Same => {
+                if let Some(id) = self.cpus[cpu as usize].curr {
+                    self.start(cpu, id, t);
+                }
+            }
+            Pick::Switch(id) => self.start(cpu, id, t),
+            Pick::Idle => {
+                let c = &mut self.cpus[cpu as usize];
+                c.curr = None;
+                c.gen += 1;
+            }
+        }
+    }
+
+    fn handle(&mut self, t: u64, ev: Ev) {
+        match ev {
+            Ev::BurstEnd { cpu, gen } => {
+                let c = self.cpus[cpu as usize];
+                if c.gen != gen {
+                    return;
+                }
+                let Some(id) = c.curr else { return };
+                let n = self.task_of(id);
+                self.tasks[n].remaining = 0;
+                let task = self.tasks[n];
+                let vm = &self.vms[task.vm as usize];
+                let mut now = t;
+                let prev = match self.cfg.workload {
+                    SimWorkload::Messaging | SimWorkload::Pingpong => {
+                        let next = vm[(task.idx as usize + 1) % vm.len()];
+                        now = self.wake(next, cpu, now);
+                        Prev::Block
+                    }
+                    SimWorkload::Cyclic => Prev::Block,
+                    SimWorkload::Transcode => {
+                        let v = task.vm as usize;
+                        self.barrier[v] += 1;
+                        if self.barrier[v] as usize == self.vms[v].len() {
+                            self.barrier[v] = 0;
+                            self.done += 1;
+                            let others: Vec<u32> = self.vms[v]
+                                .iter()
+                                .copied()
+                                .filter(|&o| o as usize != n)
+                                .collect();
+                            for o in others {
+                                now = self.wake(o, cpu, now);
+                            }
+                            Prev::Keep
+                        } else {
+                            Prev::Block
+                        }
+                    }
+                };
+                self.cpus[cpu as usize].gen += 1;
+                self.schedule(cpu, prev, now);
+            }
+            Ev::Kick { cpu } => {
+                let at = t.max(self.cpus[cpu as usize].free_at);
+                self.charge(cpu, at);
+                self.schedule(cpu, Prev::Keep, at);
+            }
+            Ev::Tick { cpu } => {
+                let at = t.max(self.cpus[cpu as usize].free_at);
+                let (_, end) = self.call(cpu, at, INSTR.tick_ns, |s, now| s.tick(cpu, now));
+                self.cpus[cpu as usize].free_at = end;
+                if self.cpus[cpu as usize].curr.is_some() {
+                    // the tick's time delays the running task
+                    let c = self.cpus[cpu as usize];
+                    let n = self.task_of(c.curr.expect("checked"));
+                    let ran = at.saturating_sub(c.burst_start);
+                    let left = self.tasks[n].remaining.saturating_sub(ran).max(1);
+                    let c = &mut self.cpus[cpu as usize];
+                    c.gen += 1;
+                    c.burst_start = end;
+                    self.tasks[n].remaining = left;
+                    let gen = c.gen;
+                    self.push(end + left, Ev::BurstEnd { cpu, gen });
+                }
+                self.push(t + TICK_NS, Ev::Tick { cpu });
+            }
+            Ev::Timer { task } => {
+                let id = self.ids[task as usize];
+                let waker = self.s.task_cpu(id).unwrap_or(0);
+                if self.cfg.workload == SimWorkload::Cyclic {
+                    self.tasks[task as usize].fired_at = Some(t);
+                    self.push(t + TICK_NS, Ev::Timer { task });
+                }
+                let (_, end) = self.call(waker, t, INSTR.wake_ns, |s, now| {
+                    s.wake(id, Some(waker), now)
+                });
+                let _ = end;
+            }
+            Ev::Check => {
+                self.checker.observe(&self.s, t);
+                self.push(t + CHECK_NS, Ev::Check);
+            }
+        }
+    }
+
+    fn report(&mut self, topo: &HostTopology, simulated: u64, partial: bool) -> SimReport {
+        let w = self.cfg.workload;
+        let secs = simulated as f64 / 1e9;
+        let metric = match w {
+            SimWorkload::Cyclic => {
+                if self.lat_n == 0 {
+                    f64::NAN
+                } else {
+                    self.lat_sum as f64 / self.lat_n as f64
+                }
+            }
+            SimWorkload::Pingpong => self.done as f64 / 2.0 / secs,
+            _ => self.done as f64 / secs,
+        };
+        let name = |l: &u64| self.region_name(*l);
+        let mut c2c: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        for (l, st) in &self.coh.line_stats {
+            let e = c2c.entry(name(l)).or_default();
+            e.0 += st.transfers;
+            e.1 += st.cost_ns;
+        }
+        let mut c2c: Vec<C2cRow> = c2c
+            .into_iter()
+            .map(|(n, (tr, c))| C2cRow {
+                name: n.to_string(),
+                transfers: tr,
+                cost_ns: c,
+            })
+            .collect();
+        c2c.sort_by(|a, b| b.cost_ns.cmp(&a.cost_ns).then(a.name.cmp(&b.name)));
+        let mut locks: BTreeMap<&str, (u64, u64, u64)> = BTreeMap::new();
+        for (l, st) in &self.coh.lock_stats {
+            let e = locks.entry(name(l)).or_default();
+            e.0 += st.acquisitions;
+            e.1 += st.contended;
+            e.2 += st.wait_ns;
+        }
+        let mut lockstat: Vec<LockRow> = locks
+            .into_iter()
+            .map(|(n, (a, c, w))| LockRow {
+                name: n.to_string(),
+                acquisitions: a,
+                contended: c,
+                wait_ns: w,
+            })
+            .collect();
+        lockstat.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.name.cmp(&b.name)));
+        let mut violations = self.checker.violations.clone();
+        violations.extend(self.s.anomalies());
+        SimReport {
+            workload: w.name().to_string(),
+            cpus: topo.num_cpus(),
+            mitigations: self.cfg.mitigations.to_string(),
+            seed: self.cfg.seed,
+            simulated_ns: simulated,
+            metric,
+            metric_name: w.metric().0.to_string(),
+            sched_share: self.sched_ns as f64 / (self.cpus.len() as f64 * simulated as f64),
+            calls: self.calls,
+            sched_ns_per_call: self.sched_ns as f64 / self.calls.max(1) as f64,
+            max_latency_ns: self.lat_max,
+            violations,
+            c2c,
+            lockstat,
+            partial,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(w: SimWorkload, seed: u64, mit: Mitigations) -> SimConfig {
+        SimConfig {
+            workload: w,
+            vms: 4,
+            vcpus: 4,
+            duration_ns: 20_000_000,
+            seed,
+            mitigations: mit,
+            cost: CostTable::for_preset("icx-2s").unwrap(),
+        }
+    }
+
+    fn topo() -> Arc<HostTopology> {
+        Arc::new(topology::load("package:2 l3:1 l2:4 core:1 pu:2").unwrap())
+    }
+
+    #[test]
+    fn same_seed_same_bytes_and_no_violations() {
+        let stop = AtomicBool::new(false);
+        for w in [
+            SimWorkload::Messaging,
+            SimWorkload::Cyclic,
+            SimWorkload::Transcode,
+            SimWorkload::Pingpong,
+        ] {
+            let a = run(topo(), &cfg(w, 7, Mitigations::none()), &stop).unwrap();
+            let b = run(topo(), &cfg(w, 7, Mitigations::none()), &stop).unwrap();
+            let (ja, jb) = (
+                serde_json::to_string(&a).unwrap(),
+                serde_json::to_string(&b).unwrap(),
+            );
+            assert_eq!(ja, jb, "{w:?}");
+            assert!(a.violations.is_empty(), "{w:?}: {:?}", a.violations);
+            assert!(
+                a.metric > 0.0 && a.metric.is_finite(),
+                "{w:?}: {}",
+                a.metric
+            );
+            assert!(
+                a.sched_share > 0.0 && a.sched_share < 1.0,
+                "{w:?}: {}",
+                a.sched_share
+            );
+            assert!(!a.c2c.is_empty(), "{w:?}");
+        }
+    }
+
+    #[test]
+    fn another_seed_changes_the_run() {
+        let stop = AtomicBool::new(false);
+        let a = run(
+            topo(),
+            &cfg(SimWorkload::Messaging, 1, Mitigations::none()),
+            &stop,
+        )
+        .unwrap();
+        let b = run(
+            topo(),
+            &cfg(SimWorkload::Messaging, 2, Mitigations::none()),
+            &stop,
+        )
+        .unwrap();
+        assert_ne!(a.metric, b.metric);
+    }
+
+    #[test]
+    fn slower_memory_costs_more_scheduler_time() {
+        let stop = AtomicBool::new(false);
+        let mut slow = cfg(SimWorkload::Messaging, 1, Mitigations::none());
+        slow.cost = slow.cost.scaled(1.5);
+        let a = run(
+            topo(),
+            &cfg(SimWorkload::Messaging, 1, Mitigations::none()),
+            &stop,
+        )
+        .unwrap();
+        let b = run(topo(), &slow, &stop).unwrap();
+        assert!(
+            b.sched_ns_per_call > a.sched_ns_per_call,
+            "{} vs {}",
+            b.sched_ns_per_call,
+            a.sched_ns_per_call
+        );
+    }
+}

@@ -1,0 +1,584 @@
+//! `vmm sim`: the scheduler core on a big topology in deterministic virtual
+//! time ([`vcpu_sched::exec::sim`]), with memory costs from a cited
+//! per-preset table.
+//!
+//! One run prints the workload's metric and the share of simulated CPU
+//! time inside the scheduler; `--compare` prints the same seeds' table and
+//! JSON as `vmm bench --compare` ([`vcpu_sched::comparison`]), its A/A row
+//! being the baseline with another seed; `--c2c` and `--lockstat` name the
+//! hot structures and locks; `--sweep cpus=...` with `--plot` writes a
+//! scaling curve (SVG and CSV). Ctrl-C stops a run cleanly and what is
+//! printed is marked partial.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use vcpu_sched::comparison::{cells, Comparison, ComparisonHeader, RowKind};
+use vcpu_sched::exec::sim::{self, CostTable, SimConfig, SimReport, SimWorkload};
+use vcpu_sched::{Mitigations, SchedError};
+
+use super::args::{self, ignored, mitigation_sets, progress_bar, InputError};
+
+/// `vmm sim WORKLOAD ...`.
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// messaging, cyclic, transcode or pingpong.
+    pub workload: String,
+    /// Topology: a preset (gnr-2s, spr-2s, icx-2s, clx-2s, genoa-2s,
+    /// milan-2s) or an hwloc synthetic string (then give --costs).
+    #[arg(long, short, value_name = "PRESET|SPEC")]
+    pub topology: String,
+    /// The preset whose latency table to use (default: --topology's).
+    #[arg(long, value_name = "PRESET")]
+    pub costs: Option<String>,
+    /// Scale every latency of the table (sensitivity: 0.5, 1.5); 0.1..=10.
+    #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = latency_scale)]
+    pub latency_scale: f64,
+    /// VMs (task groups); default: enough to fill the CPUs (twice for
+    /// messaging); 1..=4096.
+    #[arg(long, value_name = "N", value_parser = args::count, allow_negative_numbers = true)]
+    pub vms: Option<usize>,
+    /// vCPUs (tasks) per VM, 1..=4096 (default 8; 2 for pingpong).
+    #[arg(long, value_name = "M", value_parser = args::count, allow_negative_numbers = true)]
+    pub vcpus: Option<usize>,
+    /// Virtual time to simulate: 1s, 200ms, ...; 1ms to 1h.
+    #[arg(long, short, default_value = "1s", value_name = "DURATION",
+          value_parser = sim_duration, allow_hyphen_values = true)]
+    pub duration: Duration,
+    /// The workload's seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// One mitigation set: none, all (default), only:FIX[,FIX..] or
+    /// all-but:FIX[,..].
+    #[arg(long, short, value_name = "SET", value_parser = args::mitigations)]
+    pub mitigations: Option<Mitigations>,
+    /// Compare sets: `seeds` (baseline, each fix alone, all) or a list
+    /// `none;all` whose first entry is the baseline. The A/A row is the
+    /// baseline with another seed.
+    #[arg(long, value_name = "seeds|SET;SET..", conflicts_with = "mitigations")]
+    pub compare: Option<String>,
+    /// Repetitions (seeds) of every set with --compare (1..=100, default 1).
+    #[arg(long, value_name = "N", value_parser = args::reps, allow_negative_numbers = true)]
+    pub reps: Option<usize>,
+    /// Also write the result as JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Print cache-line transfers and their cost per structure and field.
+    #[arg(long)]
+    pub c2c: bool,
+    /// Print contended acquisitions and wait time per lock class.
+    #[arg(long)]
+    pub lockstat: bool,
+    /// A scaling sweep: `cpus=16,64,192` (the first N CPUs of the
+    /// topology), each with every --compare set (or the one set).
+    #[arg(long, value_name = "cpus=N,N..")]
+    pub sweep: Option<String>,
+    /// With --sweep: write the curve as SVG here and as CSV beside it.
+    #[arg(long, value_name = "FILE.svg", requires = "sweep")]
+    pub plot: Option<PathBuf>,
+}
+
+fn latency_scale(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if (0.1..=10.0).contains(&f) => Ok(f),
+        _ => Err(format!("{s:?} is not a scale from 0.1 to 10")),
+    }
+}
+
+fn sim_duration(s: &str) -> Result<Duration, String> {
+    let d = args::parse_duration(s)?;
+    if d < Duration::from_millis(1) || d > Duration::from_secs(3600) {
+        return Err(format!("{s:?}: give 1ms to 1h of virtual time"));
+    }
+    Ok(d)
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Ctrl-C sets [`STOP`]; the simulator checks it every 10 ms of virtual
+/// time and returns what it has, marked partial.
+fn catch_ctrl_c() {
+    let handler: extern "C" fn(libc::c_int) = on_sigint;
+    // SAFETY: the handler only stores to an atomic, which is
+    // async-signal-safe; installing it changes no memory of ours.
+    unsafe {
+        libc::signal(libc::SIGINT, handler as libc::sighandler_t);
+    }
+}
+
+fn parse_sweep(s: &str) -> Result<Vec<usize>, InputError> {
+    let bad = || {
+        InputError(format!(
+            "--sweep {s:?}: give cpus=N,N.. such as cpus=16,64,192"
+        ))
+    };
+    let list = s.strip_prefix("cpus=").ok_or_else(bad)?;
+    let v: Vec<usize> = list
+        .split(',')
+        .map(|x| x.trim().parse::<usize>().ok().filter(|&n| n >= 2))
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    if v.is_empty() {
+        return Err(bad());
+    }
+    Ok(v)
+}
+
+struct Setup {
+    workload: SimWorkload,
+    cost: CostTable,
+    vcpus: usize,
+    vms: Option<usize>,
+}
+
+fn config(s: &Setup, cpus: usize, a: &SimArgs, seed: u64, mit: Mitigations) -> SimConfig {
+    let per = if s.workload == SimWorkload::Messaging {
+        2
+    } else {
+        1
+    };
+    SimConfig {
+        workload: s.workload,
+        vms: s.vms.unwrap_or((cpus * per / s.vcpus).max(1)),
+        vcpus: s.vcpus,
+        duration_ns: a.duration.as_nanos() as u64,
+        seed,
+        mitigations: mit,
+        cost: s.cost,
+    }
+}
+
+fn load(spec: &str) -> Result<Arc<topology::HostTopology>> {
+    Ok(Arc::new(
+        topology::load(spec)
+            .map_err(SchedError::from)
+            .map_err(|e| InputError(format!("--topology {spec}: {e}")))?,
+    ))
+}
+
+/// Runs the command.
+pub fn run(a: SimArgs) -> Result<()> {
+    let workload = SimWorkload::parse(&a.workload).ok_or_else(|| {
+        InputError(format!(
+            "workload {:?}: give messaging, cyclic, transcode or pingpong",
+            a.workload
+        ))
+    })?;
+    if a.compare.is_none() && a.reps.is_some() {
+        return Err(ignored("--reps", "--compare", "a single run").into());
+    }
+    if let Some(path) = &a.json {
+        args::check_output_file("--json", path, true)?;
+    }
+    if let Some(path) = &a.plot {
+        args::check_output_file("--plot", path, true)?;
+    }
+    let topo = load(&a.topology)?;
+    let table_name = a.costs.clone().unwrap_or_else(|| a.topology.clone());
+    let cost = CostTable::for_preset(&table_name)
+        .filter(|_| table_name != "test")
+        .ok_or_else(|| {
+            InputError(format!(
+                "no latency table for {table_name:?}: give --costs with one of gnr-2s, spr-2s, \
+                 icx-2s, clx-2s, genoa-2s, milan-2s"
+            ))
+        })?
+        .scaled(a.latency_scale);
+    let variants = match &a.compare {
+        Some(list) => {
+            let v = mitigation_sets(list)?;
+            if v.len() < 2 {
+                return Err(InputError(format!(
+                    "--compare {list:?}: give at least two sets, e.g. \"none;all\", or seeds"
+                ))
+                .into());
+            }
+            v
+        }
+        None => vec![a.mitigations.unwrap_or_else(Mitigations::all)],
+    };
+    let setup = Setup {
+        workload,
+        cost,
+        vcpus: a.vcpus.unwrap_or(if workload == SimWorkload::Pingpong {
+            2
+        } else {
+            8
+        }),
+        vms: a.vms,
+    };
+    catch_ctrl_c();
+    if let Some(sweep) = &a.sweep {
+        let sizes = parse_sweep(sweep)?;
+        if let Some(&n) = sizes.iter().find(|&&n| n > topo.num_cpus()) {
+            return Err(InputError(format!(
+                "--sweep: {n} CPUs, but {} has {}",
+                a.topology,
+                topo.num_cpus()
+            ))
+            .into());
+        }
+        return sweep_run(&a, &setup, &topo, &sizes, &variants);
+    }
+    let bar = progress_bar();
+    let reps = a.reps.unwrap_or(1);
+    let cpus = topo.num_cpus();
+    if a.compare.is_some() {
+        let cells = cells(&variants)?;
+        let total = (cells.len() * reps) as u64;
+        let mut values = vec![Vec::new(); cells.len()];
+        let mut per_call = vec![0.0; cells.len()];
+        let mut firsts: Vec<Option<SimReport>> = vec![None; cells.len()];
+        let mut partial = false;
+        'outer: for rep in 0..reps {
+            for (i, c) in cells.iter().enumerate() {
+                let seed = a.seed + 1000 * rep as u64 + u64::from(c.kind == RowKind::AA);
+                bar.set_message(format!("{} rep {}", c.label, rep + 1));
+                let cfg = config(&setup, cpus, &a, seed, c.mitigations);
+                let done = (rep * cells.len() + i) as u64;
+                let r = sim::run_with_progress(topo.clone(), &cfg, &STOP, &mut |t| {
+                    let f = (done as f64 + t as f64 / cfg.duration_ns as f64) / total as f64;
+                    bar.set_position((f * 1000.0) as u64);
+                })?;
+                values[i].push(r.metric);
+                per_call[i] += r.sched_ns_per_call / reps as f64;
+                partial |= r.partial;
+                if firsts[i].is_none() {
+                    firsts[i] = Some(r);
+                }
+                if partial {
+                    break 'outer;
+                }
+            }
+        }
+        bar.finish_and_clear();
+        if partial {
+            println!("PARTIAL: stopped by Ctrl-C; the table covers what finished");
+            for v in values.iter_mut() {
+                if v.is_empty() {
+                    v.push(f64::NAN);
+                }
+            }
+        }
+        let (metric, unit, higher) = workload.metric();
+        let header = ComparisonHeader {
+            workload: format!("sim {}", workload.name()),
+            topology: a.topology.clone(),
+            cpus,
+            host_cpus: cpus,
+            metric: metric.to_string(),
+            unit: unit.to_string(),
+            higher_is_better: higher,
+            duration_s: a.duration.as_secs_f64(),
+        };
+        let labels: Vec<(String, RowKind)> =
+            cells.iter().map(|c| (c.label.clone(), c.kind)).collect();
+        let c = Comparison::assemble(header, &labels, &values, &per_call)
+            .context("assembling the comparison")?;
+        println!("{}", c.render_table());
+        println!("{}", share_table(&cells, &firsts));
+        for (cell, r) in cells.iter().zip(&firsts) {
+            if let Some(r) = r {
+                print_views(&a, &cell.label, r);
+            }
+        }
+        if let Some(path) = &a.json {
+            let json = serde_json::to_string_pretty(&c).context("serialising the comparison")?;
+            write(path, &json)?;
+        }
+    } else {
+        let cfg = config(&setup, cpus, &a, a.seed, variants[0]);
+        bar.set_message(variants[0].to_string());
+        let r = sim::run_with_progress(topo.clone(), &cfg, &STOP, &mut |t| {
+            bar.set_position(t * 1000 / cfg.duration_ns)
+        })?;
+        bar.finish_and_clear();
+        println!(
+            "{}sim {} on {} [{}]: {} = {:.1} {} ({} VMs x {} vCPUs on {} CPUs, {:.3} s virtual, \
+             {:.1}% of CPU time in the scheduler, {:.0} ns per core call{})",
+            if r.partial { "PARTIAL: " } else { "" },
+            r.workload,
+            a.topology,
+            r.mitigations,
+            r.metric_name,
+            r.metric,
+            workload.metric().1,
+            cfg.vms,
+            cfg.vcpus,
+            r.cpus,
+            r.simulated_ns as f64 / 1e9,
+            100.0 * r.sched_share,
+            r.sched_ns_per_call,
+            if r.violations.is_empty() {
+                String::new()
+            } else {
+                format!(", {} INVARIANT VIOLATIONS", r.violations.len())
+            }
+        );
+        print_views(&a, &r.mitigations, &r);
+        if let Some(path) = &a.json {
+            write(
+                path,
+                &serde_json::to_string_pretty(&r).context("serialising the report")?,
+            )?;
+        }
+        if !r.violations.is_empty() {
+            return Err(anyhow::anyhow!(
+                "invariant violations: {}",
+                r.violations.join("; ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn write(path: &std::path::Path, s: &str) -> Result<()> {
+    std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("written to {}", path.display());
+    Ok(())
+}
+
+fn share_table(cells: &[vcpu_sched::comparison::Cell], firsts: &[Option<SimReport>]) -> String {
+    let mut s = String::from("scheduler share of simulated CPU time (first repetition):\n");
+    for (c, r) in cells.iter().zip(firsts) {
+        if let Some(r) = r {
+            let _ = writeln!(
+                s,
+                "  {:<28} {:>6.2}%  {:>7.0} ns/call{}",
+                c.label,
+                100.0 * r.sched_share,
+                r.sched_ns_per_call,
+                if r.violations.is_empty() {
+                    String::new()
+                } else {
+                    format!("  {} INVARIANT VIOLATIONS", r.violations.len())
+                }
+            );
+        }
+    }
+    s
+}
+
+fn print_views(a: &SimArgs, label: &str, r: &SimReport) {
+    if a.c2c {
+        println!("c2c [{label}]: cache-line transfers per structure, hottest first");
+        println!(
+            "  {:<40} {:>12} {:>14} {:>9}",
+            "structure.field", "transfers", "cost ms", "ns/xfer"
+        );
+        for row in r.c2c.iter().take(12) {
+            println!(
+                "  {:<40} {:>12} {:>14.3} {:>9.1}",
+                row.name,
+                row.transfers,
+                row.cost_ns as f64 / 1e6,
+                row.cost_ns as f64 / row.transfers.max(1) as f64
+            );
+        }
+    }
+    if a.lockstat {
+        println!("lockstat [{label}]: per lock class, most waited first");
+        println!(
+            "  {:<40} {:>12} {:>12} {:>14}",
+            "class", "acquisitions", "contended", "wait ms"
+        );
+        for row in &r.lockstat {
+            println!(
+                "  {:<40} {:>12} {:>12} {:>14.3}",
+                row.name,
+                row.acquisitions,
+                row.contended,
+                row.wait_ns as f64 / 1e6
+            );
+        }
+    }
+}
+
+fn sweep_run(
+    a: &SimArgs,
+    setup: &Setup,
+    topo: &topology::HostTopology,
+    sizes: &[usize],
+    variants: &[Mitigations],
+) -> Result<()> {
+    let bar = progress_bar();
+    let mut csv = String::from("cpus,mitigations,metric,sched_share\n");
+    let mut points: Vec<(String, Vec<(usize, f64)>)> = variants
+        .iter()
+        .map(|m| (m.to_string(), Vec::new()))
+        .collect();
+    let total = (sizes.len() * variants.len()) as u64;
+    let mut k = 0;
+    let mut partial = false;
+    for &n in sizes {
+        let ids: Vec<u32> = (0..n as u32).collect();
+        let sub = Arc::new(
+            topo.restrict(&ids)
+                .map_err(SchedError::from)
+                .with_context(|| format!("restricting the topology to {n} CPUs"))?,
+        );
+        for (vi, &m) in variants.iter().enumerate() {
+            bar.set_message(format!("{n} CPUs {m}"));
+            bar.set_position(k * 1000 / total);
+            k += 1;
+            let cfg = config(setup, n, a, a.seed, m);
+            let r = sim::run(sub.clone(), &cfg, &STOP)?;
+            let _ = writeln!(csv, "{n},{m},{},{:.5}", r.metric, r.sched_share);
+            points[vi].1.push((n, r.metric));
+            if r.partial {
+                partial = true;
+                break;
+            }
+        }
+        if partial {
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    if partial {
+        println!("PARTIAL: stopped by Ctrl-C");
+    }
+    print!("{csv}");
+    if let Some(svg) = &a.plot {
+        let (metric, unit, _) = setup.workload.metric();
+        let title = format!(
+            "vmm sim {} on {} ({} s virtual){}",
+            setup.workload.name(),
+            a.topology,
+            a.duration.as_secs_f64(),
+            if partial { " PARTIAL" } else { "" }
+        );
+        std::fs::write(
+            svg,
+            plot_svg(&title, &format!("{metric} ({unit})"), &points),
+        )
+        .with_context(|| format!("writing {}", svg.display()))?;
+        let csv_path = svg.with_extension("csv");
+        std::fs::write(&csv_path, &csv)
+            .with_context(|| format!("writing {}", csv_path.display()))?;
+        eprintln!("written to {} and {}", svg.display(), csv_path.display());
+    }
+    Ok(())
+}
+
+/// A line chart: the metric against CPUs, one line per variant.
+fn plot_svg(title: &str, ylabel: &str, series: &[(String, Vec<(usize, f64)>)]) -> String {
+    const W: f64 = 760.0;
+    const H: f64 = 460.0;
+    const L: f64 = 90.0;
+    const R: f64 = 200.0;
+    const T: f64 = 40.0;
+    const B: f64 = 50.0;
+    const COLORS: [&str; 8] = [
+        "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+    ];
+    let pts = series.iter().flat_map(|s| s.1.iter());
+    let xmax = pts.clone().map(|p| p.0).max().unwrap_or(1) as f64;
+    let ymax = pts
+        .filter(|p| p.1.is_finite())
+        .map(|p| p.1)
+        .fold(0.0f64, f64::max)
+        .max(1e-9)
+        * 1.1;
+    let x = |v: f64| L + v / xmax * (W - L - R);
+    let y = |v: f64| H - B - v / ymax * (H - T - B);
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n\
+         <line x1=\"{L}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n\
+         <line x1=\"{L}\" y1=\"{T}\" x2=\"{L}\" y2=\"{}\" stroke=\"black\"/>\n\
+         <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">CPUs</text>\n\
+         <text transform=\"translate(18 {}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
+        (W - R + L) / 2.0,
+        xml(title),
+        H - B,
+        W - R,
+        H - B,
+        H - B,
+        (W - R + L) / 2.0,
+        H - 12.0,
+        (H - B + T) / 2.0,
+        xml(ylabel)
+    );
+    for k in 0..=5 {
+        let v = ymax * k as f64 / 5.0;
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text><line x1=\"{L}\" y1=\"{y0}\" x2=\"{}\" y2=\"{y0}\" stroke=\"#ddd\"/>",
+            L - 6.0,
+            y(v) + 4.0,
+            short(v),
+            W - R,
+            y0 = y(v)
+        );
+    }
+    let mut xs: Vec<usize> = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.0))
+        .collect();
+    xs.sort_unstable();
+    xs.dedup();
+    for n in xs {
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{n}</text>",
+            x(n as f64),
+            H - B + 16.0
+        );
+    }
+    for (i, (name, p)) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let path: Vec<String> = p
+            .iter()
+            .filter(|q| q.1.is_finite())
+            .map(|&(n, v)| format!("{:.1},{:.1}", x(n as f64), y(v)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>",
+            path.join(" ")
+        );
+        for q in &path {
+            let (px, py) = q.split_once(',').unwrap_or(("0", "0"));
+            let _ = writeln!(s, "<circle cx=\"{px}\" cy=\"{py}\" r=\"3\" fill=\"{c}\"/>");
+        }
+        let ly = T + 20.0 * i as f64;
+        let _ = writeln!(
+            s,
+            "<line x1=\"{}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"2\"/><text x=\"{}\" y=\"{}\">{}</text>",
+            W - R + 15.0,
+            W - R + 40.0,
+            W - R + 46.0,
+            ly + 4.0,
+            xml(name)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn short(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn xml(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
