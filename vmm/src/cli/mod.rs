@@ -2,8 +2,8 @@
 //!
 //! One module per subcommand ([`topology`], [`demo`], [`run`],
 //! [`sched_bench`], [`bench`], [`sim`], [`plan`], [`serve`]) and a leaf,
-//! [`args`], for what they share (the input error, `--compare` lists, range checks, the progress bar).
-//! The subcommands import from [`args`] only, never from each other or
+//! [`args`], for what they share (the input error, `--compare` lists,
+//! range checks, the progress bar). The subcommands import from [`args`] only, never from each other or
 //! from this module, so the module graph has no cycles.
 //!
 //! Errors leave as one line on stderr. Bad input (a malformed topology
