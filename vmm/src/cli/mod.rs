@@ -3,8 +3,9 @@
 //! One module per subcommand ([`topology`], [`demo`], [`run`],
 //! [`sched_bench`], [`bench`], [`sim`], [`plan`], [`serve`]) and a leaf,
 //! [`args`], for what they share (the input error, `--compare` lists,
-//! range checks, the progress bar). The subcommands import from [`args`] only, never from each other or
-//! from this module, so the module graph has no cycles.
+//! range checks, the progress bar). The subcommands import from [`args`]
+//! only, never from each other or from this module, so the module graph has
+//! no cycles.
 //!
 //! Errors leave as one line on stderr. Bad input (a malformed topology
 //! string, a missing file, an impossible request) exits with status 2, other
