@@ -19,6 +19,7 @@ pub mod plan;
 pub mod run;
 pub mod sched_bench;
 pub mod serve;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod topology;
 
@@ -70,6 +71,7 @@ pub enum Command {
     /// Simulate the scheduler core on a big topology in deterministic
     /// virtual time, with cited cache-line transfer costs
     /// (`--compare seeds`, `--c2c`, `--lockstat`, `--sweep`).
+    #[cfg(feature = "sim")]
     Sim(Box<sim::SimArgs>),
 }
 
@@ -124,6 +126,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Bench(args) => bench::run(*args)?,
         Command::Plan(args) => plan::run(args)?,
         Command::Serve(args) => serve::run(args)?,
+        #[cfg(feature = "sim")]
         Command::Sim(args) => sim::run(*args)?,
     }
     Ok(ExitCode::SUCCESS)
