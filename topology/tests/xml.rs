@@ -29,3 +29,28 @@ fn broken_xml_is_a_clear_error() {
     let e = topology::load(p.to_str().unwrap()).unwrap_err().to_string();
     assert!(e.contains("cannot load hwloc XML topology"), "{e}");
 }
+
+/// Found by the `topology_xml` fuzz target: the fixture with one bit
+/// flipped, an XML topology that hwloc's consistency check rejects (it
+/// abort()s the process when hwlocality's debug assertions are on). It must
+/// load or be refused with an error, and a guest built from whatever loads
+/// must have unique x2APIC IDs.
+#[test]
+fn fuzzed_inconsistent_xml_does_not_abort() {
+    let p = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/fuzz-inconsistent.xml"
+    );
+    match topology::load(p) {
+        Ok(t) => {
+            let all: Vec<u32> = (0..t.num_cpus() as u32).collect();
+            if let Ok(g) = topology::GuestTopology::from_host_cpus(&t, &all) {
+                let mut ids: Vec<u32> = g.cpus().iter().map(|c| c.apic_id).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                assert_eq!(ids.len(), g.num_vcpus());
+            }
+        }
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+}
