@@ -28,7 +28,7 @@ run() {
   local log
   log=$(mktemp)
   local rc=0
-  cargo +nightly fuzz run -O "$t" "corpus/$t" "seeds/$t" -- \
+  ASAN_OPTIONS=detect_leaks=0 cargo +nightly fuzz run -O "$t" "corpus/$t" "seeds/$t" -- \
     -max_total_time="$secs" -rss_limit_mb=2048 -timeout=30 -detect_leaks=0 \
     >"$log" 2>&1 || rc=$?
   grep -E '^#[0-9]+ +DONE|^Done |panicked|ERROR|SUMMARY|Test unit written' "$log" || true

@@ -229,6 +229,17 @@ fn check_built(topo: &Topology) -> std::result::Result<(), String> {
                     limits::MAX_NODE_OS_INDEX - 1
                 ));
             }
+            // A node's nodeset is itself. hwloc does not check this when
+            // it reads XML, and its synthetic export assert()s on it
+            // (aborting the process; found by the topology_xml fuzz target).
+            let own = n
+                .nodeset()
+                .is_some_and(|set| set.weight() == Some(1) && set.is_set(os));
+            if !own {
+                return Err(format!(
+                    "NUMA node P#{os} has a nodeset that does not name it alone"
+                ));
+            }
         }
     }
     Ok(())

@@ -54,3 +54,17 @@ fn fuzzed_inconsistent_xml_does_not_abort() {
         Err(e) => assert!(!e.to_string().is_empty()),
     }
 }
+
+/// Found by the `topology_xml` fuzz target: a NUMA node whose os_index (2)
+/// is not in its nodeset (0x2, node 1). hwloc reads it, then assert()s in
+/// its synthetic export, which aborted the process in every build. The
+/// loader now refuses it with an error.
+#[test]
+fn fuzzed_node_outside_its_nodeset_is_an_error() {
+    let p = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/fuzz-node-nodeset.xml"
+    );
+    let e = topology::load(p).unwrap_err().to_string();
+    assert!(e.contains("NUMA node P#2 has a nodeset"), "{e}");
+}
