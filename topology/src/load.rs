@@ -269,6 +269,7 @@ pub fn load_xml(path: &Path) -> Result<HostTopology> {
                 .into(),
         ));
     }
+    check_xml_objects(text).map_err(err)?;
     let topo = builder()
         .from_xml(text)
         .map_err(|_| err("hwloc could not parse it as an XML topology".into()))?
@@ -276,6 +277,30 @@ pub fn load_xml(path: &Path) -> Result<HostTopology> {
         .map_err(|e| err(format!("hwloc could not build it ({})", hwloc_words(&e))))?;
     check_built(&topo).map_err(err)?;
     from_hwloc(&path.display().to_string(), &topo)
+}
+
+/// Every `<object>` with a `cpuset` (`nodeset`) also has a
+/// `complete_cpuset` (`complete_nodeset`): hwloc 2.9 reads an object
+/// without one and then dereferences the missing set while building, a
+/// segmentation fault (found by the `topology_xml` fuzz target).
+fn check_xml_objects(text: &str) -> std::result::Result<(), String> {
+    for (i, tag) in text.split("<object").skip(1).enumerate() {
+        let tag = tag.split('>').next().unwrap_or("");
+        for set in ["cpuset", "nodeset"] {
+            let has = |name: &str| {
+                tag.split_whitespace()
+                    .any(|a| a.split('=').next() == Some(name))
+            };
+            if has(set) && !has(&format!("complete_{set}")) {
+                return Err(format!(
+                    "<object> number {} has a {set} but no complete_{set}; \
+                     give an XML export from `lstopo --of xml`",
+                    i + 1
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A CPUID dump directory, parsed by hwloc's x86 backend (see module docs).

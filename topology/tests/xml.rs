@@ -68,3 +68,17 @@ fn fuzzed_node_outside_its_nodeset_is_an_error() {
     let e = topology::load(p).unwrap_err().to_string();
     assert!(e.contains("NUMA node P#2 has a nodeset"), "{e}");
 }
+
+/// Found by the `topology_xml` fuzz target: an object with a `cpuset` but
+/// no `complete_cpuset` (a misspelt attribute) made hwloc dereference a
+/// null set while building (a segmentation fault). The loader now refuses
+/// it first.
+#[test]
+fn fuzzed_object_without_complete_cpuset_is_an_error() {
+    let p = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/fuzz-no-complete-cpuset.xml"
+    );
+    let e = topology::load(p).unwrap_err().to_string();
+    assert!(e.contains("has a cpuset but no complete_cpuset"), "{e}");
+}
