@@ -284,6 +284,29 @@ pub fn load_xml(path: &Path) -> Result<HostTopology> {
 /// without one and then dereferences the missing set while building, a
 /// segmentation fault (found by the `topology_xml` fuzz target).
 fn check_xml_objects(text: &str) -> std::result::Result<(), String> {
+    // The text is UTF-8 (checked above). Another declared encoding makes
+    // libxml2 fail with EILSEQ, an error hwlocality does not expect: it
+    // panics (found by the `topology_xml` fuzz target).
+    if let Some(decl) = text
+        .trim_start_matches('\u{feff}')
+        .trim_start()
+        .strip_prefix("<?xml")
+        .and_then(|d| d.split("?>").next())
+    {
+        if let Some(enc) = decl.split("encoding=").nth(1) {
+            let enc = enc.trim_start_matches(['"', '\'']);
+            let enc: String = enc
+                .chars()
+                .take_while(|c| !matches!(c, '"' | '\''))
+                .collect();
+            if !enc.eq_ignore_ascii_case("utf-8") && !enc.eq_ignore_ascii_case("us-ascii") {
+                return Err(format!(
+                    "it declares encoding \"{enc}\"; hwloc XML is UTF-8 \
+                     (give an XML export from `lstopo --of xml`)"
+                ));
+            }
+        }
+    }
     for (i, tag) in text.split("<object").skip(1).enumerate() {
         let tag = tag.split('>').next().unwrap_or("");
         for set in ["cpuset", "nodeset"] {

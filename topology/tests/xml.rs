@@ -82,3 +82,13 @@ fn fuzzed_object_without_complete_cpuset_is_an_error() {
     let e = topology::load(p).unwrap_err().to_string();
     assert!(e.contains("has a cpuset but no complete_cpuset"), "{e}");
 }
+
+/// Found by the `topology_xml` fuzz target: `encoding="UTF-7"` in the XML
+/// declaration made libxml2 fail with EILSEQ, which hwlocality answers
+/// with a panic. The loader now refuses encodings other than UTF-8.
+#[test]
+fn fuzzed_foreign_encoding_is_an_error() {
+    let p = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/fuzz-utf7.xml");
+    let e = topology::load(p).unwrap_err().to_string();
+    assert!(e.contains("declares encoding \"UTF-7\""), "{e}");
+}
