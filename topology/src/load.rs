@@ -222,7 +222,12 @@ fn check_built(topo: &Topology) -> std::result::Result<(), String> {
         }
     }
     for n in topo.objects_with_type(ObjectType::NUMANode) {
-        if let Some(os) = n.os_index() {
+        // hwloc's synthetic export assert()s on a node without an OS index
+        // (found by the topology_xml fuzz target)
+        let Some(os) = n.os_index() else {
+            return Err("a NUMA node has no OS index".into());
+        };
+        {
             if os as u64 >= limits::MAX_NODE_OS_INDEX {
                 return Err(format!(
                     "NUMA node P#{os} has too large an OS index; the limit is {}",

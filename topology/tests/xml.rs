@@ -92,3 +92,15 @@ fn fuzzed_foreign_encoding_is_an_error() {
     let e = topology::load(p).unwrap_err().to_string();
     assert!(e.contains("declares encoding \"UTF-7\""), "{e}");
 }
+
+/// Found by the `topology_xml` fuzz target: a NUMA node without an
+/// `os_index` made hwloc's synthetic export assert() (an abort). Refused.
+#[test]
+fn fuzzed_node_without_os_index_is_an_error() {
+    let p = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/fuzz-node-no-index.xml"
+    );
+    let e = topology::load(p).unwrap_err().to_string();
+    assert!(e.contains("a NUMA node has no OS index"), "{e}");
+}
