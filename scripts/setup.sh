@@ -30,3 +30,14 @@ if ! command -v cargo >/dev/null; then
   echo "setup: cargo not found; install Rust with rustup (https://rustup.rs), 1.85 or newer" >&2
   exit 1
 fi
+
+# The fuzz targets (scripts/fuzz.sh) build with the nightly toolchain and
+# cargo-fuzz; both are installed once, then left alone.
+if command -v rustup >/dev/null && ! rustup toolchain list | grep -q '^nightly'; then
+  echo "setup: installing the nightly toolchain (for cargo-fuzz)"
+  rustup toolchain install nightly --profile minimal
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "setup: installing cargo-fuzz"
+  cargo install cargo-fuzz --locked
+fi

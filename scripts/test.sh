@@ -29,3 +29,6 @@ step "loom model checks (wake list, per-LLC idle accounting)"
 # A separate target dir: --cfg loom rebuilds every dependency.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
     cargo test -p vcpu_sched --release --lib loom
+
+step "fuzz targets (each briefly, from the committed seeds)"
+scripts/fuzz.sh --ci

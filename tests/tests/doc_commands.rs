@@ -277,6 +277,28 @@ const TABLE: &[(&str, How)] = &[
             ..run("scripts/ab-bench.sh $VMM_BIN $VMM_BIN transcode 1 -- --topology host --vms 2 --vcpus 2 --duration 1")
         }]),
     ),
+    // ---- docs/reliability.md ----
+    (
+        "scripts/fuzz.sh --ci",
+        How::Elsewhere {
+            by: "scripts/test.sh runs `scripts/fuzz.sh --ci`, run by CI",
+            why: "builds the fuzz crate with nightly and ASan, minutes",
+        },
+    ),
+    (
+        "scripts/fuzz.sh topology_spec 600",
+        How::Elsewhere {
+            by: "scripts/test.sh runs every target for 20 s (`scripts/fuzz.sh --ci`), run by CI",
+            why: "ten minutes of fuzzing by design",
+        },
+    ),
+    (
+        "cargo test -p vcpu_sched --test core_props",
+        How::Elsewhere {
+            by: "scripts/test.sh (`cargo test --workspace`), run by CI",
+            why: "a cargo inside cargo test",
+        },
+    ),
     // ---- docs/boot-times.md ----
     (
         "cargo build -p vmm && guest/build.sh && guest/stock-kernel.sh",

@@ -222,11 +222,27 @@ fn check_built(topo: &Topology) -> std::result::Result<(), String> {
         }
     }
     for n in topo.objects_with_type(ObjectType::NUMANode) {
-        if let Some(os) = n.os_index() {
+        // hwloc's synthetic export assert()s on a node without an OS index
+        // (found by the topology_xml fuzz target)
+        let Some(os) = n.os_index() else {
+            return Err("a NUMA node has no OS index".into());
+        };
+        {
             if os as u64 >= limits::MAX_NODE_OS_INDEX {
                 return Err(format!(
                     "NUMA node P#{os} has too large an OS index; the limit is {}",
                     limits::MAX_NODE_OS_INDEX - 1
+                ));
+            }
+            // A node's nodeset is itself. hwloc does not check this when
+            // it reads XML, and its synthetic export assert()s on it
+            // (aborting the process; found by the topology_xml fuzz target).
+            let own = n
+                .nodeset()
+                .is_some_and(|set| set.weight() == Some(1) && set.is_set(os));
+            if !own {
+                return Err(format!(
+                    "NUMA node P#{os} has a nodeset that does not name it alone"
                 ));
             }
         }
@@ -258,6 +274,7 @@ pub fn load_xml(path: &Path) -> Result<HostTopology> {
                 .into(),
         ));
     }
+    check_xml_objects(text).map_err(err)?;
     let topo = builder()
         .from_xml(text)
         .map_err(|_| err("hwloc could not parse it as an XML topology".into()))?
@@ -265,6 +282,53 @@ pub fn load_xml(path: &Path) -> Result<HostTopology> {
         .map_err(|e| err(format!("hwloc could not build it ({})", hwloc_words(&e))))?;
     check_built(&topo).map_err(err)?;
     from_hwloc(&path.display().to_string(), &topo)
+}
+
+/// Every `<object>` with a `cpuset` (`nodeset`) also has a
+/// `complete_cpuset` (`complete_nodeset`): hwloc 2.9 reads an object
+/// without one and then dereferences the missing set while building, a
+/// segmentation fault (found by the `topology_xml` fuzz target).
+fn check_xml_objects(text: &str) -> std::result::Result<(), String> {
+    // The text is UTF-8 (checked above). Another declared encoding makes
+    // libxml2 fail with EILSEQ, an error hwlocality does not expect: it
+    // panics (found by the `topology_xml` fuzz target).
+    if let Some(decl) = text
+        .trim_start_matches('\u{feff}')
+        .trim_start()
+        .strip_prefix("<?xml")
+        .and_then(|d| d.split("?>").next())
+    {
+        if let Some(enc) = decl.split("encoding=").nth(1) {
+            let enc = enc.trim_start_matches(['"', '\'']);
+            let enc: String = enc
+                .chars()
+                .take_while(|c| !matches!(c, '"' | '\''))
+                .collect();
+            if !enc.eq_ignore_ascii_case("utf-8") && !enc.eq_ignore_ascii_case("us-ascii") {
+                return Err(format!(
+                    "it declares encoding \"{enc}\"; hwloc XML is UTF-8 \
+                     (give an XML export from `lstopo --of xml`)"
+                ));
+            }
+        }
+    }
+    for (i, tag) in text.split("<object").skip(1).enumerate() {
+        let tag = tag.split('>').next().unwrap_or("");
+        for set in ["cpuset", "nodeset"] {
+            let has = |name: &str| {
+                tag.split_whitespace()
+                    .any(|a| a.split('=').next() == Some(name))
+            };
+            if has(set) && !has(&format!("complete_{set}")) {
+                return Err(format!(
+                    "<object> number {} has a {set} but no complete_{set}; \
+                     give an XML export from `lstopo --of xml`",
+                    i + 1
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A CPUID dump directory, parsed by hwloc's x86 backend (see module docs).

@@ -29,3 +29,78 @@ fn broken_xml_is_a_clear_error() {
     let e = topology::load(p.to_str().unwrap()).unwrap_err().to_string();
     assert!(e.contains("cannot load hwloc XML topology"), "{e}");
 }
+
+/// Found by the `topology_xml` fuzz target: the fixture with one bit
+/// flipped, an XML topology that hwloc's consistency check rejects (it
+/// abort()s the process when hwlocality's debug assertions are on). It must
+/// load or be refused with an error, and a guest built from whatever loads
+/// must have unique x2APIC IDs.
+#[test]
+fn fuzzed_inconsistent_xml_does_not_abort() {
+    let p = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/fuzz-inconsistent.xml"
+    );
+    match topology::load(p) {
+        Ok(t) => {
+            let all: Vec<u32> = (0..t.num_cpus() as u32).collect();
+            if let Ok(g) = topology::GuestTopology::from_host_cpus(&t, &all) {
+                let mut ids: Vec<u32> = g.cpus().iter().map(|c| c.apic_id).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                assert_eq!(ids.len(), g.num_vcpus());
+            }
+        }
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+}
+
+/// Found by the `topology_xml` fuzz target: a NUMA node whose os_index (2)
+/// is not in its nodeset (0x2, node 1). hwloc reads it, then assert()s in
+/// its synthetic export, which aborted the process in every build. The
+/// loader now refuses it with an error.
+#[test]
+fn fuzzed_node_outside_its_nodeset_is_an_error() {
+    let p = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/fuzz-node-nodeset.xml"
+    );
+    let e = topology::load(p).unwrap_err().to_string();
+    assert!(e.contains("NUMA node P#2 has a nodeset"), "{e}");
+}
+
+/// Found by the `topology_xml` fuzz target: an object with a `cpuset` but
+/// no `complete_cpuset` (a misspelt attribute) made hwloc dereference a
+/// null set while building (a segmentation fault). The loader now refuses
+/// it first.
+#[test]
+fn fuzzed_object_without_complete_cpuset_is_an_error() {
+    let p = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/fuzz-no-complete-cpuset.xml"
+    );
+    let e = topology::load(p).unwrap_err().to_string();
+    assert!(e.contains("has a cpuset but no complete_cpuset"), "{e}");
+}
+
+/// Found by the `topology_xml` fuzz target: `encoding="UTF-7"` in the XML
+/// declaration made libxml2 fail with EILSEQ, which hwlocality answers
+/// with a panic. The loader now refuses encodings other than UTF-8.
+#[test]
+fn fuzzed_foreign_encoding_is_an_error() {
+    let p = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/fuzz-utf7.xml");
+    let e = topology::load(p).unwrap_err().to_string();
+    assert!(e.contains("declares encoding \"UTF-7\""), "{e}");
+}
+
+/// Found by the `topology_xml` fuzz target: a NUMA node without an
+/// `os_index` made hwloc's synthetic export assert() (an abort). Refused.
+#[test]
+fn fuzzed_node_without_os_index_is_an_error() {
+    let p = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/fuzz-node-no-index.xml"
+    );
+    let e = topology::load(p).unwrap_err().to_string();
+    assert!(e.contains("a NUMA node has no OS index"), "{e}");
+}

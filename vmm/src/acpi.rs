@@ -24,7 +24,6 @@ use acpi_tables::fadt::{FADTBuilder, Flags};
 use acpi_tables::gas::{AccessSize, AddressSpace, GAS};
 use acpi_tables::rsdp::Rsdp;
 use acpi_tables::sdt::Sdt;
-use acpi_tables::slit::SLIT;
 use acpi_tables::srat::MemoryAffinity;
 use acpi_tables::xsdt::XSDT;
 use acpi_tables::{aml, Aml};
@@ -162,16 +161,22 @@ pub fn srat(guest: &GuestTopology, plan: &MemoryPlan) -> Sdt {
     t
 }
 
-/// The SLIT.
+/// The SLIT: the guest's distance matrix as it is, asymmetric ones
+/// included (the `acpi_tables` SLIT builder sets both halves on every
+/// entry, so the last of a pair won; found by the topology_xml fuzz
+/// target).
 pub fn slit(guest: &GuestTopology) -> Vec<u8> {
     let n = guest.num_nodes();
-    let mut s = SLIT::new(OEM_ID, OEM_TABLE, OEM_REV, n as u32);
+    let mut t = Sdt::new(*b"SLIT", 44, 1, OEM_ID, OEM_TABLE, OEM_REV);
+    t.write_u64(36, n as u64);
+    let mut m = Vec::with_capacity(n * n);
     for a in 0..n {
         for b in 0..n {
-            s.set_distance(a, b, guest.distance(a as u32, b as u32).min(254) as u8);
+            m.push(guest.distance(a as u32, b as u32).min(254) as u8);
         }
     }
-    aml_bytes(&s)
+    t.append_slice(&m);
+    t.as_slice().to_vec()
 }
 
 /// The DSDT: `Name(\_S5, Package() { 5, 0 })`.
@@ -413,6 +418,31 @@ mod tests {
         let s = slit(&g);
         assert_eq!(u64_at(&s, 36), 2);
         assert_eq!(&s[44..48], &[10, 32, 32, 10]);
+        assert_eq!(sum(&s), 0);
+    }
+
+    #[test]
+    fn slit_keeps_asymmetric_distances() {
+        let p = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../topology/tests/data/fuzz-asymmetric-distances.xml"
+        );
+        let host = topology::load(p).unwrap();
+        let all: Vec<u32> = (0..host.num_cpus() as u32).collect();
+        let g = GuestTopology::from_host_cpus(&host, &all).unwrap();
+        assert_ne!(
+            g.distance(0, 1),
+            g.distance(1, 0),
+            "the fixture is asymmetric"
+        );
+        let s = slit(&g);
+        assert_eq!(u64_at(&s, 36), 2);
+        assert_eq!(u32::from_le_bytes(s[4..8].try_into().unwrap()), 48);
+        let want: Vec<u8> = [(0, 0), (0, 1), (1, 0), (1, 1)]
+            .iter()
+            .map(|&(a, b)| g.distance(a, b) as u8)
+            .collect();
+        assert_eq!(&s[44..48], &want[..]);
         assert_eq!(sum(&s), 0);
     }
 }
