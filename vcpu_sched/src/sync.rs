@@ -44,6 +44,59 @@ pub(crate) mod shared {
     pub(crate) use std::sync::atomic::Ordering;
 }
 
+/// Locks a mutex, ignoring poisoning: the scheduler's data stay consistent
+/// at every unlock, and a panicking task body must not take the whole
+/// scheduler down with it.
+#[inline]
+pub(crate) fn lock<L: Lockable>(m: &L) -> L::Guard<'_> {
+    m.lock_ignoring_poison()
+}
+
+/// A mutex [`lock`] can take: `std`'s, and in a simulator build the
+/// reporting one of [`crate::sync::shared`].
+pub(crate) trait Lockable {
+    /// Its guard.
+    type Guard<'a>
+    where
+        Self: 'a;
+    /// Locks, ignoring poisoning.
+    fn lock_ignoring_poison(&self) -> Self::Guard<'_>;
+}
+
+impl<T> Lockable for std::sync::Mutex<T> {
+    type Guard<'a>
+        = std::sync::MutexGuard<'a, T>
+    where
+        Self: 'a;
+    #[inline]
+    fn lock_ignoring_poison(&self) -> Self::Guard<'_> {
+        self.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<L: Lockable> Lockable for std::sync::Arc<L> {
+    type Guard<'a>
+        = L::Guard<'a>
+    where
+        Self: 'a;
+    #[inline]
+    fn lock_ignoring_poison(&self) -> Self::Guard<'_> {
+        (**self).lock_ignoring_poison()
+    }
+}
+
+#[cfg(all(not(loom), feature = "sim"))]
+impl<T> Lockable for shared::Mutex<T> {
+    type Guard<'a>
+        = shared::MutexGuard<'a, T>
+    where
+        Self: 'a;
+    #[inline]
+    fn lock_ignoring_poison(&self) -> Self::Guard<'_> {
+        self.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// The thread-local access recorder a simulator installs.
 #[cfg(all(not(loom), feature = "sim"))]
 pub mod recorder {
