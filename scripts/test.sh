@@ -19,8 +19,10 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 step "build"
 cargo build --workspace --quiet
-# The production form of vmm: no simulator, plain atomics and locks.
-cargo build -p vmm --no-default-features --quiet
+# The production form of vmm (no simulator, plain atomics and locks) must
+# keep compiling. `check`, not `build`: a build would leave that binary at
+# target/debug/vmm, where the integration tests expect the default one.
+cargo check -p vmm --no-default-features --quiet
 
 step "tests"
 cargo test --workspace
