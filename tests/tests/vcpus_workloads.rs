@@ -19,6 +19,11 @@ fn check(w: Workload, topology: &str, vms: usize, m: Mitigations, exec: Executor
     o.mitigations = m;
     o.executor = exec;
     o.check = true;
+    // 480 vCPUs on 2 CPUs of a loaded CI machine can wait longer than the
+    // window (a saturated wake-to-run histogram, which `vmm bench` refuses
+    // as a measurement). This test is about correctness: progress, no lost
+    // vCPU, no invariant violation, all asserted below.
+    o.require_measurement = false;
     // No host SCHED_FIFO workers in tests: CI machines are shared.
     o.host_rt = false;
     // Short bursts: guest instructions may be emulated (kvm_pvm), and the

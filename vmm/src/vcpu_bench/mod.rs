@@ -144,6 +144,16 @@ pub struct BenchOptions {
     /// RT workloads on `workers`: run the worker threads at host
     /// `SCHED_FIFO` (as the host baseline's vCPU threads are). Default on.
     pub host_rt: bool,
+    /// Refuse a result that cannot be a measurement (nothing counted, a
+    /// non-finite metric, a saturated wake-to-run histogram) with an
+    /// error. Default on. Correctness tests that oversubscribe on purpose
+    /// (480 vCPUs on 2 CPUs) turn it off and check progress themselves.
+    #[serde(default = "yes")]
+    pub require_measurement: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl BenchOptions {
@@ -163,6 +173,7 @@ impl BenchOptions {
             period_us: None,
             prio: 99,
             host_rt: true,
+            require_measurement: true,
         }
     }
 }
