@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # vmm serve driven by curl over its Unix socket: start the server, create
 # and boot two micro-guest VMs (one pinned by the planner, one that
-# triple-faults), read vm.info and /metrics, check the exposition with
-# promtool when it is installed, then vmm.shutdown, which stops every VM and
-# removes the socket. VMM_BIN picks the binary (default: target/debug/vmm,
+# triple-faults), read vm.info, pause and resume the first, read /metrics,
+# check the exposition with promtool when it is installed, then
+# vmm.shutdown, which stops every VM and removes the socket. VMM_BIN picks the binary (default: target/debug/vmm,
 # then `vmm` on PATH).
 set -euo pipefail
 VMM=${VMM_BIN:-}
@@ -28,6 +28,9 @@ api PUT vms/crashy/vm.create '{"cpus":{"boot_vcpus":1},"x_vmm":{"micro":"crash"}
 api PUT vms/crashy/vm.boot
 sleep 0.5
 api GET vm.info
+api PUT vm.pause
+api GET vm.info | grep -o '"state":"Paused"'
+api PUT vm.resume
 api GET vms/crashy/vm.info
 api PUT vm.create '{"cpus":{"boot_vcpus":2,"bogus":1}}'
 curl -sS --unix-socket "$sock" http://localhost/metrics >"$dir/metrics.txt"

@@ -243,6 +243,85 @@ fn lifecycle_of_several_vms() {
     assert!(srv.log().contains("stopped every VM"), "{}", srv.log());
 }
 
+/// The scheduler's live tasks and groups, from /metrics.
+async fn sched_tasks_groups(sock: &Path) -> (f64, f64) {
+    let (_, m) = call_text(sock, "GET", "/metrics", None).await;
+    let m = samples(&m);
+    (
+        sample(&m, "vmm_sched_tasks"),
+        sample(&m, "vmm_sched_groups"),
+    )
+}
+
+#[test]
+fn every_vm_joins_one_scheduler_and_pause_holds_its_vcpus() {
+    let srv = Server::start(&[]);
+    let sock = srv.sock.clone();
+    rt().block_on(async {
+        assert_eq!(sched_tasks_groups(&sock).await, (0.0, 0.0));
+        for vm in ["a", "b"] {
+            let p = format!("/api/v1/vms/{vm}/vm.create");
+            assert_eq!(call(&sock, "PUT", &p, Some(TICKER2)).await.0, 204);
+            let p = format!("/api/v1/vms/{vm}/vm.boot");
+            assert_eq!(call(&sock, "PUT", &p, None).await.0, 204);
+        }
+        // Both VMs' vCPUs are tasks of the one scheduler, a group each.
+        assert_eq!(sched_tasks_groups(&sock).await, (4.0, 2.0));
+        progresses(&sock, "a", 0).await;
+        // Paused: a's vCPUs stop (no more exits), b goes on.
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vms/a/vm.pause", None).await.0,
+            204
+        );
+        let (_, v) = call(&sock, "GET", "/api/v1/vms/a/vm.info", None).await;
+        assert_eq!(v["state"], "Paused");
+        // in-flight exits land within a few ms of the pause
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let held = exits(&sock, "a").await;
+        let b0 = exits(&sock, "b").await;
+        progresses(&sock, "b", b0).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(exits(&sock, "a").await, held, "a paused VM's vCPUs ran");
+        // Still tasks (held, not removed); resumed, they run again.
+        assert_eq!(sched_tasks_groups(&sock).await, (4.0, 2.0));
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vms/a/vm.resume", None).await.0,
+            204
+        );
+        let (_, v) = call(&sock, "GET", "/api/v1/vms/a/vm.info", None).await;
+        assert_eq!(v["state"], "Running");
+        progresses(&sock, "a", held).await;
+        // A paused VM shuts down cleanly too.
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vms/a/vm.pause", None).await.0,
+            204
+        );
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vms/a/vm.shutdown", None)
+                .await
+                .0,
+            204
+        );
+        assert_eq!(sched_tasks_groups(&sock).await, (2.0, 1.0));
+        let b1 = exits(&sock, "b").await;
+        progresses(&sock, "b", b1).await;
+        // b leaves; a boots again into the same scheduler.
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vms/b/vm.delete", None).await.0,
+            204
+        );
+        assert_eq!(sched_tasks_groups(&sock).await, (0.0, 0.0));
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vms/a/vm.boot", None).await.0,
+            204
+        );
+        assert_eq!(sched_tasks_groups(&sock).await, (2.0, 1.0));
+        let a1 = exits(&sock, "a").await;
+        progresses(&sock, "a", a1).await;
+    });
+    drop(srv);
+}
+
 /// method, path, body, status, field named, text in the error.
 type Case = (
     &'static str,
@@ -291,10 +370,15 @@ fn errors_are_4xx_json_naming_the_field_and_the_server_keeps_serving() {
         assert_eq!(call(&sock, "PUT", "/api/v1/vm.pause", None).await.0, 405);
         assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
         assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 405);
+        // Pause and resume only from the state each needs.
+        let (s, v) = call(&sock, "PUT", "/api/v1/vm.resume", None).await;
+        assert_eq!(s, 405, "{v}");
+        assert!(v["error"].as_str().unwrap().contains("needs a Paused VM"), "{v}");
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.pause", None).await.0, 204);
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.pause", None).await.0, 405);
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 405);
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.resume", None).await.0, 204);
         // Unsupported, said so.
-        let (s, v) = call(&sock, "PUT", "/api/v1/vm.pause", None).await;
-        assert_eq!(s, 400, "{v}");
-        assert!(v["error"].as_str().unwrap().contains("not supported"));
         let (s, v) = call(&sock, "PUT", "/api/v1/vm.resize", Some(r#"{"desired_vcpus":4}"#)).await;
         assert_eq!((s, v["field"].as_str()), (400, Some("desired_vcpus")), "{v}");
         assert_eq!(call(&sock, "GET", "/api/v1/vmm.ping", None).await.0, 200);
@@ -393,7 +477,19 @@ fn metrics_parse_grow_and_pass_promtool() {
         assert!(e0 > 0.0);
         assert_eq!(sample(&a, "vmm_vm_running{vm=\"default\"}"), 1.0);
         assert!(sample(&a, "vmm_vcpu_kvm_exits_total{vm=\"default\",vcpu=\"1\"}") > 0.0);
-        assert!(sample(&a, "vmm_sched_switches_total{vm=\"default\"}") > 0.0);
+        // The shared scheduler's counters carry no VM label.
+        assert!(sample(&a, "vmm_sched_switches_total") > 0.0);
+        assert_eq!(sample(&a, "vmm_sched_tasks"), 2.0);
+        assert_eq!(sample(&a, "vmm_sched_groups"), 1.0);
+        assert!(sample(&a, "vmm_sched_rto_updates_total") >= 0.0);
+        for d in ["l2", "llc", "node", "remote"] {
+            assert!(
+                sample(
+                    &a,
+                    &format!("vmm_sched_migrations_total{{distance=\"{d}\"}}")
+                ) >= 0.0
+            );
+        }
         progresses(&sock, "default", e0 as u64).await;
         let (_, b) = call_text(&sock, "GET", "/metrics", None).await;
         let bs = samples(&b);
@@ -743,6 +839,10 @@ fn bad_serve_and_plan_input_is_one_line_and_exit_2() {
             "is not a directory",
         ),
         (
+            vec!["serve", "--api-socket", sock, "--executor", "threads"],
+            "one shared scheduler",
+        ),
+        (
             vec![
                 "serve",
                 "--api-socket",
@@ -796,7 +896,7 @@ fn bad_serve_and_plan_input_is_one_line_and_exit_2() {
 fn config_file_sets_the_executor_and_plan_json_feeds_vm_create() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("serve.toml");
-    std::fs::write(&cfg, "executor = \"threads\"\nmetrics_per_vcpu = true\n").unwrap();
+    std::fs::write(&cfg, "executor = \"host\"\nmetrics_per_vcpu = true\n").unwrap();
     // vmm plan's JSON for this topology, handed to vm.create as the affinity.
     let out = integration_tests::run_bounded::run_bounded(
         &[
@@ -825,7 +925,7 @@ fn config_file_sets_the_executor_and_plan_json_feeds_vm_create() {
         assert_eq!(s, 204, "{v}");
         assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
         let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
-        assert_eq!(v["x_vmm"]["executor"], "threads");
+        assert_eq!(v["x_vmm"]["executor"], "host");
         assert_eq!(v["config"]["cpus"]["affinity"], second);
         progresses(&sock, "default", 0).await;
         let (_, m) = call_text(&sock, "GET", "/metrics", None).await;

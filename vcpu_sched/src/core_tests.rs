@@ -409,6 +409,9 @@ fn push_keeps_the_head_and_sends_the_rest_away() {
         sim.settle();
         sim.strict("pushed");
         assert_eq!(sim.running().len(), 3);
+        // CPU 3 became overloaded (pushable tasks waiting) and stopped
+        // being so: two overload-counter updates at least.
+        assert!(sim.s.counters().rto_updates >= 2, "{mit}");
     }
 }
 
@@ -780,4 +783,73 @@ fn out_of_range_cpus_are_typed_errors() {
     assert_eq!(s.task_state(t).unwrap(), TaskState::Blocked);
     assert!(s.wake(t, Some(n - 1), 2).unwrap());
     assert_eq!(s.check_cpu(n - 1).unwrap(), n - 1);
+}
+
+/// Migrations are counted by distance: a task made to wake on a CPU that
+/// shares its last CPU's L2, then its LLC, then its node, then none of
+/// them, adds one to each class in turn, and the classes sum to the
+/// tasks' own migration counts.
+#[test]
+fn migrations_are_counted_by_distance() {
+    for mit in [Mitigations::none(), Mitigations::all()] {
+        let mut sim = Sim::new(topo16(), mit);
+        let m = sim.s.topo_map();
+        // From CPU 0: an L2 sibling, an LLC sibling, a node sibling, a
+        // CPU of the other node.
+        let find = |f: &dyn Fn(u32) -> bool| (1..16u32).find(|&c| f(c)).unwrap();
+        let l2 = find(&|c| m.share_l2(0, c));
+        let llc = find(&|c| !m.share_l2(0, c) && m.share_llc(0, c));
+        let node = find(&|c| !m.share_llc(0, c) && m.node_of(c) == m.node_of(0));
+        let remote = find(&|c| m.node_of(c) != m.node_of(0));
+        let t = sim.fifo_tasks("m", 1, 10, CpuMask::single(0))[0];
+        let mut prev = 0;
+        let mut expect = [0u64; 4];
+        for (k, dest) in [l2, llc, node, remote].into_iter().enumerate() {
+            sim.s.wake(t, None, sim.now).unwrap();
+            sim.settle();
+            assert_eq!(sim.s.current(prev).unwrap(), Some(t));
+            sim.now += 100;
+            sim.s.schedule(prev, Prev::Block, sim.now).unwrap();
+            sim.settle();
+            // the next wake must land on `dest`, which is `k` levels away
+            // from where it last ran; move it back to CPU 0 afterwards
+            sim.s
+                .set_affinity(t, &CpuMask::single(dest), sim.now)
+                .unwrap();
+            sim.s.wake(t, None, sim.now).unwrap();
+            sim.settle();
+            assert_eq!(sim.s.current(dest).unwrap(), Some(t), "{mit}");
+            expect[k] += 1;
+            let c = sim.s.counters();
+            assert_eq!(
+                [
+                    c.migrations_l2,
+                    c.migrations_llc,
+                    c.migrations_node,
+                    c.migrations_remote
+                ],
+                expect,
+                "{mit}: after a move to CPU {dest}"
+            );
+            // back home for the next round (one more migration, same class)
+            sim.now += 100;
+            sim.s.schedule(dest, Prev::Block, sim.now).unwrap();
+            sim.settle();
+            sim.s.set_affinity(t, &CpuMask::single(0), sim.now).unwrap();
+            expect[k] += 1;
+            prev = 0;
+        }
+        sim.s.wake(t, None, sim.now).unwrap();
+        sim.settle();
+        let c = sim.s.counters();
+        let by_distance =
+            c.migrations_l2 + c.migrations_llc + c.migrations_node + c.migrations_remote;
+        assert_eq!(
+            by_distance,
+            sim.s.task_stats(t).unwrap().migrations,
+            "{mit}"
+        );
+        assert_eq!(by_distance, 8, "{mit}");
+        sim.strict("migrations");
+    }
 }

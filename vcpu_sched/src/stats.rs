@@ -116,4 +116,16 @@ cpu_counters! {
     group_load_skips,
     /// Ticks that took the slow path.
     ticks_slow,
+    /// RT overload updates (a CPU's pushable RT tasks appeared or went):
+    /// each writes the overload counter, the root domain's one (baseline)
+    /// or its node's (fix 2).
+    rto_updates,
+    /// Task migrations between CPUs that share an L2.
+    migrations_l2,
+    /// ... that share an LLC but not an L2.
+    migrations_llc,
+    /// ... on one NUMA node, not sharing an LLC.
+    migrations_node,
+    /// ... across NUMA nodes.
+    migrations_remote,
 }

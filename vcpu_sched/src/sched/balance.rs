@@ -28,6 +28,7 @@ impl Scheduler {
         }
         self.enqueue_task(dst, id, now, false, false);
         t.acct.migrations.fetch_add(1, Ordering::Relaxed);
+        self.count_migration(by, src.cpu, dst.cpu);
     }
 
     /// Pushes waiting RT tasks of `cpu` to CPUs running lower priorities.

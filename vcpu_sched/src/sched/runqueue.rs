@@ -62,10 +62,30 @@ impl Scheduler {
         h.nr_rt_queued.store(rq.rt.len(), Ordering::Relaxed);
     }
 
+    /// Counts a migration of a task from `from` to `to` by distance, on
+    /// `by`'s counters (the CPU whose code moves it).
+    pub(super) fn count_migration(&self, by: CpuId, from: CpuId, to: CpuId) {
+        let st = &self.cpus[by as usize].stats;
+        let c = if self.map.share_l2(from, to) {
+            &st.migrations_l2
+        } else if self.map.share_llc(from, to) {
+            &st.migrations_llc
+        } else if self.map.node_of(from) == self.map.node_of(to) {
+            &st.migrations_node
+        } else {
+            &st.migrations_remote
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(super) fn update_overload(&self, rq: &mut Rq) {
         let want = rq.rt.nr_pushable > 0;
         if want != rq.overloaded {
             rq.overloaded = want;
+            self.cpus[rq.cpu as usize]
+                .stats
+                .rto_updates
+                .fetch_add(1, Ordering::Relaxed);
             if want {
                 self.rto.set(rq.cpu);
             } else {

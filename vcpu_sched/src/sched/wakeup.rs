@@ -35,6 +35,7 @@ impl Scheduler {
         drop(aff);
         if from != rq.cpu {
             t.acct.migrations.fetch_add(1, Ordering::Relaxed);
+            self.count_migration(rq.cpu, from, rq.cpu);
         }
         let pol = t.policy();
         self.gload

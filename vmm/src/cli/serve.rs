@@ -32,8 +32,9 @@ pub struct ServeArgs {
     /// The scheduler's fixes: none, all (the default), only:X, all-but:X.
     #[arg(long, short, value_name = "SET", value_parser = args::mitigations)]
     pub mitigations: Option<vcpu_sched::Mitigations>,
-    /// Which executor runs the vCPUs: workers (M:N, the default), threads,
-    /// or host (1:1 threads named vcpuN).
+    /// Which executor runs the vCPUs: workers (M:N, the default: one
+    /// scheduler shared by every VM) or host (1:1 threads named vcpuN, the
+    /// host kernel schedules them; no vcpu_sched).
     #[arg(long, value_name = "KIND")]
     pub executor: Option<ExecutorKind>,
     /// Export KVM exits per vCPU on /metrics (one series per vCPU).
@@ -98,6 +99,15 @@ pub fn run(a: ServeArgs) -> Result<()> {
         (None, None) => ExecutorKind::Workers,
     };
     // Bad input before anything starts: exit 2, one line.
+    if executor == ExecutorKind::Threads {
+        return Err(InputError(
+            "executor threads: vmm serve runs every VM on one shared scheduler, which the \
+             threads executor cannot take VMs into while it runs; use workers (the default) \
+             or host (1:1 threads, no vcpu_sched)"
+                .into(),
+        )
+        .into());
+    }
     topology::load(&topology).with_context(|| format!("--topology {topology}"))?;
     let dir = a
         .api_socket

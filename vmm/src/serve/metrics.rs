@@ -2,10 +2,13 @@
 //!
 //! WHAT: per VM, its KVM exits, live vCPUs, boots and state, and its
 //! vCPUs' scheduler statistics (run delay, running time, migrations,
-//! wakeups, preemptions, a wake-to-run latency histogram); per VM's
-//! scheduler, every [`vcpu_sched::SchedCounters`] field as a `_total`
-//! counter (context switches, wake-list vs direct enqueues, RT push/pull,
-//! shared-runqueue pops, steals, group-load writes, ...); the API's own
+//! wakeups, preemptions, a wake-to-run latency histogram); for the one
+//! scheduler every VM shares, every [`vcpu_sched::SchedCounters`] field as
+//! a `_total` counter (context switches, wake-list vs direct enqueues, RT
+//! push/pull, RT overload updates, shared-runqueue pops, steals,
+//! group-load writes, ...), migrations by distance
+//! (`vmm_sched_migrations_total{distance="l2|llc|node|remote"}`), and its
+//! live tasks and task groups; the API's own
 //! request counts and latency histogram; with `--metrics-per-vcpu`, KVM
 //! exits and run delay per vCPU.
 //! WHY: operators scrape VMMs with Prometheus; per-vCPU series are opt-in
@@ -181,7 +184,6 @@ pub fn render(state: &State) -> String {
     let live = gauge_family();
     let vcpus = gauge_family();
     let running = gauge_family();
-    let mut sched: Vec<(&'static str, Family<Labels, Counter>)> = Vec::new();
     let tasks = TaskFamilies::default();
     let by_reason = counter_family();
     for (id, v) in &state.vms {
@@ -206,18 +208,6 @@ pub fn render(state: &State) -> String {
                 }
             }
             tasks.add(&l, &r.task_stats(), state.opts.per_vcpu_metrics);
-            if let Some(c) = r.counters() {
-                for (name, n) in c.fields() {
-                    let fam = match sched.iter().position(|(k, _)| *k == name) {
-                        Some(i) => &sched[i].1,
-                        None => {
-                            sched.push((name, counter_family()));
-                            &sched[sched.len() - 1].1
-                        }
-                    };
-                    fam.get_or_create(&l).inc_by(n);
-                }
-            }
         }
         exits.get_or_create(&l).inc_by(total);
         for (reason, n) in v.exit_counts.snapshot() {
@@ -253,12 +243,8 @@ pub fn render(state: &State) -> String {
         );
     }
     tasks.register(&mut reg, state.opts.per_vcpu_metrics);
-    for (name, fam) in sched {
-        reg.register(
-            format!("sched_{name}"),
-            format!("vcpu_sched counter {name} of the VM's scheduler (this boot)"),
-            fam,
-        );
+    if let Some(pool) = &state.pool {
+        register_scheduler(&mut reg, pool.scheduler());
     }
     reg.register(
         "api_requests",
@@ -278,6 +264,48 @@ pub fn render(state: &State) -> String {
         out = "# EOF\n".into();
     }
     out
+}
+
+/// The shared scheduler's counters (since the server started), its live
+/// tasks and its task groups.
+fn register_scheduler(reg: &mut Registry, sched: &vcpu_sched::Scheduler) {
+    let migrations = counter_family();
+    for (name, n) in sched.counters().fields() {
+        if let Some(d) = name.strip_prefix("migrations_") {
+            migrations
+                .get_or_create(&vec![("distance".to_string(), d.to_string())])
+                .inc_by(n);
+            continue;
+        }
+        let c = Counter::<u64>::default();
+        c.inc_by(n);
+        reg.register(
+            format!("sched_{name}"),
+            format!("vcpu_sched counter {name} of the scheduler every VM shares"),
+            c,
+        );
+    }
+    reg.register(
+        "sched_migrations",
+        "vCPU task migrations by distance: between CPUs sharing an L2 (l2), an LLC (llc), \
+         a NUMA node (node), or across nodes (remote)",
+        migrations,
+    );
+    let tasks = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
+    tasks.set(sched.live_tasks().len() as i64);
+    reg.register(
+        "sched_tasks",
+        "vCPU tasks in the shared scheduler, over every VM",
+        tasks,
+    );
+    let groups = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
+    // the root group is always there
+    groups.set(sched.groups().len().saturating_sub(1) as i64);
+    reg.register(
+        "sched_groups",
+        "Task groups (one per booted VM) in the shared scheduler",
+        groups,
+    );
 }
 
 /// OpenMetrics text as the classic Prometheus text format (0.0.4): a

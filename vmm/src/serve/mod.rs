@@ -15,11 +15,14 @@
 //!
 //! HOW: one `Mutex<State>` holds the VM table and the planner's free map;
 //! a handler takes it only to read or flip a record, never across an
-//! executor start or stop, which run on tokio's blocking pool. Each booted
-//! VM is its own [`VmSet`] on its own executor over the server's topology
-//! and mitigations. The executors (`vcpu_task`) take their whole set at
-//! start, so a VM cannot yet join a running scheduler: each VM has a
-//! scheduler instance of its own. docs/api.md says so.
+//! executor start or stop, which run on tokio's blocking pool. The server
+//! owns one [`WorkerPool`]: one `vcpu_sched` scheduler over the server's
+//! topology and mitigations, with its workers and clock, started with the
+//! server. Each booted VM is a [`VmSet`] attached to that pool (its vCPUs
+//! become tasks, the VM a task group) and detached at shutdown, while the
+//! other VMs run on: every VM shares the one scheduler and its fixes.
+//! `--executor host` runs each VM on plain 1:1 threads instead (the
+//! baseline, no `vcpu_sched`).
 
 pub mod api;
 pub mod metrics;
@@ -41,7 +44,8 @@ use crate::micro::asm::GuestAsm;
 use crate::micro::{MicroHost, MicroVm, MicroVmSpec};
 use crate::plan::{FreeMap, Relax, VmPlan};
 use crate::vcpu::VcpuExit;
-use crate::vcpu_task::{ExecOptions, ExecutorKind, ExitMapper, Placement, Running, VmSet};
+use crate::vcpu_task::workers::WorkerPool;
+use crate::vcpu_task::{ExecOptions, ExecutorKind, ExitMapper, GuestVm, Placement, Running, VmSet};
 use api::{ApiError, VmConfig, VmResize};
 
 /// Exit reasons counted per VM (`vmm_vm_exits_total{reason}`).
@@ -154,6 +158,8 @@ pub enum VmState {
     Created,
     /// Booted.
     Running,
+    /// Booted, its vCPUs held off every CPU (vm.pause).
+    Paused,
     /// Shut down (by the API, or the guest ended or failed).
     Shutdown,
 }
@@ -163,6 +169,7 @@ impl VmState {
         match self {
             VmState::Created => "Created",
             VmState::Running => "Running",
+            VmState::Paused => "Paused",
             VmState::Shutdown => "Shutdown",
         }
     }
@@ -189,7 +196,7 @@ impl VmRecord {
     /// Refreshes a Running VM whose guest ended or failed to `Shutdown`
     /// state (the executor keeps running until the API stops it).
     fn observed_state(&self) -> (VmState, Option<String>) {
-        if let (VmState::Running, Some(r)) = (self.state, &self.run) {
+        if let (VmState::Running | VmState::Paused, Some(r)) = (self.state, &self.run) {
             let e = &r.set().vms()[0];
             if let Some(f) = e.failure() {
                 return (VmState::Shutdown, Some(f.to_string()));
@@ -207,6 +214,8 @@ pub struct State {
     opts: ServeOptions,
     topo: Arc<HostTopology>,
     mapping: CpuMapping,
+    /// The scheduler every VM shares (`None` with `--executor host`).
+    pool: Option<Arc<WorkerPool>>,
     micro: MicroHost,
     vms: BTreeMap<String, VmRecord>,
     free: FreeMap,
@@ -237,6 +246,12 @@ pub enum ServeError {
     /// KVM.
     #[error(transparent)]
     Micro(#[from] crate::micro::MicroError),
+    /// The shared scheduler and its workers.
+    #[error("starting the shared scheduler: {0}")]
+    Executor(#[from] crate::vcpu_task::TaskError),
+    /// An executor the server cannot share.
+    #[error("{0}")]
+    Input(String),
     /// The socket.
     #[error("{0}: {1}")]
     Io(String, std::io::Error),
@@ -249,10 +264,25 @@ impl State {
         let topo = Arc::new(topology::load(&opts.topology)?);
         let mapping = CpuMapping::for_spec(&opts.topology)?;
         let micro = MicroHost::open()?;
+        let pool = match opts.executor {
+            ExecutorKind::Workers => {
+                let mut eo = ExecOptions::new(topo.clone(), mapping.clone());
+                eo.mitigations = opts.mitigations;
+                Some(Arc::new(WorkerPool::start(&eo)?))
+            }
+            ExecutorKind::Host => None,
+            ExecutorKind::Threads => {
+                return Err(ServeError::Input(
+                    "executor threads: vmm serve runs every VM on one shared scheduler, which                      the threads executor cannot take VMs into while it runs; use workers (the                      default) or host (1:1 threads, no vcpu_sched)"
+                        .into(),
+                ))
+            }
+        };
         Ok(Self {
             free: FreeMap::new(&topo),
             topo,
             mapping,
+            pool,
             micro,
             vms: BTreeMap::new(),
             started: Instant::now(),
@@ -448,15 +478,7 @@ async fn dispatch(state: &Shared, req: Request<Incoming>) -> Reply {
         }
         "vm.pause" | "vm.resume" => {
             want(Method::PUT)?;
-            let s = lock(state);
-            let v = s.vms.get(&id).ok_or_else(|| not_created(&id))?;
-            if v.observed_state().0 != VmState::Running {
-                return Err(ApiError::status(405, format!("VM {id} is not booted")));
-            }
-            Err(ApiError::status(
-                400,
-                format!("{ep} is not supported: the executors cannot hold a VM's vCPUs yet; use vm.shutdown and vm.boot"),
-            ))
+            pause_resume(state, &id, ep == "vm.pause")
         }
         "vm.resize" => {
             want(Method::PUT)?;
@@ -478,7 +500,7 @@ async fn dispatch(state: &Shared, req: Request<Incoming>) -> Reply {
             }
             Err(ApiError::bad(
                 field,
-                "resizing is not supported: a running scheduler cannot add or remove vCPU tasks yet; create the VM with the size it needs",
+                "resizing is not supported: the shared scheduler takes vCPUs in and out, but a booted guest cannot gain or lose vCPUs without ACPI CPU and memory hotplug, which this VMM does not implement; vm.delete and vm.create the VM with the size it needs",
             ))
         }
         "vm.shutdown" => {
@@ -496,6 +518,42 @@ async fn dispatch(state: &Shared, req: Request<Incoming>) -> Reply {
         }
         _ => Err(ApiError::status(404, format!("no such endpoint: {path}"))),
     }
+}
+
+/// vm.pause (Running -> Paused) and vm.resume (Paused -> Running).
+fn pause_resume(state: &Shared, id: &str, pause: bool) -> Reply {
+    let mut s = lock(state);
+    let v = s.vms.get_mut(id).ok_or_else(|| not_created(id))?;
+    if v.busy {
+        return Err(ApiError::status(
+            409,
+            format!("VM {id} is busy with another request"),
+        ));
+    }
+    let (now, _) = v.observed_state();
+    let (from, to) = if pause {
+        (VmState::Running, VmState::Paused)
+    } else {
+        (VmState::Paused, VmState::Running)
+    };
+    let Some(r) = v.run.as_ref().filter(|_| now == from) else {
+        return Err(ApiError::status(
+            405,
+            format!(
+                "VM {id} is {}; vm.{} needs a {} VM",
+                now.name(),
+                if pause { "pause" } else { "resume" },
+                from.name()
+            ),
+        ));
+    };
+    if pause {
+        r.pause(0);
+    } else {
+        r.resume(0);
+    }
+    v.state = to;
+    Ok(empty(204))
 }
 
 fn not_created(id: &str) -> ApiError {
@@ -630,7 +688,7 @@ async fn boot(state: &Shared, id: &str) -> Reply {
                 format!("VM {id} is busy with another request"),
             ));
         }
-        if v.state == VmState::Running {
+        if matches!(v.state, VmState::Running | VmState::Paused) {
             return Err(ApiError::status(405, format!("VM {id} is already booted")));
         }
         v.busy = true;
@@ -659,7 +717,10 @@ async fn boot(state: &Shared, id: &str) -> Reply {
     };
     let st = state.clone();
     let id2 = id.to_string();
-    let topo2 = lock(state).topo.clone();
+    let (topo2, pool) = {
+        let s = lock(state);
+        (s.topo.clone(), s.pool.clone())
+    };
     let result = tokio::task::spawn_blocking(move || -> Result<Running, String> {
         let rt = cfg.x_vmm.as_ref().and_then(|x| x.rt.clone());
         let policy = |k: usize| match &rt {
@@ -675,7 +736,11 @@ async fn boot(state: &Shared, id: &str) -> Reply {
             })
             .collect();
         if cfg.linux_payload() {
-            return boot_linux(&id2, &cfg, plan.as_ref(), &topo2, placement, &eo, counts);
+            let on = Executor {
+                pool: pool.as_ref(),
+                eo: &eo,
+            };
+            return boot_linux(&id2, &cfg, plan.as_ref(), &topo2, placement, on, counts);
         }
         let spec = spec.map_err(|e| e.to_string())?;
         let vm = {
@@ -687,9 +752,13 @@ async fn boot(state: &Shared, id: &str) -> Reply {
             inner: guest.mapper,
             counts,
         });
-        let set = VmSet::new(vec![guest]).map_err(|e| e.to_string())?;
         tracing::info!(vm = id2, "booting");
-        Running::start(&eo, set).map_err(|e| e.to_string())
+        Executor {
+            pool: pool.as_ref(),
+            eo: &eo,
+        }
+        .start(guest)
+        .map(|(r, _)| r)
     })
     .await
     .unwrap_or_else(|e| Err(format!("boot task failed: {e}")));
@@ -713,6 +782,30 @@ async fn boot(state: &Shared, id: &str) -> Reply {
     }
 }
 
+/// Where a booted VM runs: the server's shared pool, or (`--executor
+/// host`) an executor of its own.
+#[derive(Clone, Copy)]
+struct Executor<'a> {
+    pool: Option<&'a Arc<WorkerPool>>,
+    eo: &'a ExecOptions,
+}
+
+impl Executor<'_> {
+    /// Makes the VM's set (on the pool's clock) and starts its vCPUs.
+    fn start(self, guest: GuestVm) -> Result<(Running, Arc<VmSet>), String> {
+        let set = match self.pool {
+            Some(p) => VmSet::new_on(vec![guest], p.epoch()),
+            None => VmSet::new(vec![guest]),
+        }
+        .map_err(|e| e.to_string())?;
+        let r = match self.pool {
+            Some(p) => Running::start_on(p, set.clone()),
+            None => Running::start(self.eo, set.clone()),
+        };
+        r.map(|r| (r, set)).map_err(|e| e.to_string())
+    }
+}
+
 /// Builds and starts a Linux VM (`payload.kernel`): its vCPUs become tasks
 /// like a micro-guest's; a poller thread kicks halted vCPUs out of
 /// `KVM_RUN` (the in-kernel irqchip keeps HLT inside KVM) until the set
@@ -723,7 +816,7 @@ fn boot_linux(
     plan: Option<&VmPlan>,
     topo: &HostTopology,
     placement: Vec<Placement>,
-    eo: &ExecOptions,
+    on: Executor,
     counts: Arc<ExitCounts>,
 ) -> Result<Running, String> {
     use crate::vcpu_task::linux::{BlockingStat, LinuxMapper};
@@ -781,10 +874,9 @@ fn boot_linux(
         placement,
         keep: Box::new(vm),
     };
-    let set = VmSet::new(vec![guest]).map_err(|e| e.to_string())?;
     control.mark_started();
     tracing::info!(vm = id, "booting Linux");
-    let running = Running::start(eo, set.clone()).map_err(|e| e.to_string())?;
+    let (running, set) = on.start(guest)?;
     std::thread::Builder::new()
         .name(format!("halt-poll/{id}"))
         .spawn(move || {
@@ -812,7 +904,7 @@ async fn shutdown_vm(state: &Shared, id: &str, delete: bool) -> Reply {
                 format!("VM {id} is busy with another request"),
             ));
         }
-        if !delete && v.state != VmState::Running {
+        if !delete && !matches!(v.state, VmState::Running | VmState::Paused) {
             return Err(ApiError::status(
                 405,
                 format!("VM {id} is not booted (state {})", v.state.name()),
@@ -1006,6 +1098,10 @@ async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
         if let Err(e) = shutdown_vm(&state, &id, true).await {
             tracing::warn!(vm = id, error = %e.error, "stopping at shutdown");
         }
+    }
+    let pool = lock(&state).pool.take();
+    if let Some(p) = pool {
+        p.stop();
     }
     eprintln!("vmm serve: stopped every VM, removed {}", path.display());
     Ok(())

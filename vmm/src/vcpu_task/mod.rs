@@ -324,6 +324,8 @@ pub struct Running {
 enum Inner {
     Threads(threads::ThreadsRun),
     Workers(workers::WorkerExecutor),
+    /// A set attached to a shared pool (other sets run on it too).
+    Pooled(Arc<workers::WorkerPool>),
     Host(host::HostRun),
 }
 
@@ -345,6 +347,17 @@ impl Running {
         Ok(Self { set, inner })
     }
 
+    /// Attaches the set's vCPUs to a running shared pool (made with
+    /// `VmSet::new_on(.., pool.epoch())`); [`Running::stop`] detaches it
+    /// again and leaves the pool running.
+    pub fn start_on(pool: &Arc<workers::WorkerPool>, set: Arc<VmSet>) -> Result<Self, TaskError> {
+        pool.attach(&set)?;
+        Ok(Self {
+            set,
+            inner: Inner::Pooled(pool.clone()),
+        })
+    }
+
     /// The set.
     pub fn set(&self) -> &Arc<VmSet> {
         &self.set
@@ -355,6 +368,7 @@ impl Running {
         match &self.inner {
             Inner::Threads(t) => Some(t.counters()),
             Inner::Workers(w) => Some(w.counters()),
+            Inner::Pooled(p) => Some(p.counters()),
             Inner::Host(_) => None,
         }
     }
@@ -366,6 +380,7 @@ impl Running {
         let sched = match &self.inner {
             Inner::Threads(t) => t.scheduler(),
             Inner::Workers(w) => w.scheduler(),
+            Inner::Pooled(p) => p.scheduler(),
             Inner::Host(_) => return vec![None; self.set.slots().len()],
         };
         self.set
@@ -381,12 +396,30 @@ impl Running {
         let Some(s) = self.set.doorbell(vm, k, self.set.now()) else {
             return false;
         };
+        self.wake_slot(s);
+        true
+    }
+
+    fn wake_slot(&self, s: &VcpuSlot) {
         match &self.inner {
             Inner::Threads(t) => t.wake_slot(s),
             Inner::Workers(w) => w.wake_slot(s, None),
+            Inner::Pooled(p) => p.wake_slot(s, None),
             Inner::Host(_) => host::wake_slot(s),
         }
-        true
+    }
+
+    /// Pauses VM `vm` of the set: its vCPUs leave the guest at their next
+    /// exit (running ones are kicked) and stay blocked, off every CPU,
+    /// until [`Running::resume`]. False if it was already paused.
+    pub fn pause(&self, vm: usize) -> bool {
+        self.set.pause_vm(vm)
+    }
+
+    /// Resumes paused VM `vm`: wakes exactly the vCPUs the pause blocked.
+    /// False if it was not paused.
+    pub fn resume(&self, vm: usize) -> bool {
+        self.set.resume_vm(vm, &|s| self.wake_slot(s))
     }
 
     /// Stops every vCPU and the executor; fails if vCPUs do not end within
@@ -396,6 +429,15 @@ impl Running {
         match self.inner {
             Inner::Threads(t) => t.shutdown(timeout),
             Inner::Workers(w) => w.shutdown(timeout),
+            Inner::Pooled(p) => {
+                let tasks = p.detach(&self.set, timeout)?;
+                Ok(ExecOutcome {
+                    tasks,
+                    counters: p.counters(),
+                    violations: p.violations(),
+                    ..ExecOutcome::default()
+                })
+            }
             Inner::Host(h) => h.shutdown(timeout),
         }
     }

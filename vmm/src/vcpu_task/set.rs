@@ -8,7 +8,10 @@
 //! and these two steps; only how they block, wake and switch differs.
 //! HOW: the set is built once, before any executor starts; afterwards
 //! only atomics and the per-vCPU lock (taken by the vCPU's runner alone)
-//! change.
+//! change. A set joins a running executor whole (`vmm serve` attaches one
+//! set per VM to its shared worker pool) and leaves it whole; its clock is
+//! the executor's (`new_on`), so every set an executor runs tells the
+//! same time.
 
 use std::any::Any;
 use std::fmt;
@@ -18,7 +21,7 @@ use std::time::Instant;
 
 use vcpu_sched::stats::Histogram;
 pub use vcpu_sched::workload::Window;
-use vcpu_sched::{GroupId, TaskId};
+use vcpu_sched::{GroupId, TaskId, TaskStats};
 
 use super::{Action, ExitMapper, GuestVm, Placement, TaskError};
 use crate::vcpu::{Kicker, Vcpu, VcpuExit};
@@ -78,6 +81,9 @@ pub struct VcpuSlot {
     pub(crate) token: AtomicBool,
     /// The thread running it (host executor).
     pub(crate) thread: OnceLock<std::thread::Thread>,
+    /// Blocked because its VM is paused: resume wakes it (and only it, so
+    /// a guest halted for its own reasons is not woken by a resume).
+    held: AtomicBool,
 }
 
 impl VcpuSlot {
@@ -123,6 +129,8 @@ pub struct VmEntry {
     live: AtomicUsize,
     finished_at: AtomicU64,
     keep: Mutex<Option<Box<dyn Any + Send>>>,
+    /// Paused (vm.pause): its vCPUs block instead of entering the guest.
+    paused: AtomicBool,
 }
 
 impl VmEntry {
@@ -140,6 +148,10 @@ impl VmEntry {
     /// Why it stopped, if it failed.
     pub fn failure(&self) -> Option<StopReason> {
         self.control.reason()
+    }
+    /// Is it paused?
+    pub fn paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
     }
     /// Has its memory and fds been released?
     pub fn torn_down(&self) -> bool {
@@ -159,6 +171,11 @@ pub struct VmSet {
     started: AtomicBool,
     started_at: AtomicU64,
     stopping: AtomicBool,
+    /// Its vCPUs that are tasks of a scheduler executor and have not been
+    /// removed from it yet (the set may leave the executor at 0).
+    pub(crate) sched_tasks: AtomicUsize,
+    /// Final scheduler statistics of its ended tasks, by global index.
+    pub(crate) finished_stats: Mutex<Vec<(usize, TaskStats)>>,
     /// Latencies are recorded inside this window only (on the set's
     /// clock).
     pub window: Window,
@@ -176,6 +193,13 @@ impl fmt::Debug for VmSet {
 impl VmSet {
     /// Takes the VMs. Placement lists must have one entry, or one per vCPU.
     pub fn new(vms: Vec<GuestVm>) -> Result<Arc<Self>, TaskError> {
+        Self::new_on(vms, Instant::now())
+    }
+
+    /// Like [`VmSet::new`], on a clock that started at `epoch`: the
+    /// executor's, for a set that joins a running executor (see
+    /// `WorkerPool::attach`).
+    pub fn new_on(vms: Vec<GuestVm>, epoch: Instant) -> Result<Arc<Self>, TaskError> {
         let mut entries = Vec::with_capacity(vms.len());
         let mut slots = Vec::new();
         for (id, g) in vms.into_iter().enumerate() {
@@ -209,6 +233,7 @@ impl VmSet {
                     progress: AtomicU64::new(0),
                     token: AtomicBool::new(false),
                     thread: OnceLock::new(),
+                    held: AtomicBool::new(false),
                 }));
             }
             entries.push(Arc::new(VmEntry {
@@ -222,20 +247,27 @@ impl VmSet {
                 live: AtomicUsize::new(n),
                 finished_at: AtomicU64::new(0),
                 keep: Mutex::new(Some(g.keep)),
+                paused: AtomicBool::new(false),
             }));
         }
         Ok(Arc::new(Self {
-            epoch: Instant::now(),
+            epoch,
             vms: entries,
             slots,
             started: AtomicBool::new(false),
             started_at: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
+            sched_tasks: AtomicUsize::new(0),
+            finished_stats: Mutex::new(Vec::new()),
             window: Window::default(),
         }))
     }
 
-    /// ns since the set was made (never 0).
+    /// When its clock started.
+    pub fn epoch(&self) -> Instant {
+        self.epoch
+    }
+    /// ns since its clock started (never 0).
     #[inline]
     pub fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64 + 1
@@ -302,6 +334,47 @@ impl VmSet {
             s.kicker.kick();
         }
     }
+    /// Pauses VM `vm`: its vCPUs stop entering the guest (a running one is
+    /// kicked out) and block until [`VmSet::resume_vm`]. False if it is
+    /// already paused or has no such VM.
+    pub fn pause_vm(&self, vm: usize) -> bool {
+        let Some(e) = self.vms.get(vm) else {
+            return false;
+        };
+        if e.paused.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        for s in &self.slots[e.first..e.first + e.nvcpus] {
+            s.kicker.kick();
+        }
+        true
+    }
+
+    /// Resumes VM `vm`: clears the pause, then wakes (through `wake`) each
+    /// vCPU that blocked because of it. False if it was not paused.
+    pub fn resume_vm(&self, vm: usize, wake: &dyn Fn(&VcpuSlot)) -> bool {
+        let Some(e) = self.vms.get(vm) else {
+            return false;
+        };
+        if !e.paused.swap(false, Ordering::SeqCst) {
+            return false;
+        }
+        for s in &self.slots[e.first..e.first + e.nvcpus] {
+            if s.held.swap(false, Ordering::SeqCst) {
+                wake(s);
+            }
+        }
+        true
+    }
+
+    /// Keeps the scheduler statistics of ended task `global`.
+    pub(crate) fn keep_finished(&self, global: usize, st: TaskStats) {
+        self.finished_stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((global, st));
+    }
+
     /// VMs whose every vCPU has ended.
     pub fn finished_vms(&self) -> usize {
         self.vms.iter().filter(|v| v.live() == 0).count()
@@ -417,6 +490,18 @@ pub(crate) fn enter(set: &VmSet, vm: &VmEntry, st: &mut VcpuState) -> Action {
     let Some(vcpu) = st.vcpu.as_mut() else {
         return Action::Exit;
     };
+    if vm.paused() {
+        // Held first, then the pause checked again. A resume clears the
+        // pause, then takes `held` and wakes: if the pause is gone and we
+        // take `held` back ourselves, no wake is coming and we run; if the
+        // resume took it, its wake is coming (or remembered) and we block
+        // for it. No resume is lost, and no wake is left over.
+        let slot = &set.slots[vm.first + vcpu.index()];
+        slot.held.store(true, Ordering::SeqCst);
+        if vm.paused() || !slot.held.swap(false, Ordering::SeqCst) {
+            return Action::Block;
+        }
+    }
     st.m.entries += 1;
     let r = vcpu.run(vm.mapper.io());
     set.slots[vm.first + vcpu.index()]

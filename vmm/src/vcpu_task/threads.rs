@@ -40,8 +40,14 @@ pub(crate) fn task_name(set: &VmSet, s: &VcpuSlot) -> String {
 }
 
 fn body(ctx: &TaskCtx, set: &VmSet, slot: &VcpuSlot) {
-    while !set.started() && !ctx.stopping() {
+    // Consume exactly the start's wake (blocking until it comes): checking
+    // `started` first would leave a wake that came before this thread got
+    // here pending, and the guest's first HLT would return at once.
+    loop {
         ctx.block();
+        if set.started() || ctx.stopping() {
+            break;
+        }
     }
     let vm = set.vms()[slot.vm].clone();
     let mut st = slot.lock();

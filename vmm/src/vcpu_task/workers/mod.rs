@@ -23,13 +23,24 @@
 //!   (a kick after that check finds `immediate_exit`);
 //! * one clock thread ticks every CPU, fires sleep timers and, when asked,
 //!   runs the invariant checker.
+//!
+//! # One pool, many sets
+//! [`WorkerPool`] is the executor itself: the scheduler, the workers and
+//! the clock, running with no vCPU at all until a [`VmSet`] is
+//! [attached](WorkerPool::attach). Sets join and leave while others run
+//! (`vmm serve` attaches one per booted VM, so every VM shares one
+//! scheduler and its fixes). A task id names its vCPU through a binding
+//! (set, index) that is written when the task is added and cleared when
+//! it is removed, before its id can be reused. [`WorkerExecutor`] is a
+//! pool with one set, for runs that start and stop together
+//! (`vmm bench`, `vmm run`).
 
 mod worker;
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard};
 use std::thread::{JoinHandle, Thread};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use vcpu_sched::exec::{
     run_clock, runnable_thread, set_host_rt, ClockHost, ClockPeriods, TimerQueue,
@@ -72,7 +83,13 @@ struct WorkerStats {
     sched_calls: AtomicU64,
 }
 
-/// Per-vCPU executor state.
+/// The vCPU a task id runs: its set and its index in that set.
+struct Bound {
+    set: Arc<VmSet>,
+    global: usize,
+}
+
+/// Per task id: executor state, and the vCPU bound to the id.
 #[repr(align(128))]
 #[derive(Default)]
 struct TaskRt {
@@ -81,34 +98,41 @@ struct TaskRt {
     /// When it halted (0: not halted), for the doorbell latency.
     halt_at: AtomicU64,
     timer_gen: AtomicU64,
+    /// Written by `attach` (a free id) and by the task's removal; read by
+    /// the worker that runs it and by kickers. `None`: a free id.
+    bound: RwLock<Option<Bound>>,
+}
+
+impl TaskRt {
+    fn bound(&self) -> RwLockReadGuard<'_, Option<Bound>> {
+        self.bound.read().unwrap_or_else(|p| p.into_inner())
+    }
+    fn bind(&self, b: Option<Bound>) -> Option<Bound> {
+        let mut w = self.bound.write().unwrap_or_else(|p| p.into_inner());
+        std::mem::replace(&mut *w, b)
+    }
 }
 
 struct Shared {
-    set: Arc<VmSet>,
+    /// The clock every attached set runs on.
+    epoch: Instant,
     cpus: Box<[WorkerCpu]>,
     stats: Box<[WorkerStats]>,
+    /// By task id (the scheduler's `max_tasks`).
     rt: Box<[TaskRt]>,
-    /// Task id -> global vCPU index.
-    by_task: Box<[OnceLock<usize>]>,
     timers: TimerQueue,
     quit: AtomicBool,
-    live: AtomicUsize,
+    /// Sets being detached (their RT waits are expected, see `stopping`).
+    detaching: AtomicUsize,
     violations: Mutex<Vec<String>>,
-    finished: Mutex<Vec<(usize, TaskStats)>>,
     pin: bool,
     host_rt: Option<u8>,
     pin_errors: AtomicU64,
     check: bool,
 }
 
-/// Refuses more vCPUs than the scheduler holds tasks, and a zero tick.
-fn check_options(opts: &ExecOptions, nslots: usize) -> Result<(), TaskError> {
-    let max = opts.sched.max_tasks;
-    if nslots > max {
-        return Err(TaskError::Input(format!(
-            "{nslots} vCPUs, but the scheduler holds at most {max} tasks"
-        )));
-    }
+/// Refuses a zero tick.
+fn check_options(opts: &ExecOptions) -> Result<(), TaskError> {
     if opts.tick.is_zero() {
         return Err(TaskError::Input("the tick must be positive".into()));
     }
@@ -116,11 +140,11 @@ fn check_options(opts: &ExecOptions, nslots: usize) -> Result<(), TaskError> {
 }
 
 impl Shared {
-    /// The state of an executor for `set`, every worker idle.
-    fn new(opts: &ExecOptions, set: &Arc<VmSet>) -> Self {
+    /// The state of a pool with no vCPU, every worker idle.
+    fn new(opts: &ExecOptions, epoch: Instant) -> Self {
         let n = opts.topology.num_cpus();
         Shared {
-            set: set.clone(),
+            epoch,
             cpus: (0..n as u32)
                 .map(|c| WorkerCpu {
                     current: AtomicU32::new(IDLE),
@@ -132,13 +156,13 @@ impl Shared {
                 })
                 .collect(),
             stats: (0..n).map(|_| WorkerStats::default()).collect(),
-            rt: (0..set.slots().len()).map(|_| TaskRt::default()).collect(),
-            by_task: (0..opts.sched.max_tasks).map(|_| OnceLock::new()).collect(),
+            rt: (0..opts.sched.max_tasks)
+                .map(|_| TaskRt::default())
+                .collect(),
             timers: TimerQueue::new(),
             quit: AtomicBool::new(false),
-            live: AtomicUsize::new(0),
+            detaching: AtomicUsize::new(0),
             violations: Mutex::new(Vec::new()),
-            finished: Mutex::new(Vec::new()),
             pin: true,
             host_rt: opts.host_rt,
             pin_errors: AtomicU64::new(0),
@@ -146,14 +170,20 @@ impl Shared {
         }
     }
 
+    /// ns since the pool's epoch (never 0), the same as every attached
+    /// set's [`VmSet::now`].
+    #[inline]
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64 + 1
+    }
+
     fn violation(&self, v: String) {
         tracing::error!("executor invariant violated: {v}");
         lock(&self.violations).push(v);
     }
 
-    fn slot_of(&self, t: TaskId) -> Option<&Arc<VcpuSlot>> {
-        let g = *self.by_task.get(t.0 as usize)?.get()?;
-        self.set.slots().get(g)
+    fn rt(&self, t: TaskId) -> Option<&TaskRt> {
+        self.rt.get(t.0 as usize)
     }
 }
 
@@ -172,26 +202,39 @@ impl KickCpu for WorkerKick {
                 }
             }
             t => {
-                if let Some(s) = sh.slot_of(TaskId(t)) {
-                    s.kicker().kick();
+                // A task being removed has no binding any more; the worker
+                // checks `needs_attention` after it publishes its next
+                // `current`, so this kick is not lost.
+                if let Some(rt) = sh.rt(TaskId(t)) {
+                    if let Some(b) = rt.bound().as_ref() {
+                        b.set.slots()[b.global].kicker().kick();
+                    }
                 }
             }
         }
     }
 }
 
-/// The M:N executor.
-pub struct WorkerExecutor {
+/// The M:N executor: the scheduler, one worker per CPU and the clock,
+/// running whichever sets are attached.
+pub struct WorkerPool {
     sh: Arc<Shared>,
     sched: Arc<Scheduler>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
     checker: Arc<Mutex<Option<InvariantChecker>>>,
 }
 
-impl WorkerExecutor {
-    pub(crate) fn start(opts: &ExecOptions, set: &Arc<VmSet>) -> Result<Self, TaskError> {
-        check_options(opts, set.slots().len())?;
-        let sh = Arc::new(Shared::new(opts, set));
+impl WorkerPool {
+    /// Starts the scheduler, the workers and the clock, with no vCPU yet;
+    /// sets attached later must be made on [`WorkerPool::epoch`].
+    pub fn start(opts: &ExecOptions) -> Result<Self, TaskError> {
+        Self::start_at(opts, Instant::now())
+    }
+
+    /// Like [`WorkerPool::start`], on a clock that started at `epoch`.
+    pub(crate) fn start_at(opts: &ExecOptions, epoch: Instant) -> Result<Self, TaskError> {
+        check_options(opts)?;
+        let sh = Arc::new(Shared::new(opts, epoch));
         let sched = Arc::new(Scheduler::new(
             opts.topology.clone(),
             opts.mitigations,
@@ -203,45 +246,73 @@ impl WorkerExecutor {
                 .as_ref()
                 .map(|c| InvariantChecker::new(c.grace.as_nanos() as u64)),
         ));
-        let mut ex = Self {
+        let pool = Self {
             sh,
-            sched: sched.clone(),
-            threads: Vec::new(),
+            sched,
+            threads: Mutex::new(Vec::new()),
             checker,
         };
-        // Tasks first (blocked), then the threads, then wake them all.
-        let ids = match ex.launch(opts, set) {
-            Ok(ids) => ids,
-            Err(e) => {
-                set.request_stop();
-                let _ = ex.shutdown(Duration::from_secs(10));
-                return Err(e);
+        pool.spawn_workers()?;
+        pool.spawn_clock(opts)?;
+        Ok(pool)
+    }
+
+    /// The clock sets attached to this pool run on (`VmSet::new_on`).
+    pub fn epoch(&self) -> Instant {
+        self.sh.epoch
+    }
+
+    /// ns on the pool's clock.
+    pub fn now(&self) -> u64 {
+        self.sh.now()
+    }
+
+    /// Adds every vCPU of `set` as a task (a task group per VM), then lets
+    /// them run. All or nothing: if the scheduler refuses one (full, a bad
+    /// affinity), the tasks and groups added so far are removed again.
+    pub fn attach(&self, set: &Arc<VmSet>) -> Result<(), TaskError> {
+        if set.started() {
+            return Err(TaskError::Input("this set has already run".into()));
+        }
+        if set.epoch() != self.sh.epoch {
+            return Err(TaskError::Input(
+                "this set runs on another clock; make it with VmSet::new_on(.., pool.epoch())"
+                    .into(),
+            ));
+        }
+        if self.sh.quit.load(Ordering::Acquire) {
+            return Err(TaskError::Input("the executor has stopped".into()));
+        }
+        let mut ids = Vec::with_capacity(set.slots().len());
+        if let Err(e) = self.add_tasks(set, &mut ids) {
+            for &id in &ids {
+                self.sh.rt[id.0 as usize].bind(None);
+                let _ = self.sched.remove_task(id);
             }
-        };
+            for vm in set.vms() {
+                if let Some(g) = vm.group.get() {
+                    let _ = self.sched.remove_group(*g);
+                }
+            }
+            set.mark_started();
+            return Err(e);
+        }
+        set.sched_tasks.fetch_add(ids.len(), Ordering::AcqRel);
         set.mark_started();
         for id in ids {
-            let _ = sched.wake(id, None, set.now());
+            let _ = self.sched.wake(id, None, self.sh.now());
         }
-        Ok(ex)
+        Ok(())
     }
 
-    /// Adds every vCPU as a (blocked) task, then starts the workers and the
-    /// clock thread; returns the tasks to wake.
-    fn launch(&mut self, opts: &ExecOptions, set: &VmSet) -> Result<Vec<TaskId>, TaskError> {
-        let ids = self.add_tasks(set)?;
-        self.spawn_workers()?;
-        self.spawn_clock(opts)?;
-        Ok(ids)
-    }
-
-    /// Creates a group per VM and a task per vCPU, in vCPU order.
-    fn add_tasks(&self, set: &VmSet) -> Result<Vec<TaskId>, TaskError> {
+    /// Creates a group per VM and a task per vCPU, in vCPU order, each
+    /// bound to its slot; pushes every id made to `ids`.
+    fn add_tasks(&self, set: &Arc<VmSet>, ids: &mut Vec<TaskId>) -> Result<(), TaskError> {
         let (sh, sched) = (&self.sh, &self.sched);
         for vm in set.vms() {
             let g = sched.create_group(&vm.name)?;
             let _ = vm.group.set(g);
         }
-        let mut ids = Vec::with_capacity(set.slots().len());
         for slot in set.slots() {
             let vm = &set.vms()[slot.vm];
             let mut spec =
@@ -252,17 +323,75 @@ impl WorkerExecutor {
             if let Some(m) = slot.placement.affinity {
                 spec = spec.affinity(m);
             }
-            let id = sched.add_task(&spec, set.now())?;
-            let _ = sh.by_task[id.0 as usize].set(slot.global);
-            let _ = slot.task.set(id);
-            sh.live.fetch_add(1, Ordering::AcqRel);
+            let id = sched.add_task(&spec, sh.now())?;
             ids.push(id);
+            let Some(rt) = sh.rt(id) else {
+                return Err(TaskError::Input(format!(
+                    "task id {} is beyond the executor's table",
+                    id.0
+                )));
+            };
+            rt.sleep_due.store(0, Ordering::Release);
+            rt.halt_at.store(0, Ordering::Release);
+            rt.timer_gen.fetch_add(1, Ordering::AcqRel);
+            if rt
+                .bind(Some(Bound {
+                    set: set.clone(),
+                    global: slot.global,
+                }))
+                .is_some()
+            {
+                sh.violation(format!("task id {} was handed out while still bound", id.0));
+            }
+            let _ = slot.task.set(id);
         }
-        Ok(ids)
+        Ok(())
+    }
+
+    /// Stops every vCPU of `set` and waits until each task has left the
+    /// scheduler (at most `timeout`), then removes its VMs' groups. The
+    /// other sets run on. Returns each vCPU's final scheduler statistics,
+    /// by global index.
+    pub fn detach(
+        &self,
+        set: &Arc<VmSet>,
+        timeout: Duration,
+    ) -> Result<Vec<Option<TaskStats>>, TaskError> {
+        self.sh.detaching.fetch_add(1, Ordering::AcqRel);
+        let r = super::drain(
+            set,
+            timeout,
+            &|s| self.wake_slot(s, None),
+            &|s| {
+                let t = s.task.get().copied();
+                format!(
+                    "{} ({:?}, {:?})",
+                    super::threads::task_name(set, s),
+                    t.map(|t| self.sched.task_state(t)),
+                    t.map(|t| self.sched.task_cpu(t))
+                )
+            },
+            &mut || set.sched_tasks.load(Ordering::Acquire) == 0,
+        );
+        self.sh.detaching.fetch_sub(1, Ordering::AcqRel);
+        r?;
+        for vm in set.vms() {
+            if let Some(g) = vm.group.get() {
+                if let Err(e) = self.sched.remove_group(*g) {
+                    self.sh
+                        .violation(format!("group of VM {} not removed: {e}", vm.name));
+                }
+            }
+        }
+        let mut tasks = vec![None; set.slots().len()];
+        for (g, st) in std::mem::take(&mut *lock(&set.finished_stats)) {
+            tasks[g] = Some(st);
+        }
+        Ok(tasks)
     }
 
     /// Starts one worker thread per CPU.
-    fn spawn_workers(&mut self) -> Result<(), TaskError> {
+    fn spawn_workers(&self) -> Result<(), TaskError> {
         for cpu in 0..self.sh.cpus.len() as u32 {
             let (sh2, s2) = (self.sh.clone(), self.sched.clone());
             let h = std::thread::Builder::new()
@@ -272,15 +401,22 @@ impl WorkerExecutor {
                 .map_err(|e| TaskError::Os {
                     context: format!("cannot start the worker of CPU {cpu}"),
                     source: e,
-                })?;
+                });
+            let h = match h {
+                Ok(h) => h,
+                Err(e) => {
+                    self.stop_threads();
+                    return Err(e);
+                }
+            };
             let _ = self.sh.cpus[cpu as usize].thread.set(h.thread().clone());
-            self.threads.push(h);
+            lock(&self.threads).push(h);
         }
         Ok(())
     }
 
     /// Starts the clock thread (ticks, sleep timers, the checker).
-    fn spawn_clock(&mut self, opts: &ExecOptions) -> Result<(), TaskError> {
+    fn spawn_clock(&self, opts: &ExecOptions) -> Result<(), TaskError> {
         let (sh2, s2, ck) = (self.sh.clone(), self.sched.clone(), self.checker.clone());
         let periods = ClockPeriods {
             tick: opts.tick.as_nanos() as u64,
@@ -295,13 +431,21 @@ impl WorkerExecutor {
             .map_err(|e| TaskError::Os {
                 context: "cannot start the clock thread".into(),
                 source: e,
-            })?;
+            });
+        let h = match h {
+            Ok(h) => h,
+            Err(e) => {
+                self.stop_threads();
+                return Err(e);
+            }
+        };
         self.sh.timers.set_clock_thread(h.thread().clone());
-        self.threads.push(h);
+        lock(&self.threads).push(h);
         Ok(())
     }
 
-    pub(crate) fn counters(&self) -> SchedCounters {
+    /// Scheduler counters so far, over every set it has run.
+    pub fn counters(&self) -> SchedCounters {
         self.sched.counters()
     }
 
@@ -310,46 +454,118 @@ impl WorkerExecutor {
         &self.sched
     }
 
+    /// Per CPU: ns inside `schedule` and `schedule` calls, so far.
+    pub fn sched_time_per_cpu(&self) -> (Vec<u64>, Vec<u64>) {
+        let st = &self.sh.stats;
+        (
+            st.iter()
+                .map(|s| s.sched_ns.load(Ordering::Relaxed))
+                .collect(),
+            st.iter()
+                .map(|s| s.sched_calls.load(Ordering::Relaxed))
+                .collect(),
+        )
+    }
+
+    /// Executor invariant violations and scheduler anomalies so far.
+    pub fn violations(&self) -> Vec<String> {
+        let mut v = self.sched.anomalies();
+        v.extend(lock(&self.sh.violations).iter().cloned());
+        v
+    }
+
     pub(crate) fn wake_slot(&self, s: &VcpuSlot, waker: Option<CpuId>) {
         if let Some(t) = s.task.get() {
-            let _ = self.sched.wake(*t, waker, self.sh.set.now());
+            let _ = self.sched.wake(*t, waker, self.sh.now());
         }
     }
 
-    pub(crate) fn shutdown(mut self, timeout: Duration) -> Result<ExecOutcome, TaskError> {
-        let set = self.sh.set.clone();
-        let stuck = super::drain(
-            &set,
-            timeout,
-            &|s| self.wake_slot(s, None),
-            &|s| {
-                let t = s.task.get().copied();
-                format!(
-                    "{} ({:?}, {:?})",
-                    super::threads::task_name(&set, s),
-                    t.map(|t| self.sched.task_state(t)),
-                    t.map(|t| self.sched.task_cpu(t))
-                )
-            },
-            &mut || self.sh.live.load(Ordering::Acquire) == 0,
-        )
-        .err();
-        if let Some(c) = lock(&self.checker).as_mut() {
-            if stuck.is_none() {
-                c.observe(&self.sched, set.now());
+    /// Stops the workers and the clock. Sets still attached end with
+    /// them: call [`WorkerPool::detach`] first for a clean stop.
+    pub fn stop(&self) {
+        self.stop_threads();
+    }
+
+    fn stop_threads(&self) {
+        // A worker leaves its loop only while idle: sets still attached
+        // are told to stop, so that every running vCPU comes back out.
+        for rt in self.sh.rt.iter() {
+            if let Some(b) = rt.bound().as_ref() {
+                b.set.request_stop();
             }
         }
+        self.sh.quit.store(true, Ordering::SeqCst);
+        for w in self.sh.cpus.iter() {
+            w.token.store(true, Ordering::Release);
+            if let Some(t) = w.thread.get() {
+                t.unpark();
+            }
+        }
+        self.sh.timers.wake_clock();
+        let threads = std::mem::take(&mut *lock(&self.threads));
+        for h in threads {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for WorkerPool {
+    fn drop(&mut self) {
         self.stop_threads();
-        if let Some(e) = stuck {
+    }
+}
+
+/// The M:N executor with one set, started and stopped together.
+pub struct WorkerExecutor {
+    pool: WorkerPool,
+    set: Arc<VmSet>,
+}
+
+impl WorkerExecutor {
+    pub(crate) fn start(opts: &ExecOptions, set: &Arc<VmSet>) -> Result<Self, TaskError> {
+        let max = opts.sched.max_tasks;
+        let n = set.slots().len();
+        if n > max {
+            return Err(TaskError::Input(format!(
+                "{n} vCPUs, but the scheduler holds at most {max} tasks"
+            )));
+        }
+        let pool = WorkerPool::start_at(opts, set.epoch())?;
+        if let Err(e) = pool.attach(set) {
+            set.request_stop();
+            pool.stop();
             return Err(e);
         }
-        let n = self.sched.num_cpus();
-        let st = &self.sh.stats;
-        let mut tasks = vec![None; set.slots().len()];
-        for (g, s) in std::mem::take(&mut *lock(&self.sh.finished)) {
-            tasks[g] = Some(s);
+        Ok(Self {
+            pool,
+            set: set.clone(),
+        })
+    }
+
+    pub(crate) fn counters(&self) -> SchedCounters {
+        self.pool.counters()
+    }
+
+    /// The scheduler core.
+    pub fn scheduler(&self) -> &Arc<Scheduler> {
+        self.pool.scheduler()
+    }
+
+    pub(crate) fn wake_slot(&self, s: &VcpuSlot, waker: Option<CpuId>) {
+        self.pool.wake_slot(s, waker)
+    }
+
+    pub(crate) fn shutdown(self, timeout: Duration) -> Result<ExecOutcome, TaskError> {
+        let pool = &self.pool;
+        let detached = pool.detach(&self.set, timeout);
+        if let Some(c) = lock(&pool.checker).as_mut() {
+            if detached.is_ok() {
+                c.observe(&pool.sched, pool.now());
+            }
         }
-        let (checks, mut violations) = match lock(&self.checker).as_ref() {
+        pool.stop();
+        let tasks = detached?;
+        let (checks, mut violations) = match lock(&pool.checker).as_ref() {
             Some(c) => {
                 if c.host_starved > 0 {
                     tracing::warn!(
@@ -363,45 +579,18 @@ impl WorkerExecutor {
             }
             None => (0, Vec::new()),
         };
-        violations.extend(self.sched.anomalies());
-        violations.extend(lock(&self.sh.violations).iter().cloned());
+        violations.extend(pool.violations());
+        let (sched_ns_per_cpu, sched_calls_per_cpu) = pool.sched_time_per_cpu();
         Ok(ExecOutcome {
             tasks,
             host_schedstat: Vec::new(),
-            counters: self.sched.counters(),
-            sched_ns_per_cpu: (0..n)
-                .map(|c| st[c].sched_ns.load(Ordering::Relaxed))
-                .collect(),
-            sched_calls_per_cpu: (0..n)
-                .map(|c| st[c].sched_calls.load(Ordering::Relaxed))
-                .collect(),
+            counters: pool.counters(),
+            sched_ns_per_cpu,
+            sched_calls_per_cpu,
             violations,
             checks,
-            pin_errors: self.sh.pin_errors.load(Ordering::Relaxed),
+            pin_errors: pool.sh.pin_errors.load(Ordering::Relaxed),
         })
-    }
-
-    fn stop_threads(&mut self) {
-        self.sh.quit.store(true, Ordering::SeqCst);
-        for w in self.sh.cpus.iter() {
-            w.token.store(true, Ordering::Release);
-            if let Some(t) = w.thread.get() {
-                t.unpark();
-            }
-        }
-        self.sh.timers.wake_clock();
-        for h in self.threads.drain(..) {
-            let _ = h.join();
-        }
-    }
-}
-
-impl Drop for WorkerExecutor {
-    fn drop(&mut self) {
-        if !self.threads.is_empty() {
-            self.sh.set.request_stop();
-            self.stop_threads();
-        }
     }
 }
 
@@ -415,21 +604,23 @@ fn host_rt(sh: &Shared, above: u8) {
 
 impl ClockHost for Shared {
     fn now(&self) -> u64 {
-        self.set.now()
+        Shared::now(self)
     }
 
     fn quit(&self) -> bool {
         self.quit.load(Ordering::Acquire)
     }
 
+    /// A set is leaving (its vCPUs are being torn down, so RT waits are
+    /// expected) or the pool is stopping.
     fn stopping(&self) -> bool {
-        self.set.stopping()
+        self.detaching.load(Ordering::Acquire) > 0 || self.quit.load(Ordering::Acquire)
     }
 
-    fn fire(&self, sched: &Scheduler, slot: usize, gen: u64, now: u64) {
-        if self.rt[slot].timer_gen.load(Ordering::Acquire) == gen {
-            if let Some(&tk) = self.set.slots()[slot].task.get() {
-                let _ = sched.wake(tk, None, now);
+    fn fire(&self, sched: &Scheduler, key: usize, gen: u64, now: u64) {
+        if let Some(rt) = self.rt.get(key) {
+            if rt.timer_gen.load(Ordering::Acquire) == gen {
+                let _ = sched.wake(TaskId(key as u32), None, now);
             }
         }
     }

@@ -9,16 +9,14 @@ use vcpu_sched::exec::{current_tid, pin_current_thread, CPU_OK};
 use vcpu_sched::{CpuId, Pick, Prev, Scheduler, TaskId};
 
 use super::super::{enter, resumed, Action, Resume, VcpuSlot, VcpuState, VmSet};
-use super::{host_rt, lock, Shared, TaskRt, WorkerCpu, WorkerStats, IDLE};
+use super::{host_rt, Shared, TaskRt, WorkerCpu, WorkerStats, IDLE};
 
 /// The body of CPU `cpu`'s worker thread.
 pub(super) fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
     enter_worker_thread(&sh, cpu);
-    let set = sh.set.clone();
     Worker {
         sh: &sh,
         sched: &sched,
-        set: &set,
         cpu,
         w: &sh.cpus[cpu as usize],
         stats: &sh.stats[cpu as usize],
@@ -44,7 +42,6 @@ fn enter_worker_thread(sh: &Shared, cpu: CpuId) {
 struct Worker<'a> {
     sh: &'a Shared,
     sched: &'a Scheduler,
-    set: &'a VmSet,
     cpu: CpuId,
     w: &'a WorkerCpu,
     stats: &'a WorkerStats,
@@ -89,13 +86,13 @@ impl Worker<'_> {
     /// Calls `schedule`, retires a task that exited and publishes what was
     /// picked; false when the CPU needs attention again already.
     fn reschedule(&mut self) -> bool {
-        let (sh, set, cpu) = (self.sh, self.set, self.cpu);
-        let t0 = set.now();
+        let (sh, cpu) = (self.sh, self.cpu);
+        let t0 = sh.now();
         let exiting = self.prev == Prev::Exit;
         let pick = self.sched.schedule(cpu, self.prev, t0).expect(CPU_OK);
         self.stats
             .sched_ns
-            .fetch_add(set.now().saturating_sub(t0), Ordering::Relaxed);
+            .fetch_add(sh.now().saturating_sub(t0), Ordering::Relaxed);
         self.stats.sched_calls.fetch_add(1, Ordering::Relaxed);
         if exiting {
             if let Some(t) = self.cur.take() {
@@ -151,19 +148,22 @@ impl Worker<'_> {
     /// Runs task `t`'s vCPU once, unless it goes back to sleep or the CPU
     /// needs attention first, and acts on why it came back.
     fn run_task(&mut self, t: TaskId) {
-        let (sh, set, cpu) = (self.sh, self.set, self.cpu);
-        let Some(&g) = sh.by_task.get(t.0 as usize).and_then(|x| x.get()) else {
+        let (sh, cpu) = (self.sh, self.cpu);
+        // Held while the vCPU runs: its binding cannot change before this
+        // worker itself removes the task (see finish_task).
+        let bound = sh.rt(t).map(|rt| (rt, rt.bound()));
+        let Some((rt, Some(b))) = bound.as_ref().map(|(rt, g)| (*rt, g.as_ref())) else {
             sh.violation(format!("CPU {cpu} picked task {} that is no vCPU", t.0));
             self.resched_with(Prev::Exit);
             return;
         };
-        let slot = &set.slots()[g];
+        let set: &VmSet = &b.set;
+        let slot = &set.slots()[b.global];
         let vm = &set.vms()[slot.vm];
-        let rt = &sh.rt[g];
         let stopping = set.stopping() || vm.control.is_stopping();
         // A sleeper picked early (another wake) goes back to sleep.
         let due = rt.sleep_due.load(Ordering::Acquire);
-        if due != 0 && !stopping && set.now() < due {
+        if due != 0 && !stopping && sh.now() < due {
             self.resched_with(Prev::Block);
             return;
         }
@@ -186,7 +186,7 @@ impl Worker<'_> {
         }
         deliver_resumes(set, slot, rt, due, &mut st);
         let action = enter(set, vm, &mut st);
-        self.act(action, g, slot, &mut st);
+        self.act(action, t, rt, set, slot, &mut st);
     }
 
     /// The checker's checks on a task about to run here: the core has it
@@ -209,11 +209,19 @@ impl Worker<'_> {
         }
     }
 
-    /// Acts on why vCPU `g` came back from `enter`: what the core hears at
-    /// the next `schedule`, a sleep's timer, a doorbell's wake, an exit.
-    fn act(&mut self, action: Action, g: usize, slot: &VcpuSlot, st: &mut VcpuState) {
-        let (sh, sched, set, cpu) = (self.sh, self.sched, self.set, self.cpu);
-        let rt = &sh.rt[g];
+    /// Acts on why task `t`'s vCPU came back from `enter`: what the core
+    /// hears at the next `schedule`, a sleep's timer, a doorbell's wake, an
+    /// exit.
+    fn act(
+        &mut self,
+        action: Action,
+        t: TaskId,
+        rt: &TaskRt,
+        set: &VmSet,
+        slot: &VcpuSlot,
+        st: &mut VcpuState,
+    ) {
+        let (sh, sched, cpu) = (self.sh, self.sched, self.cpu);
         match action {
             Action::Continue => {}
             Action::Block => {
@@ -225,7 +233,7 @@ impl Worker<'_> {
                 let at = now + ns;
                 rt.sleep_due.store(at, Ordering::Release);
                 let gen = rt.timer_gen.fetch_add(1, Ordering::AcqRel) + 1;
-                sh.timers.add(at, g, gen);
+                sh.timers.add(at, t.0 as usize, gen);
                 self.resched_with(Prev::Block);
             }
             Action::Yield => self.resched_with(Prev::Yield),
@@ -267,19 +275,29 @@ fn deliver_resumes(set: &VmSet, slot: &VcpuSlot, rt: &TaskRt, due: u64, st: &mut
     }
 }
 
-/// Removes exited task `t` from the core and keeps its statistics.
+/// Removes exited task `t` from the core and hands its statistics to its
+/// set. The binding is cleared before the core frees the id, so an
+/// `attach` that gets the id next finds it unbound; the set learns last
+/// (its task count), so a `detach` waiting for it sees the task gone.
 fn finish_task(sh: &Shared, sched: &Scheduler, t: TaskId) {
-    let g = sh.by_task.get(t.0 as usize).and_then(|x| x.get()).copied();
-    if let Some(g) = g {
-        sh.rt[g].timer_gen.fetch_add(1, Ordering::AcqRel);
-    }
+    let Some(rt) = sh.rt(t) else {
+        sh.violation(format!("task {} is beyond the executor's table", t.0));
+        return;
+    };
+    rt.timer_gen.fetch_add(1, Ordering::AcqRel);
+    let b = rt.bind(None);
     match sched.remove_task(t) {
         Ok(st) => {
-            if let Some(g) = g {
-                lock(&sh.finished).push((g, st));
+            if let Some(b) = &b {
+                b.set.keep_finished(b.global, st);
             }
         }
         Err(e) => sh.violation(format!("task {} could not be removed after exit: {e}", t.0)),
     }
-    sh.live.fetch_sub(1, Ordering::AcqRel);
+    match b {
+        Some(b) => {
+            b.set.sched_tasks.fetch_sub(1, Ordering::AcqRel);
+        }
+        None => sh.violation(format!("exited task {} had no vCPU", t.0)),
+    }
 }
