@@ -50,7 +50,7 @@ mod set;
 pub mod threads;
 pub mod workers;
 
-pub(crate) use set::{enter, resumed, Resume};
+pub(crate) use set::{enter, resumed, Resume, GATE_OPEN, GATE_WAITING};
 pub use set::{VcpuMetrics, VcpuSlot, VcpuState, VmEntry, VmSet, Window};
 
 use std::any::Any;

@@ -15,7 +15,7 @@
 
 use std::any::Any;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
@@ -26,6 +26,11 @@ use vcpu_sched::{GroupId, TaskId, TaskStats};
 use super::{Action, ExitMapper, GuestVm, Placement, TaskError};
 use crate::vcpu::{Kicker, Vcpu, VcpuExit};
 use crate::vm::{StopReason, VmControl};
+
+/// [`VcpuSlot::gate`]: the vCPU's thread waits at the start gate.
+pub(crate) const GATE_WAITING: u8 = 1;
+/// [`VcpuSlot::gate`]: the start has released (or passed) it.
+pub(crate) const GATE_OPEN: u8 = 2;
 
 /// Per-vCPU counters and latencies, written only by whoever runs the vCPU.
 #[derive(Clone, Debug, Default)]
@@ -81,6 +86,9 @@ pub struct VcpuSlot {
     pub(crate) token: AtomicBool,
     /// The thread running it (host executor).
     pub(crate) thread: OnceLock<std::thread::Thread>,
+    /// The threads executor's start gate ([`GATE_WAITING`] while its
+    /// thread waits there for the start's wake).
+    pub(crate) gate: AtomicU8,
     /// Blocked because its VM is paused: resume wakes it (and only it, so
     /// a guest halted for its own reasons is not woken by a resume).
     held: AtomicBool,
@@ -234,6 +242,7 @@ impl VmSet {
                     token: AtomicBool::new(false),
                     thread: OnceLock::new(),
                     held: AtomicBool::new(false),
+                    gate: AtomicU8::new(0),
                 }));
             }
             entries.push(Arc::new(VmEntry {

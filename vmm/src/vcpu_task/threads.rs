@@ -8,13 +8,17 @@
 //! caught by `immediate_exit`.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use vcpu_sched::exec::{ExecConfig, KickHook, TaskCtx, ThreadsExecutor};
 use vcpu_sched::{CpuId, SchedCounters, TaskId, TaskSpec};
 
-use super::{enter, resumed, Action, ExecOptions, ExecOutcome, Resume, TaskError, VcpuSlot, VmSet};
+use super::{
+    enter, resumed, Action, ExecOptions, ExecOutcome, Resume, TaskError, VcpuSlot, VmSet,
+    GATE_OPEN, GATE_WAITING,
+};
 use crate::vcpu::Kicker;
 
 /// Kicks the vCPU behind a task.
@@ -40,14 +44,22 @@ pub(crate) fn task_name(set: &VmSet, s: &VcpuSlot) -> String {
 }
 
 fn body(ctx: &TaskCtx, set: &VmSet, slot: &VcpuSlot) {
-    // Consume exactly the start's wake (blocking until it comes): checking
-    // `started` first would leave a wake that came before this thread got
-    // here pending, and the guest's first HLT would return at once.
-    loop {
-        ctx.block();
-        if set.started() || ctx.stopping() {
+    // The start gate: wait until every vCPU thread exists. The starter
+    // wakes only threads that announced they wait here, so no start wake
+    // is left pending for a thread that came late (its guest's first HLT
+    // would return at once), and none coalesces with a doorbell that
+    // another vCPU rings right after the start.
+    while !set.started() && !ctx.stopping() {
+        slot.gate.store(GATE_WAITING, Ordering::SeqCst);
+        if set.started() {
+            // Take the announcement back; if the starter already took it,
+            // its wake is coming: consume it.
+            if slot.gate.swap(GATE_OPEN, Ordering::SeqCst) != GATE_WAITING {
+                ctx.block();
+            }
             break;
         }
+        ctx.block();
     }
     let vm = set.vms()[slot.vm].clone();
     let mut st = slot.lock();
@@ -122,8 +134,10 @@ impl ThreadsRun {
         }
         set.mark_started();
         for s in set.slots() {
-            if let Some(t) = s.task.get() {
-                let _ = run.ex.wake(*t);
+            if s.gate.swap(GATE_OPEN, Ordering::SeqCst) == GATE_WAITING {
+                if let Some(t) = s.task.get() {
+                    let _ = run.ex.wake(*t);
+                }
             }
         }
         Ok(run)
