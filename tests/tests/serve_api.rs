@@ -35,6 +35,10 @@ impl Server {
     }
 
     fn start_on(topology: &str, extra: &[&str]) -> Server {
+        Self::start_env(topology, extra, &[])
+    }
+
+    fn start_env(topology: &str, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("api.sock");
         let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
@@ -43,6 +47,7 @@ impl Server {
             .arg(&sock)
             .args(["--topology", topology])
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -686,6 +691,26 @@ fn linux_guest_create_boot_info_shutdown() {
         huge["memory"]["size"] = json!(1u64 << 50);
         let (s, v) = call(&sock, "PUT", "/api/v1/vm.create", Some(&huge.to_string())).await;
         assert_eq!((s, v["field"].as_str()), (400, Some("memory.size")), "{v}");
+        // Each fits, both together do not: the second is refused.
+        let total: u64 = std::fs::read_to_string("/proc/meminfo")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            .unwrap()
+            * 1024;
+        let mut big: Value = serde_json::from_str(&cfg).unwrap();
+        big["memory"]["size"] = json!((total * 6 / 10) & !((2u64 << 20) - 1));
+        let big = big.to_string();
+        let (s, v) = call(&sock, "PUT", "/api/v1/vms/m1/vm.create", Some(&big)).await;
+        assert_eq!(s, 204, "{v}");
+        let (s, v) = call(&sock, "PUT", "/api/v1/vms/m2/vm.create", Some(&big)).await;
+        assert_eq!((s, v["field"].as_str()), (400, Some("memory.size")), "{v}");
+        assert!(v["error"].as_str().unwrap().contains("already hold"), "{v}");
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vms/m1/vm.delete", None).await.0,
+            204
+        );
         let (s, v) = call(&sock, "PUT", "/api/v1/vm.create", Some(&cfg)).await;
         if s == 400 && v["field"] == "cpus" {
             // A host with fewer than 2 cores: let any CPU run them.
@@ -729,6 +754,112 @@ fn linux_guest_create_boot_info_shutdown() {
         "{}",
         srv.log()
     );
+}
+
+/// Waits (bounded) until VM `vm` is `Shutdown`; its vm.info.
+async fn shut_down(sock: &Path, vm: &str, limit: Duration) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let (s, v) = call(sock, "GET", &format!("/api/v1/vms/{vm}/vm.info"), None).await;
+        assert_eq!(s, 200, "{v}");
+        if v["state"] == "Shutdown" {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "VM {vm} still {} after {limit:?}",
+            v["state"]
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[test]
+fn injected_faults_stop_only_their_vm_and_the_server_stays_up() {
+    // Test faults (vmm::vcpu::inject) armed through VMM_INJECT: a panic of
+    // the thread running a vCPU, a KVM internal error and a failed KVM_RUN
+    // in three micro-guests, and a failed KVM_RUN in a booting Linux guest.
+    let img = integration_tests::guest::guest_images();
+    let inject = "p:1:panic@5,i:0:internal@5,k:1:ioctl@5,lin:0:ioctl@2000";
+    let srv = Server::start_env("host", &[], &[("VMM_INJECT", inject)]);
+    let sock = srv.sock.clone();
+    let micro =
+        r#"{"cpus":{"boot_vcpus":2},"x_vmm":{"micro":"ticker","placement":{"policy":"none"}}}"#;
+    let linux = json!({
+        "cpus": {"boot_vcpus": 1},
+        "memory": {"size": 256u64 << 20},
+        "payload": {"kernel": img.vmlinux, "initramfs": img.initramfs, "cmdline": "loglevel=8"},
+        "x_vmm": {"placement": {"policy": "none"}},
+    })
+    .to_string();
+    rt().block_on(async {
+        // A guest that spins without exits is preempted, not a fault.
+        let spin =
+            r#"{"cpus":{"boot_vcpus":2},"x_vmm":{"micro":"spin","placement":{"policy":"none"}}}"#;
+        for (vm, body) in [
+            ("calm", micro),
+            ("spin", spin),
+            ("p", micro),
+            ("i", micro),
+            ("k", micro),
+            ("lin", &linux),
+        ] {
+            let p = format!("/api/v1/vms/{vm}/vm.create");
+            assert_eq!(call(&sock, "PUT", &p, Some(body)).await.0, 204, "{vm}");
+            let p = format!("/api/v1/vms/{vm}/vm.boot");
+            assert_eq!(call(&sock, "PUT", &p, None).await.0, 204, "{vm}");
+        }
+        for (vm, why) in [
+            (
+                "p",
+                "vCPU 1: the thread running it panicked: vCPU 1: injected panic",
+            ),
+            ("i", "vCPU 0: KVM hit an instruction KVM cannot emulate"),
+            ("k", "vCPU 1: vCPU 1: KVM_RUN failed"),
+            ("lin", "KVM_RUN failed"),
+        ] {
+            let v = shut_down(&sock, vm, Duration::from_secs(120)).await;
+            let reason = v["x_vmm"]["stop_reason"].as_str().unwrap_or_default();
+            assert!(reason.contains(why), "{vm}: {v}");
+            assert_eq!(v["x_vmm"]["live_vcpus"], 0, "{vm}: {v}");
+        }
+        // The server answers, and the calm VM runs on and is counted.
+        assert_eq!(call(&sock, "GET", "/api/v1/vmm.ping", None).await.0, 200);
+        let n = exits(&sock, "calm").await;
+        progresses(&sock, "calm", n).await;
+        for vm in ["calm", "spin"] {
+            let (_, v) = call(&sock, "GET", &format!("/api/v1/vms/{vm}/vm.info"), None).await;
+            assert_eq!(v["state"], "Running", "{v}");
+        }
+        let (_, m) = call_text(&sock, "GET", "/metrics", None).await;
+        let m = samples(&m);
+        assert!(sample(&m, "vmm_vm_kvm_exits_total{vm=\"calm\"}") > n as f64);
+        assert_eq!(
+            sample(&m, "vmm_vm_exits_total{vm=\"i\",reason=\"internal_error\"}"),
+            1.0
+        );
+        assert_eq!(sample(&m, "vmm_vm_running{vm=\"p\"}"), 0.0);
+        // A failed VM boots again; VMM_INJECT arms every boot, so it
+        // fails the same way, and the server goes on.
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vms/p/vm.shutdown", None)
+                .await
+                .0,
+            204
+        );
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vms/p/vm.boot", None).await.0,
+            204
+        );
+        let v = shut_down(&sock, "p", Duration::from_secs(60)).await;
+        assert_eq!(v["x_vmm"]["boots"], 2, "{v}");
+        assert!(v["x_vmm"]["stop_reason"]
+            .as_str()
+            .unwrap()
+            .contains("injected panic"));
+        assert_eq!(call(&sock, "GET", "/api/v1/vmm.ping", None).await.0, 200);
+    });
+    assert!(srv.log().contains("injected panic"), "{}", srv.log());
 }
 
 #[test]

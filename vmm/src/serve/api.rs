@@ -268,7 +268,7 @@ fn pinned() -> String {
 }
 
 /// The micro-guest programs `x_vmm.micro` names.
-pub const MICRO_PROGRAMS: &[&str] = &["ticker", "exit", "crash"];
+pub const MICRO_PROGRAMS: &[&str] = &["ticker", "exit", "crash", "spin"];
 
 /// Cloud Hypervisor's CPU topology as an hwloc synthetic guest shape: one
 /// LLC per die, an L2 per core, and with `numa` one NUMA node per package.
@@ -290,6 +290,17 @@ impl VmConfig {
 
     /// Checks the fields this VMM does not take and returns the guest
     /// shape as an hwloc synthetic string (or the preset named).
+    /// The guest RAM this VM holds when booted: `memory.size`, or the
+    /// default of its payload (CH's 512 MiB for Linux, 2 MiB for a
+    /// micro-guest).
+    pub fn memory_bytes(&self) -> u64 {
+        match &self.memory {
+            Some(m) => m.size,
+            None if self.linux_payload() => LINUX_DEFAULT_MEMORY,
+            None => crate::micro::MIN_MEMORY,
+        }
+    }
+
     pub fn guest_shape(&self) -> Result<String, ApiError> {
         let c = &self.cpus;
         if c.boot_vcpus == 0 {

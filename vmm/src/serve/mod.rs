@@ -343,7 +343,12 @@ async fn body_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Re
             ApiError::status(413, format!("request body: {e} (at most {MAX_BODY} bytes)"))
         })?
         .to_bytes();
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::from_json(&e))
+    parse_body(&bytes)
+}
+
+/// A request body as `T` (JSON), or a 400 naming the field at fault.
+pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError::from_json(&e))
 }
 
 /// Answers one request. Never panics on input; every failure is a JSON
@@ -561,7 +566,6 @@ fn not_created(id: &str) -> ApiError {
 }
 
 fn create(state: &Shared, id: &str, cfg: VmConfig) -> Reply {
-    let shape = cfg.guest_shape()?;
     let mut s = lock(state);
     if s.vms.contains_key(id) {
         return Err(ApiError::status(
@@ -569,6 +573,55 @@ fn create(state: &Shared, id: &str, cfg: VmConfig) -> Reply {
             format!("VM {id} already exists; vm.delete it first"),
         ));
     }
+    // Guest RAM is committed per created VM: all of it together must fit
+    // in the host's RAM, or the last VM to boot would take the host down.
+    if let Some(total) = crate::memory::host_mem_total() {
+        let others: u64 = s.vms.values().map(|v| v.config.memory_bytes()).sum();
+        let want = cfg.memory_bytes();
+        if others.saturating_add(want) > total {
+            return Err(ApiError::bad(
+                "memory.size",
+                format!(
+                    "{want} bytes more than the {others} bytes the server's {} VMs already \
+                     hold is beyond this host's {total} bytes of RAM; give less, or vm.delete \
+                     a VM first",
+                    s.vms.len()
+                ),
+            ));
+        }
+    }
+    let topo = s.topo.clone();
+    let (shape, plan) = admit(&cfg, id, &topo, &mut s.free)?;
+    tracing::info!(vm = id, shape, "created");
+    s.vms.insert(
+        id.to_string(),
+        VmRecord {
+            config: cfg,
+            shape,
+            plan,
+            state: VmState::Created,
+            run: None,
+            busy: false,
+            boots: 0,
+            past_exits: 0,
+            last_stop: None,
+            exit_counts: Arc::default(),
+        },
+    );
+    Ok(empty(204))
+}
+
+/// What `vm.create` decides from a request alone (no KVM, no I/O): the
+/// guest shape, and its placement on `topo` (the given `cpus.affinity`,
+/// or the planner's on the CPUs `free` has left, which it takes). An
+/// error names the field at fault. The `api_body` fuzz target drives it.
+pub fn admit(
+    cfg: &VmConfig,
+    id: &str,
+    topo: &HostTopology,
+    free: &mut FreeMap,
+) -> Result<(String, Option<VmPlan>), ApiError> {
+    let shape = cfg.guest_shape()?;
     let guest = GuestTopology::from_spec(&shape)
         .map_err(|e| ApiError::bad("cpus.topology", e.to_string()))?;
     let x = cfg.x_vmm.clone().unwrap_or_default();
@@ -595,7 +648,7 @@ fn create(state: &Shared, id: &str, cfg: VmConfig) -> Reply {
                     ),
                 ));
             };
-            let d = s.topo.cpu_by_os_index(c).ok_or_else(|| {
+            let d = topo.cpu_by_os_index(c).ok_or_else(|| {
                 ApiError::bad(
                     "cpus.affinity",
                     format!("host CPU {c} is not in the server's topology"),
@@ -612,8 +665,7 @@ fn create(state: &Shared, id: &str, cfg: VmConfig) -> Reply {
         }
         Some(VmPlan { dense, os })
     } else if policy == "pinned" {
-        let topo = s.topo.clone();
-        let p = crate::plan::place(&topo, &guest, relax, &mut s.free, &format!("VM {id}"))
+        let p = crate::plan::place(topo, &guest, relax, free, &format!("VM {id}"))
             .map_err(|e| ApiError::bad("cpus", e.0))?;
         Some(p)
     } else {
@@ -621,27 +673,10 @@ fn create(state: &Shared, id: &str, cfg: VmConfig) -> Reply {
     };
     if cfg.cpus.affinity.is_some() {
         if let Some(p) = &plan {
-            let d = p.dense.clone();
-            s.free.set(&d, true);
+            free.set(&p.dense, true);
         }
     }
-    tracing::info!(vm = id, shape, "created");
-    s.vms.insert(
-        id.to_string(),
-        VmRecord {
-            config: cfg,
-            shape,
-            plan,
-            state: VmState::Created,
-            run: None,
-            busy: false,
-            boots: 0,
-            past_exits: 0,
-            last_stop: None,
-            exit_counts: Arc::default(),
-        },
-    );
-    Ok(empty(204))
+    Ok((shape, plan))
 }
 
 /// The micro-guest program.
@@ -658,6 +693,16 @@ fn program(name: &str, vcpus: usize) -> Result<Vec<u8>, crate::micro::MicroError
             others: vec![Op::Report(1), Op::Sleep(1_000_000), Op::Done(0)],
         }
         .assemble(),
+        "spin" => {
+            let mut g = GuestAsm::new()?;
+            let mut top = g.label();
+            g.bind(&mut top)?;
+            g.compute(1_000_000)?;
+            g.raw()
+                .jmp(top)
+                .map_err(|e| crate::micro::MicroError::Assemble(e.to_string()))?;
+            g.finish()
+        }
         _ => {
             let _ = vcpus;
             let mut g = GuestAsm::new()?;
@@ -748,6 +793,7 @@ async fn boot(state: &Shared, id: &str) -> Reply {
             MicroVm::build(&s.micro, &spec).map_err(|e| e.to_string())?
         };
         let mut guest = vm.into_guest(placement);
+        arm_faults(&id2, &mut guest.vcpus)?;
         guest.mapper = Arc::new(CountingMapper {
             inner: guest.mapper,
             counts,
@@ -780,6 +826,20 @@ async fn boot(state: &Shared, id: &str) -> Reply {
             format!("VM {id} could not boot: {e}"),
         )),
     }
+}
+
+/// Arms the test faults `VMM_INJECT` names for VM `id` (see
+/// [`crate::vcpu::inject`]; unset in normal use).
+fn arm_faults(id: &str, vcpus: &mut [crate::vcpu::Vcpu]) -> Result<(), String> {
+    for (k, f) in crate::vcpu::inject::for_vm(id)? {
+        let n = vcpus.len();
+        let v = vcpus
+            .get_mut(k)
+            .ok_or_else(|| format!("VMM_INJECT: VM {id} has {n} vCPUs, no vCPU {k}"))?;
+        tracing::warn!(vm = id, vcpu = k, fault = %f.kind, at = f.at, "test fault armed");
+        v.inject(f);
+    }
+    Ok(())
 }
 
 /// Where a booted VM runs: the server's shared pool, or (`--executor
@@ -859,7 +919,8 @@ fn boot_linux(
         until: None,
     };
     let mut vm = crate::vm::LinuxVm::build(&kvm, spec).map_err(|e| e.to_string())?;
-    let vcpus = vm.take_vcpus();
+    let mut vcpus = vm.take_vcpus();
+    arm_faults(id, &mut vcpus)?;
     let stats: Vec<Option<BlockingStat>> = vcpus.iter().map(BlockingStat::open).collect();
     let kickers: Vec<crate::vcpu::Kicker> = vcpus.iter().map(|v| v.kicker()).collect();
     let control = vm.control();

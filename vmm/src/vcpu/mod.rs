@@ -51,6 +51,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::compat::{assist_for, Assist};
 
+pub mod inject;
 mod kick;
 
 pub use kick::{install_kick_signal, kick_signal, Kicker};
@@ -167,6 +168,10 @@ pub struct Vcpu {
     assist: bool,
     memory: Option<GuestMemoryMmap>,
     stats: VcpuStats,
+    /// A test's fault, armed through [`Vcpu::inject`].
+    fault: Option<inject::Fault>,
+    /// `KVM_RUN` calls so far (for `fault`).
+    runs: u64,
 }
 
 impl std::fmt::Debug for Vcpu {
@@ -206,7 +211,27 @@ impl Vcpu {
             assist: false,
             memory: None,
             stats: VcpuStats::default(),
+            fault: None,
+            runs: 0,
         })
+    }
+
+    /// Arms a test fault: on the `fault.at`th `KVM_RUN` from now (see
+    /// [`inject`]).
+    pub fn inject(&mut self, fault: inject::Fault) {
+        self.runs = 0;
+        self.fault = Some(fault);
+    }
+
+    /// The armed fault, if it is due at this `KVM_RUN`.
+    fn due_fault(&mut self) -> Option<inject::FaultKind> {
+        let f = self.fault?;
+        self.runs += 1;
+        if self.runs != f.at {
+            return None;
+        }
+        self.fault = None;
+        Some(f.kind)
     }
 
     /// The vCPU's index in its VM.
@@ -254,6 +279,25 @@ impl Vcpu {
         let index = self.index;
         loop {
             self.stats.exits += 1;
+            match self.due_fault() {
+                None => {}
+                Some(inject::FaultKind::Ioctl) => {
+                    return Err(VcpuError::Kvm {
+                        vcpu: index,
+                        op: "KVM_RUN",
+                        source: kvm_ioctls::Error::new(libc::EFAULT),
+                    })
+                }
+                Some(inject::FaultKind::InternalError) => {
+                    return Ok(VcpuExit::InternalError {
+                        suberror: KVM_INTERNAL_ERROR_EMULATION,
+                        insn: Vec::new(),
+                    })
+                }
+                Some(inject::FaultKind::Panic) => {
+                    panic!("vCPU {index}: injected panic on KVM_RUN {}", self.runs)
+                }
+            }
             let step = match self.fd.run() {
                 Ok(exit) => match exit {
                     KvmExit::IoIn(port, data) => {

@@ -512,8 +512,14 @@ pub(crate) fn enter(set: &VmSet, vm: &VmEntry, st: &mut VcpuState) -> Action {
         }
     }
     st.m.entries += 1;
-    let r = vcpu.run(vm.mapper.io());
-    set.slots[vm.first + vcpu.index()]
+    let index = vcpu.index();
+    // A panic in the run loop, a device or the exit mapping fails this VM
+    // alone: the thread (a worker that runs other VMs' vCPUs too) goes on.
+    let r = match contain(index, || vcpu.run(vm.mapper.io())) {
+        Ok(r) => r,
+        Err(fail) => return fail,
+    };
+    set.slots[vm.first + index]
         .progress
         .fetch_add(1, Ordering::Relaxed);
     match r {
@@ -521,16 +527,20 @@ pub(crate) fn enter(set: &VmSet, vm: &VmEntry, st: &mut VcpuState) -> Action {
             if set.stopping() || vm.control.is_stopping() {
                 return Action::Exit;
             }
-            match vm.mapper.on_kicked(vcpu) {
-                Some(a) => a,
-                None => {
+            match contain(index, || vm.mapper.on_kicked(vcpu)) {
+                Ok(Some(a)) => a,
+                Ok(None) => {
                     st.m.preempt_kicks += 1;
                     Action::Continue
                 }
+                Err(fail) => fail,
             }
         }
         Ok(exit) => {
-            let a = vm.mapper.map_exit(vcpu, exit);
+            let a = match contain(index, || vm.mapper.map_exit(vcpu, exit)) {
+                Ok(a) => a,
+                Err(fail) => return fail,
+            };
             match a {
                 Action::Block => st.m.blocks += 1,
                 Action::Sleep(_) => st.m.sleeps += 1,
@@ -545,4 +555,20 @@ pub(crate) fn enter(set: &VmSet, vm: &VmEntry, st: &mut VcpuState) -> Action {
             what: e.to_string(),
         }),
     }
+}
+
+/// Runs `f` for vCPU `index`; a panic becomes the [`Action::Fail`] that
+/// stops the vCPU's VM, with the panic's message.
+fn contain<T>(index: usize, f: impl FnOnce() -> T) -> Result<T, Action> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a panic without a message".into());
+        Action::Fail(StopReason::VcpuFailed {
+            vcpu: index,
+            what: format!("the thread running it panicked: {msg}"),
+        })
+    })
 }
