@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 use vm_memory::{GuestAddress, GuestMemoryMmap, GuestRegionMmap, MmapRegion};
 
 use super::{host_mem_total, HumanSize, MemoryError, MemoryPlan};
@@ -148,7 +148,16 @@ fn mbind(addr: *mut u8, len: usize, mode: libc::c_int, nodes: &[u32]) -> std::io
 impl GuestRam {
     /// Maps the memory of `plan`, one host mapping per range, and applies
     /// `policies` (indexed by guest node) before anything touches it.
+    /// More than the host's RAM is refused before anything is mapped.
     pub fn allocate(plan: MemoryPlan, policies: &[NodePolicy]) -> Result<Self, MemoryError> {
+        if let Some(host) = host_mem_total() {
+            if plan.total() > host {
+                return Err(MemoryError::BeyondHost {
+                    requested: HumanSize(plan.total()),
+                    host: HumanSize(host),
+                });
+            }
+        }
         let mut regions = Vec::with_capacity(plan.ranges().len());
         for r in plan.ranges() {
             let region =
@@ -210,12 +219,6 @@ impl GuestRam {
         }
         let memory = GuestMemoryMmap::from_regions(regions)
             .map_err(|e| MemoryError::Assemble(e.to_string()))?;
-        if plan.total() > host_mem_total().unwrap_or(u64::MAX) {
-            warn!(
-                "--memory {} exceeds the host's RAM; the guest may be killed when it touches it",
-                HumanSize(plan.total())
-            );
-        }
         Ok(Self { plan, memory })
     }
 
@@ -265,6 +268,19 @@ mod tests {
         let m = topology::GuestTopology::from_host_cpus(&host, &[200, 201]).unwrap();
         let p = node_policies(&m, &host, None);
         assert_eq!(p[0].policy, HostPolicy::Bind(vec![1]));
+    }
+
+    #[test]
+    fn more_than_the_host_has_is_refused_before_mapping() {
+        let host = host_mem_total().expect("MemTotal");
+        let want = (host + (1 << 30)) & !((1 << 30) - 1);
+        let plan = MemoryPlan::new(want, 1).unwrap();
+        let e = GuestRam::allocate(plan, &[]).err().expect("refused");
+        assert!(
+            matches!(e, MemoryError::BeyondHost { .. })
+                && e.to_string().contains("more than this host's"),
+            "{e}"
+        );
     }
 
     #[test]

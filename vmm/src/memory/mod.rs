@@ -34,6 +34,14 @@ pub enum MemoryError {
     /// The address space would overflow.
     #[error("--memory {0} is too large for this VMM's address space")]
     TooLarge(HumanSize),
+    /// More than the host's RAM: it could never all be backed.
+    #[error("--memory {requested} is more than this host's {host} of RAM; give less")]
+    BeyondHost {
+        /// What was asked for.
+        requested: HumanSize,
+        /// The host's RAM (`MemTotal`).
+        host: HumanSize,
+    },
     /// mmap failed.
     #[error("cannot map {size} of guest memory for node {node}: {source}")]
     Map {
