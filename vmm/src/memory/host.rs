@@ -275,7 +275,7 @@ mod tests {
         let host = host_mem_total().expect("MemTotal");
         let want = (host + (1 << 30)) & !((1 << 30) - 1);
         let plan = MemoryPlan::new(want, 1).unwrap();
-        let e = GuestRam::allocate(plan, &[]).err().expect("refused");
+        let e = GuestRam::allocate(plan, &[]).expect_err("refused");
         assert!(
             matches!(e, MemoryError::BeyondHost { .. })
                 && e.to_string().contains("more than this host's"),
