@@ -54,6 +54,10 @@ struct Line {
     /// Lock word: when its holder released it, and who.
     released_at: u64,
     last_holder: Option<u32>,
+    /// Its traffic and, as a lock word, its contention (kept here, not in
+    /// maps of their own: one lookup per access).
+    stat: LineStat,
+    lock: LockStat,
 }
 
 /// A fast hasher for line numbers (u64 keys): one multiply. Deterministic;
@@ -78,6 +82,48 @@ impl Hasher for LineHasher {
 /// A map keyed by line.
 pub type LineMap<V> = HashMap<u64, V, BuildHasherDefault<LineHasher>>;
 
+/// Line offsets within a region kept in a dense vector; beyond, in the
+/// map (a region touched sparsely far from its start).
+const DENSE_LINES: u64 = 1 << 16;
+
+/// Every line's state. The simulator names lines as region number << 40
+/// plus the line offset in the region (bit 63 set for a line in no
+/// region): region lines live in a vector per region, indexed by offset
+/// (no hashing, and neighbouring lines stay neighbours in memory, which
+/// halved the cost of an access); the rest in a map.
+#[derive(Default)]
+struct LineStore {
+    dense: Vec<Vec<Line>>,
+    sparse: LineMap<Line>,
+}
+
+impl LineStore {
+    fn get(&mut self, line: u64) -> &mut Line {
+        let (region, off) = ((line >> 40) as usize, line & ((1 << 40) - 1));
+        if line >> 63 != 0 || off >= DENSE_LINES {
+            return self.sparse.entry(line).or_default();
+        }
+        if region >= self.dense.len() {
+            self.dense.resize_with(region + 1, Vec::new);
+        }
+        let v = &mut self.dense[region];
+        if off as usize >= v.len() {
+            v.resize_with(off as usize + 1, Line::default);
+        }
+        &mut v[off as usize]
+    }
+
+    /// Every line ever touched, with its name (any order).
+    fn iter(&self) -> impl Iterator<Item = (u64, &Line)> {
+        let dense = self.dense.iter().enumerate().flat_map(|(r, v)| {
+            v.iter()
+                .enumerate()
+                .map(move |(o, l)| (((r as u64) << 40) | o as u64, l))
+        });
+        dense.chain(self.sparse.iter().map(|(k, l)| (*k, l)))
+    }
+}
+
 const WORDS: usize = crate::cpumask::MAX_CPUS / 64;
 
 /// A set of CPUs, one bit each.
@@ -90,25 +136,33 @@ impl Default for Mask {
     }
 }
 
+/// Mask operations look at the first `nw` words only: those that can hold
+/// one of the topology's CPUs (8 for 480 CPUs, not 16).
 impl Mask {
     fn set(&mut self, c: u32) {
         self.0[c as usize / 64] |= 1 << (c % 64);
     }
+    fn unset(&mut self, c: u32) {
+        self.0[c as usize / 64] &= !(1 << (c % 64));
+    }
     fn has(&self, c: u32) -> bool {
         self.0[c as usize / 64] & (1 << (c % 64)) != 0
     }
-    fn is_empty(&self) -> bool {
-        self.0.iter().all(|&w| w == 0)
+    fn is_empty(&self, nw: usize) -> bool {
+        self.0[..nw].iter().all(|&w| w == 0)
     }
-    fn intersects(&self, o: &Mask) -> bool {
-        self.0.iter().zip(&o.0).any(|(a, b)| a & b != 0)
+    fn intersects(&self, o: &Mask, nw: usize) -> bool {
+        self.0[..nw].iter().zip(&o.0[..nw]).any(|(a, b)| a & b != 0)
     }
     /// Whether some CPU of `self` is outside `o`.
-    fn outside(&self, o: &Mask) -> bool {
-        self.0.iter().zip(&o.0).any(|(a, b)| a & !b != 0)
+    fn outside(&self, o: &Mask, nw: usize) -> bool {
+        self.0[..nw]
+            .iter()
+            .zip(&o.0[..nw])
+            .any(|(a, b)| a & !b != 0)
     }
-    fn clear(&mut self) {
-        self.0 = [0; WORDS];
+    fn clear(&mut self, nw: usize) {
+        self.0[..nw].fill(0);
     }
 }
 
@@ -144,13 +198,11 @@ pub struct Coherence {
     /// Per CPU, the CPUs at each level or nearer: itself, SMT core, L2,
     /// LLC, die, package.
     tiers: Vec<[Mask; 6]>,
-    lines: LineMap<Line>,
+    /// Mask words that hold the topology's CPUs.
+    nw: usize,
+    lines: LineStore,
     /// No access starts before this (the event loop's time).
     floor: u64,
-    /// Traffic per line.
-    pub line_stats: LineMap<LineStat>,
-    /// Contention per lock word line.
-    pub lock_stats: LineMap<LockStat>,
 }
 
 impl Coherence {
@@ -181,16 +233,15 @@ impl Coherence {
             .collect();
         Self {
             tiers,
+            nw: c.len().div_ceil(64).max(1),
             cost,
             core: c.iter().map(|l| l.core).collect(),
             l2: c.iter().map(|l| l.l2).collect(),
             llc: c.iter().map(|l| l.llc).collect(),
             die: c.iter().map(|l| l.die).collect(),
             package: c.iter().map(|l| l.package).collect(),
-            lines: LineMap::default(),
+            lines: LineStore::default(),
             floor: 0,
-            line_stats: LineMap::default(),
-            lock_stats: LineMap::default(),
         }
     }
 
@@ -228,10 +279,12 @@ impl Coherence {
     /// One access by `cpu` starting at `now`; returns when it completes.
     pub fn access(&mut self, cpu: u32, line: u64, kind: Kind, now: u64) -> u64 {
         let mut now = now;
+        // The line is updated where it lies: one lookup, and a `Line`
+        // (some 200 bytes) is not moved out and back.
+        let l = self.lines.get(line);
         if kind == Kind::Lock {
             // Spin until the previous holder's release, in virtual time.
-            let l = self.lines.entry(line).or_default();
-            let st = self.lock_stats.entry(line).or_default();
+            let st = &mut l.lock;
             st.acquisitions += 1;
             if l.released_at > now && l.last_holder.is_some_and(|h| h != cpu) {
                 st.contended += 1;
@@ -239,9 +292,13 @@ impl Coherence {
                 now = l.released_at;
             }
         }
-        let l = self.lines.remove(&line).unwrap_or_default();
-        let (l, done) = self.transfer(l, cpu, line, kind, now);
-        let mut l = l;
+        let m = Model {
+            cost: &self.cost,
+            tiers: &self.tiers[cpu as usize],
+            nw: self.nw,
+            floor: self.floor,
+        };
+        let (done, transferred) = m.transfer(l, cpu, kind, now);
         match kind {
             Kind::Lock => l.last_holder = Some(cpu),
             Kind::Unlock => {
@@ -250,11 +307,44 @@ impl Coherence {
             }
             _ => {}
         }
-        self.lines.insert(line, l);
+        if transferred {
+            l.stat.transfers += 1;
+            l.stat.cost_ns += done - now;
+        }
         done
     }
 
-    fn transfer(&mut self, mut l: Line, cpu: u32, line: u64, kind: Kind, now: u64) -> (Line, u64) {
+    /// Traffic per line that another cache ever supplied (any order).
+    pub fn line_stats(&self) -> impl Iterator<Item = (u64, &LineStat)> {
+        self.lines
+            .iter()
+            .filter(|(_, l)| l.stat.transfers > 0)
+            .map(|(k, l)| (k, &l.stat))
+    }
+
+    /// Contention per lock word ever taken (any order).
+    pub fn lock_stats(&self) -> impl Iterator<Item = (u64, &LockStat)> {
+        self.lines
+            .iter()
+            .filter(|(_, l)| l.lock.acquisitions > 0)
+            .map(|(k, l)| (k, &l.lock))
+    }
+}
+
+/// What one access needs besides its line: the costs, the accessing
+/// CPU's tiers, the mask width and the floor.
+struct Model<'a> {
+    cost: &'a CostTable,
+    tiers: &'a [Mask; 6],
+    nw: usize,
+    floor: u64,
+}
+
+impl Model<'_> {
+    /// Serves an access of `cpu` to line `l` starting at `now`: when it
+    /// completes, and whether another cache supplied the line.
+    fn transfer(&self, l: &mut Line, cpu: u32, kind: Kind, now: u64) -> (u64, bool) {
+        let nw = self.nw;
         let write = kind != Kind::Load;
         let hit = if write {
             l.owner == Some(cpu)
@@ -262,14 +352,14 @@ impl Coherence {
             l.owner == Some(cpu) || l.sharers.has(cpu)
         };
         if hit {
-            return (l, now + self.cost.l1_hit_ns);
+            return (now + self.cost.l1_hit_ns, false);
         }
         // Everyone holding it but `cpu`.
         let mut holders = l.sharers;
         if let Some(o) = l.owner {
             holders.set(o);
         }
-        holders.0[cpu as usize / 64] &= !(1 << (cpu % 64));
+        holders.unset(cpu);
         const LEVELS: [Level; 6] = [
             Level::Same,
             Level::Smt,
@@ -278,25 +368,25 @@ impl Coherence {
             Level::Die,
             Level::Package,
         ];
-        let tiers = &self.tiers[cpu as usize];
+        let tiers = self.tiers;
         // The nearest holder serves the miss; memory if nobody holds it.
-        let nearest = if holders.is_empty() {
+        let nearest = if holders.is_empty(nw) {
             None
         } else {
             Some(
                 (1..6)
-                    .find(|&k| holders.intersects(&tiers[k]))
+                    .find(|&k| holders.intersects(&tiers[k], nw))
                     .map_or(Level::Remote, |k| LEVELS[k]),
             )
         };
         let mut lat = nearest.map_or(self.cost.memory_ns, |lv| self.cost.transfer(lv));
-        if write && !l.sharers.is_empty() {
+        if write && !l.sharers.is_empty(nw) {
             // Invalidating the farthest other sharer bounds the upgrade.
             let mut others = l.sharers;
-            others.0[cpu as usize / 64] &= !(1 << (cpu % 64));
-            if !others.is_empty() {
+            others.unset(cpu);
+            if !others.is_empty(nw) {
                 let far = (1..6)
-                    .find(|&k| !others.outside(&tiers[k]))
+                    .find(|&k| !others.outside(&tiers[k], nw))
                     .map_or(Level::Remote, |k| LEVELS[k]);
                 lat = lat.max(self.cost.transfer(far));
             }
@@ -305,11 +395,17 @@ impl Coherence {
         // first gap of `lat` at or after `now`. Read misses of a line
         // nobody is writing are served in parallel (from the sharers or
         // the home agent): they wait only for a write in progress.
+        // The bookings never overlap (each write takes a gap), so sorted by
+        // start they are sorted by end too: the expired ones are a prefix,
+        // and so are those that end by `now`, which cannot delay this
+        // access. Binary searches skip both.
         let floor = self.floor;
-        l.busy.retain(|&(_, e)| e > floor);
+        let expired = l.busy.partition_point(|&(_, e)| e <= floor);
+        l.busy.drain(..expired);
+        let past = l.busy.partition_point(|&(_, e)| e <= now);
         let start = if write {
             let mut s = now;
-            for &(b, e) in &l.busy {
+            for &(b, e) in &l.busy[past..] {
                 if s + lat <= b {
                     break;
                 }
@@ -318,8 +414,8 @@ impl Coherence {
             s
         } else {
             l.busy
-                .iter()
-                .find(|&&(b, e)| b <= now && now < e)
+                .get(past)
+                .filter(|&&(b, _)| b <= now)
                 .map_or(now, |&(_, e)| e)
         };
         let done = start + lat;
@@ -327,21 +423,16 @@ impl Coherence {
             let at = l.busy.partition_point(|&(b, _)| b < start);
             l.busy.insert(at, (start, done));
         }
-        if nearest.is_some() {
-            let s = self.line_stats.entry(line).or_default();
-            s.transfers += 1;
-            s.cost_ns += done - now;
-        }
         if write {
             l.owner = Some(cpu);
-            l.sharers.clear();
+            l.sharers.clear(nw);
         } else {
             if let Some(o) = l.owner.take() {
                 l.sharers.set(o);
             }
             l.sharers.set(cpu);
         }
-        (l, done)
+        (done, nearest.is_some())
     }
 }
 
@@ -438,7 +529,7 @@ mod tests {
             assert_eq!(rel, got0 + 100 + c.l1_hit_ns);
             // the other CPU tried during the critical section and waits
             let got = m.access(other, 3, Kind::Lock, got0 + 50);
-            let st = m.lock_stats[&3];
+            let st = *m.lock_stats().find(|(l, _)| *l == 3).unwrap().1;
             assert_eq!((st.acquisitions, st.contended), (2, 1));
             assert_eq!(st.wait_ns, rel - (got0 + 50));
             got - rel
