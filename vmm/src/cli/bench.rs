@@ -88,6 +88,12 @@ pub struct BenchArgs {
     /// per state) after the summary.
     #[arg(long)]
     pub per_vcpu: bool,
+    /// Time each stage of every wakeup in the window (exit or timer due ->
+    /// the waker's call returned -> picked by the executor -> KVM_RUN
+    /// entered, on the monotonic clock) and print p50/p99 per stage. A
+    /// single run only
+    #[arg(long)]
+    pub breakdown: bool,
     /// Also write the full result as JSON here (replaced if it exists;
     /// checked before the run starts).
     #[arg(long, value_name = "FILE")]
@@ -146,7 +152,39 @@ pub fn render_report(r: &BenchReport, per_vcpu: bool) -> String {
     if per_vcpu {
         render_per_vcpu(&mut s, r);
     }
+    render_breakdown(&mut s, r);
     s
+}
+
+/// The wakeup breakdown (`--breakdown`), one line per stage.
+fn render_breakdown(s: &mut String, r: &BenchReport) {
+    if r.breakdown.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "  wakeup breakdown (CLOCK_MONOTONIC, us)  {:>9} {:>9} {:>9} {:>9}",
+        "count", "p50", "p99", "mean"
+    );
+    for row in &r.breakdown {
+        if row.count == 0 {
+            let _ = writeln!(
+                s,
+                "    {:<36} {:>9} {:>9} {:>9} {:>9}",
+                row.stage, 0, "-", "-", "-"
+            );
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "    {:<36} {:>9} {:>9.1} {:>9.1} {:>9.1}",
+            row.stage,
+            row.count,
+            row.p50_ns as f64 / 1e3,
+            row.p99_ns as f64 / 1e3,
+            row.mean_ns / 1e3
+        );
+    }
 }
 
 /// Where the vCPUs' threads (host executor) or the scheduler spent time.
@@ -265,6 +303,8 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         }
     } else if a.per_vcpu {
         return Err(ignored("--per-vcpu", "a single run", "--compare").into());
+    } else if a.breakdown {
+        return Err(ignored("--breakdown", "a single run", "--compare").into());
     }
     Ok(())
 }
@@ -286,6 +326,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     o.period_us = a.period_us;
     o.prio = a.prio.unwrap_or(99);
     o.host_rt = !a.no_host_rt;
+    o.breakdown = a.breakdown;
     topology::load(&a.topology).with_context(|| format!("--topology {}", a.topology))?;
     let bar = progress_bar();
     let json = match &a.compare {

@@ -150,6 +150,10 @@ pub struct BenchOptions {
     /// (480 vCPUs on 2 CPUs) turn it off and check progress themselves.
     #[serde(default = "yes")]
     pub require_measurement: bool,
+    /// Stamp the stages of every wakeup in the window and report them
+    /// ([`BenchReport::breakdown`]).
+    #[serde(default)]
+    pub breakdown: bool,
 }
 
 fn yes() -> bool {
@@ -174,6 +178,7 @@ impl BenchOptions {
             prio: 99,
             host_rt: true,
             require_measurement: true,
+            breakdown: false,
         }
     }
 }
@@ -237,4 +242,23 @@ pub struct BenchReport {
     /// vCPUs that made no progress in the run (fewer than two entries
     /// into the guest: never came back after their first exit).
     pub stalled: Vec<String>,
+    /// With [`BenchOptions::breakdown`]: each stage of a wakeup
+    /// ([`crate::vcpu_task::STAGES`]) over every vCPU, in the window.
+    #[serde(default)]
+    pub breakdown: Vec<StageRow>,
+}
+
+/// One stage of the wakeup breakdown.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StageRow {
+    /// Which stage.
+    pub stage: String,
+    /// Samples.
+    pub count: u64,
+    /// Median (ns).
+    pub p50_ns: u64,
+    /// 99th percentile (ns).
+    pub p99_ns: u64,
+    /// Mean (ns).
+    pub mean_ns: f64,
 }

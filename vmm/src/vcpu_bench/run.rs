@@ -183,6 +183,7 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
     let set = built.set.clone();
     let eo = exec_options(opts, topo.clone(), mapping, set.slots().len());
     let host_rt = eo.host_rt;
+    set.set_breakdown(opts.breakdown);
     let running = Running::start(&eo, set.clone())?;
     // The workers of an RT workload run at host SCHED_FIFO; a SCHED_OTHER
     // measuring thread would get no CPU until the window is over and then
@@ -200,6 +201,11 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
     progress(1.0);
     let secs = set.window.len() as f64 / 1e9;
     let metrics = set.take_metrics();
+    let breakdown = if opts.breakdown {
+        stage_rows(&metrics)
+    } else {
+        Vec::new()
+    };
     let mut rows = vcpu_rows(opts, &set, &metrics, &out, &m);
     let mut ts = TaskSummary::from_tasks(out.tasks.iter().flatten());
     // every vCPU counts, also one whose statistics the executor lacks
@@ -244,6 +250,7 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
         per_vcpu: std::mem::take(&mut rows.rows),
         guest_latency: rows.guest_latency,
         stalled: rows.stalled,
+        breakdown,
     };
     if opts.check {
         check_problems(&report)?;
@@ -252,6 +259,25 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
         check_measured(&report, count)?;
     }
     Ok(report)
+}
+
+/// The breakdown's rows: every vCPU's stage histograms merged.
+fn stage_rows(metrics: &[crate::vcpu_task::VcpuMetrics]) -> Vec<super::StageRow> {
+    let mut all = crate::vcpu_task::Stages::default();
+    for m in metrics {
+        all.merge(&m.stages);
+    }
+    crate::vcpu_task::STAGES
+        .iter()
+        .zip(&all.0)
+        .map(|(name, h)| super::StageRow {
+            stage: name.to_string(),
+            count: h.count(),
+            p50_ns: h.quantile(0.5),
+            p99_ns: h.quantile(0.99),
+            mean_ns: h.mean(),
+        })
+        .collect()
 }
 
 /// A run that measured nothing, or whose numbers cannot be measurements,

@@ -209,6 +209,9 @@ fn body(set: &VmSet, slot: &VcpuSlot) {
             Action::Sleep(ns) => {
                 let due = set.now() + ns;
                 std::thread::sleep(Duration::from_nanos(ns));
+                // the kernel's timer woke this thread and it runs: the
+                // whole "due -> wake" stage (no executor pick after it)
+                set.woken(slot);
                 resumed(set, slot, &mut st.m, Resume::Timer(due));
             }
             Action::Yield => {
@@ -217,6 +220,7 @@ fn body(set: &VmSet, slot: &VcpuSlot) {
             Action::Wake(k) => {
                 if let Some(s) = set.doorbell(slot.vm, k, set.now()) {
                     wake_slot(s);
+                    set.woken(s);
                 }
             }
             Action::Exit => break,

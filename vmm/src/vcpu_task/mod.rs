@@ -51,7 +51,7 @@ pub mod threads;
 pub mod workers;
 
 pub(crate) use set::{enter, resumed, Resume, GATE_OPEN, GATE_WAITING};
-pub use set::{VcpuMetrics, VcpuSlot, VcpuState, VmEntry, VmSet, Window};
+pub use set::{Stages, VcpuMetrics, VcpuSlot, VcpuState, VmEntry, VmSet, Window, STAGES};
 
 use std::any::Any;
 use std::fmt;
@@ -397,6 +397,7 @@ impl Running {
             return false;
         };
         self.wake_slot(s);
+        self.set.woken(s);
         true
     }
 

@@ -52,6 +52,44 @@ pub struct VcpuMetrics {
     /// Doorbell (or the HLT, if the doorbell came first) to running again,
     /// inside the window.
     pub doorbell_latency: Histogram,
+    /// The same two latencies split into stages ([`STAGES`]), when the
+    /// set's breakdown is on.
+    pub stages: Stages,
+}
+
+/// The stages of a wakeup, as `vmm bench --breakdown` reports them: for a
+/// doorbell (another vCPU's port write, seen by the VMM when that vCPU's
+/// `KVM_RUN` returns) and for a sleep's timer (due time), the time until
+/// the waker's call into the executor returned (`wake`, for a timer
+/// `fire`: the clock thread's lateness plus its wake call), until the
+/// executor picked the vCPU to run (`dispatch`: the kick, the worker's
+/// wakeup, the wait on its runqueue; for the host executor the futex wake
+/// of the vCPU thread), and until `KVM_RUN` was entered (`enter`). The
+/// `host` and `threads` executors have no pick separate from the vCPU's
+/// thread running again, so for them "wake -> picked" runs to `KVM_RUN`
+/// and "picked -> KVM_RUN" stays empty; their timers are the kernel's
+/// (`host`) or the executor's own (`threads`), so "due -> wake returned"
+/// is the whole time until the vCPU's thread runs again.
+pub const STAGES: [&str; 6] = [
+    "doorbell: exit -> wake returned",
+    "doorbell: wake -> picked",
+    "doorbell: picked -> KVM_RUN",
+    "timer: due -> wake returned",
+    "timer: wake -> picked",
+    "timer: picked -> KVM_RUN",
+];
+
+/// One histogram per stage of [`STAGES`] (ns).
+#[derive(Clone, Debug, Default)]
+pub struct Stages(pub [Histogram; 6]);
+
+impl Stages {
+    /// Adds `o`'s samples.
+    pub fn merge(&mut self, o: &Stages) {
+        for (a, b) in self.0.iter_mut().zip(&o.0) {
+            a.merge(b);
+        }
+    }
 }
 
 /// State of a vCPU that only its runner touches.
@@ -89,6 +127,10 @@ pub struct VcpuSlot {
     /// The threads executor's start gate ([`GATE_WAITING`] while its
     /// thread waits there for the start's wake).
     pub(crate) gate: AtomicU8,
+    /// Breakdown stamps (set clock, 0: none): when the waker's call
+    /// returned, and when the executor picked the vCPU after it.
+    woken_at: AtomicU64,
+    picked_at: AtomicU64,
     /// Blocked because its VM is paused: resume wakes it (and only it, so
     /// a guest halted for its own reasons is not woken by a resume).
     held: AtomicBool,
@@ -179,6 +221,8 @@ pub struct VmSet {
     started: AtomicBool,
     started_at: AtomicU64,
     stopping: AtomicBool,
+    /// Stamp the stages of wakeups ([`STAGES`])?
+    breakdown: AtomicBool,
     /// Its vCPUs that are tasks of a scheduler executor and have not been
     /// removed from it yet (the set may leave the executor at 0).
     pub(crate) sched_tasks: AtomicUsize,
@@ -243,6 +287,8 @@ impl VmSet {
                     thread: OnceLock::new(),
                     held: AtomicBool::new(false),
                     gate: AtomicU8::new(0),
+                    woken_at: AtomicU64::new(0),
+                    picked_at: AtomicU64::new(0),
                 }));
             }
             entries.push(Arc::new(VmEntry {
@@ -266,6 +312,7 @@ impl VmSet {
             started: AtomicBool::new(false),
             started_at: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
+            breakdown: AtomicBool::new(false),
             sched_tasks: AtomicUsize::new(0),
             finished_stats: Mutex::new(Vec::new()),
             window: Window::default(),
@@ -343,6 +390,38 @@ impl VmSet {
             s.kicker.kick();
         }
     }
+    /// Turns the wakeup breakdown ([`STAGES`]) on or off: two clock reads
+    /// per wakeup when on, one relaxed load when off.
+    pub fn set_breakdown(&self, on: bool) {
+        self.breakdown.store(on, Ordering::Relaxed);
+    }
+
+    /// Is the breakdown on?
+    pub fn breakdown_on(&self) -> bool {
+        self.breakdown.load(Ordering::Relaxed)
+    }
+
+    /// The waker's call into the executor for `s` has returned (breakdown).
+    #[inline]
+    pub(crate) fn woken(&self, s: &VcpuSlot) {
+        if self.breakdown.load(Ordering::Relaxed) {
+            let _ = s
+                .woken_at
+                .compare_exchange(0, self.now(), Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    /// The executor picked `s` to run (breakdown): the first pick after a
+    /// wake.
+    #[inline]
+    pub(crate) fn picked(&self, s: &VcpuSlot) {
+        if self.breakdown.load(Ordering::Relaxed) && s.woken_at.load(Ordering::Acquire) != 0 {
+            let _ =
+                s.picked_at
+                    .compare_exchange(0, self.now(), Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
     /// Pauses VM `vm`: its vCPUs stop entering the guest (a running one is
     /// kicked out) and block until [`VmSet::resume_vm`]. False if it is
     /// already paused or has no such VM.
@@ -471,21 +550,47 @@ pub(crate) enum Resume {
     Timer(u64),
 }
 
-/// Records the latency of a vCPU that runs again after `how`.
+/// Records the latency of a vCPU that runs again after `how` (called
+/// right before its `KVM_RUN`), and with the breakdown on, its stages.
 pub(crate) fn resumed(set: &VmSet, slot: &VcpuSlot, m: &mut VcpuMetrics, how: Resume) {
     let now = set.now();
-    match how {
+    let woken = slot.woken_at.swap(0, Ordering::AcqRel);
+    let picked = slot.picked_at.swap(0, Ordering::AcqRel);
+    let inside = set.window.inside(now);
+    let (from, base) = match how {
         Resume::Halt(blocked_at) => {
             let d = slot.doorbell_at.swap(0, Ordering::AcqRel);
-            if d != 0 && set.window.inside(now) {
+            if d != 0 && inside {
                 m.doorbell_latency
                     .record(now.saturating_sub(d.max(blocked_at)));
             }
+            // a wake that came before the vCPU blocked is no wakeup of
+            // a blocked vCPU: no stages
+            (
+                if woken >= blocked_at {
+                    d.max(blocked_at)
+                } else {
+                    0
+                },
+                0,
+            )
         }
         Resume::Timer(due) => {
-            if set.window.inside(now) {
+            if inside {
                 m.timer_latency.record(now.saturating_sub(due));
             }
+            (due, 3)
+        }
+    };
+    if woken != 0 && from != 0 && inside {
+        let st = &mut m.stages.0;
+        st[base].record(woken.saturating_sub(from));
+        if picked >= woken {
+            st[base + 1].record(picked - woken);
+            st[base + 2].record(now.saturating_sub(picked));
+        } else {
+            // no pick stamp (threads, host): wake to KVM_RUN in one
+            st[base + 1].record(now.saturating_sub(woken));
         }
     }
 }

@@ -80,12 +80,16 @@ fn body(ctx: &TaskCtx, set: &VmSet, slot: &VcpuSlot) {
             Action::Sleep(ns) => {
                 let due = set.now() + ns;
                 ctx.sleep_until(ctx.now() + ns);
+                // the executor's timer woke it and its thread got the run
+                // slot: the whole "due -> wake" stage
+                set.woken(slot);
                 resumed(set, slot, &mut st.m, Resume::Timer(due));
             }
             Action::Yield => ctx.yield_now(),
             Action::Wake(k) => {
                 if let Some(s) = set.doorbell(slot.vm, k, set.now()) {
                     wake(s);
+                    set.woken(s);
                 }
             }
             Action::Exit => break,

@@ -451,7 +451,8 @@ impl Sim<'_> {
     fn line_of(&mut self, addr: u64) -> u64 {
         // Keyed by the address itself, not its real line: in an unaligned
         // region two addresses of one real line can be two model lines.
-        let slot = ((addr >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - LINE_MEMO.trailing_zeros())) as usize;
+        let slot = ((addr >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            >> (64 - LINE_MEMO.trailing_zeros())) as usize;
         let (k, v) = self.line_memo[slot];
         if k == addr.wrapping_add(1) {
             return v;

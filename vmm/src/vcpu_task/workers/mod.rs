@@ -124,6 +124,8 @@ struct Shared {
     quit: AtomicBool,
     /// Sets being detached (their RT waits are expected, see `stopping`).
     detaching: AtomicUsize,
+    /// Some attached set stamps wakeup stages (`VmSet::set_breakdown`).
+    breakdown: AtomicBool,
     violations: Mutex<Vec<String>>,
     pin: bool,
     host_rt: Option<u8>,
@@ -162,6 +164,7 @@ impl Shared {
             timers: TimerQueue::new(),
             quit: AtomicBool::new(false),
             detaching: AtomicUsize::new(0),
+            breakdown: AtomicBool::new(false),
             violations: Mutex::new(Vec::new()),
             pin: true,
             host_rt: opts.host_rt,
@@ -298,6 +301,9 @@ impl WorkerPool {
             return Err(e);
         }
         set.sched_tasks.fetch_add(ids.len(), Ordering::AcqRel);
+        if set.breakdown_on() {
+            self.sh.breakdown.store(true, Ordering::Relaxed);
+        }
         set.mark_started();
         for id in ids {
             let _ = self.sched.wake(id, None, self.sh.now());
@@ -621,6 +627,11 @@ impl ClockHost for Shared {
         if let Some(rt) = self.rt.get(key) {
             if rt.timer_gen.load(Ordering::Acquire) == gen {
                 let _ = sched.wake(TaskId(key as u32), None, now);
+                if self.breakdown.load(Ordering::Relaxed) {
+                    if let Some(b) = rt.bound().as_ref() {
+                        b.set.woken(&b.set.slots()[b.global]);
+                    }
+                }
             }
         }
     }

@@ -109,6 +109,13 @@ impl Worker<'_> {
             Pick::Switch(n) => Some(n),
             Pick::Idle => None,
         };
+        if let (Pick::Switch(t), true) = (pick, sh.breakdown.load(Ordering::Relaxed)) {
+            if let Some(rt) = sh.rt(t) {
+                if let Some(b) = rt.bound().as_ref() {
+                    b.set.picked(&b.set.slots()[b.global]);
+                }
+            }
+        }
         self.prev = Prev::Keep;
         self.resched = false;
         self.w
@@ -241,6 +248,7 @@ impl Worker<'_> {
                 if let Some(s) = set.doorbell(slot.vm, k, set.now()) {
                     if let Some(&tk) = s.task.get() {
                         let _ = sched.wake(tk, Some(cpu), set.now());
+                        set.woken(s);
                     }
                 }
             }
