@@ -113,3 +113,76 @@ fn bad_input_exits_2_with_one_line() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
     }
 }
+
+#[test]
+fn breakdown_splits_every_wakeup_into_stages() {
+    // messaging (doorbells) on the workers and the host executor, cyclic
+    // (timers) on workers: the first stage of each wakeup has samples,
+    // and only an executor with a pick of its own (workers) fills the
+    // pick -> KVM_RUN stage.
+    for (workload, executor, kind) in [
+        ("messaging", "workers", "doorbell"),
+        ("messaging", "host", "doorbell"),
+        ("cyclic", "workers", "timer"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let json = dir.path().join("r.json");
+        let mut args = vec![
+            "bench",
+            workload,
+            "--vms",
+            "2",
+            "--vcpus",
+            "2",
+            "--duration",
+            "0.4",
+            "--executor",
+            executor,
+            "--breakdown",
+            "--json",
+        ];
+        args.push(json.to_str().unwrap());
+        if workload == "cyclic" {
+            args.push("--no-host-rt");
+        }
+        let o = vmm(&args);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{out}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(out.contains("wakeup breakdown"), "{out}");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let rows = v["breakdown"].as_array().expect("breakdown rows");
+        assert_eq!(rows.len(), 6, "{v}");
+        let stage = |name: &str| {
+            rows.iter()
+                .find(|r| r["stage"].as_str().unwrap().starts_with(name))
+                .unwrap_or_else(|| panic!("no stage {name}"))
+        };
+        let first = stage(&format!("{kind}: "));
+        assert!(
+            first["count"].as_u64().unwrap() > 10,
+            "{executor} {workload}: {first}"
+        );
+        let sum: f64 = rows
+            .iter()
+            .filter(|r| r["stage"].as_str().unwrap().starts_with(kind))
+            .map(|r| r["mean_ns"].as_f64().unwrap())
+            .sum();
+        assert!(sum > 0.0, "{executor} {workload}: {rows:?}");
+        // executors with a pick of their own fill the pick -> KVM_RUN stage
+        let enter = stage(&format!("{kind}: picked")).clone();
+        assert_eq!(
+            enter["count"].as_u64().unwrap() > 0,
+            executor == "workers",
+            "{executor} {workload}: {enter}"
+        );
+    }
+    // a single run only
+    let o = vmm(&["bench", "runq", "--compare", "seeds", "--breakdown"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--breakdown"));
+}
