@@ -756,13 +756,15 @@ fn linux_guest_create_boot_info_shutdown() {
     );
 }
 
-/// Waits (bounded) until VM `vm` is `Shutdown`; its vm.info.
+/// Waits (bounded) until VM `vm` is `Shutdown` and its last vCPU has
+/// ended (a failed VM shows `Shutdown` at once; its other vCPUs leave the
+/// guest a moment later); its vm.info.
 async fn shut_down(sock: &Path, vm: &str, limit: Duration) -> Value {
     let deadline = Instant::now() + limit;
     loop {
         let (s, v) = call(sock, "GET", &format!("/api/v1/vms/{vm}/vm.info"), None).await;
         assert_eq!(s, 200, "{v}");
-        if v["state"] == "Shutdown" {
+        if v["state"] == "Shutdown" && v["x_vmm"]["live_vcpus"] == 0 {
             return v;
         }
         assert!(

@@ -2,6 +2,8 @@
 //! and runs the picked vCPU's `KVM_RUN` itself (see the module above for
 //! the protocol with kickers).
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
@@ -23,6 +25,7 @@ pub(super) fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
         cur: None,
         prev: Prev::Keep,
         resched: true,
+        local: BinaryHeap::new(),
     }
     .run();
 }
@@ -33,6 +36,8 @@ fn enter_worker_thread(sh: &Shared, cpu: CpuId) {
     let w = &sh.cpus[cpu as usize];
     w.tid.store(current_tid(), Ordering::Release);
     host_rt(sh, 0);
+    // its timed parks fire vCPUs' sleep timers: no 50 us timer slack
+    let _ = vcpu_sched::os_thread::set_timer_slack(1);
     if sh.pin && pin_current_thread(w.host_cpu).is_err() {
         sh.pin_errors.fetch_add(1, Ordering::Relaxed);
     }
@@ -51,6 +56,13 @@ struct Worker<'a> {
     prev: Prev,
     /// Whether to call `schedule` before anything else.
     resched: bool,
+    /// Sleep timers armed by vCPUs that ran here: (due, task, generation).
+    /// The worker fires them itself, from a timed park or between two
+    /// `KVM_RUN`s, so a timer wakeup is one host wakeup (this thread's)
+    /// instead of two (the clock thread's, then its kick to this worker).
+    /// The clock thread keeps every timer too, as a backstop for a worker
+    /// that is busy; whichever fires first takes the generation.
+    local: BinaryHeap<Reverse<(u64, u32, u64)>>,
 }
 
 impl Worker<'_> {
@@ -68,6 +80,9 @@ impl Worker<'_> {
                 self.resched = true;
                 continue;
             };
+            if !self.local.is_empty() {
+                self.fire_local();
+            }
             self.run_task(t);
         }
     }
@@ -131,7 +146,34 @@ impl Worker<'_> {
 
     /// Parks the idle worker until a kick's token; false when the executor
     /// quits.
-    fn park(&self) -> bool {
+    /// Fires the local timers that are due: claims each one's generation
+    /// (the clock thread may have fired it already) and wakes its task
+    /// from this CPU.
+    fn fire_local(&mut self) {
+        let now = self.sh.now();
+        while let Some(&Reverse((due, t, gen))) = self.local.peek() {
+            if due > now {
+                break;
+            }
+            self.local.pop();
+            if let Some(rt) = self.sh.rt(TaskId(t)) {
+                if rt
+                    .timer_gen
+                    .compare_exchange(gen, gen + 1, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    let _ = self.sched.wake(TaskId(t), Some(self.cpu), now);
+                    if self.sh.breakdown.load(Ordering::Relaxed) {
+                        if let Some(b) = rt.bound().as_ref() {
+                            b.set.woken(&b.set.slots()[b.global]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn park(&mut self) -> bool {
         let (w, sh) = (self.w, self.sh);
         // `parked` is cleared before the token is taken, so the checker
         // never sees this worker parked without a token once a kick has
@@ -139,16 +181,40 @@ impl Worker<'_> {
         // it takes published before it (need_resched, the wake list) is
         // visible to the schedule() that follows; a token set after the
         // swap stays for the next round.
+        let next_due = |l: &BinaryHeap<Reverse<(u64, u32, u64)>>| l.peek().map(|r| r.0 .0);
+        // Poll a while first (see `idle_spin`): a kick that comes soon is
+        // taken without a futex round trip.
+        if sh.idle_spin_ns > 0 {
+            let until = (sh.now() + sh.idle_spin_ns).min(next_due(&self.local).unwrap_or(u64::MAX));
+            while !w.token.load(Ordering::Acquire)
+                && !sh.quit.load(Ordering::Relaxed)
+                && sh.now() < until
+            {
+                for _ in 0..64 {
+                    std::hint::spin_loop();
+                }
+            }
+        }
         w.parked.store(true, Ordering::SeqCst);
         while !w.token.load(Ordering::SeqCst) {
             if sh.quit.load(Ordering::Acquire) {
                 w.parked.store(false, Ordering::SeqCst);
                 return false;
             }
-            std::thread::park();
+            let now = sh.now();
+            match next_due(&self.local) {
+                // a local timer is due: fire it below (its wake kicks this
+                // CPU, whose token the next round takes)
+                Some(d) if d <= now => break,
+                Some(d) => std::thread::park_timeout(std::time::Duration::from_nanos(d - now)),
+                None => std::thread::park(),
+            }
         }
         w.parked.store(false, Ordering::SeqCst);
         w.token.swap(false, Ordering::AcqRel);
+        if !self.local.is_empty() {
+            self.fire_local();
+        }
         !sh.quit.load(Ordering::Acquire)
     }
 
@@ -241,6 +307,7 @@ impl Worker<'_> {
                 rt.sleep_due.store(at, Ordering::Release);
                 let gen = rt.timer_gen.fetch_add(1, Ordering::AcqRel) + 1;
                 sh.timers.add(at, t.0 as usize, gen);
+                self.local.push(Reverse((at, t.0, gen)));
                 self.resched_with(Prev::Block);
             }
             Action::Yield => self.resched_with(Prev::Yield),
