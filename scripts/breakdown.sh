@@ -5,7 +5,8 @@
 # per host CPU and at 4x overcommit, each REPS times (default 3), the
 # executors interleaved; then the same workers run without --breakdown,
 # for what the stamps cost. Raw outputs go to OUT (default
-# docs/data/breakdown). VMM_BIN picks the binary (default: a release build).
+# docs/data/breakdown). VMM_BIN picks the binary (default: a release build);
+# WORKLOADS (default "messaging cyclic"), REPS and DURATION (s) narrow it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-docs/data/breakdown}
@@ -19,10 +20,10 @@ else
 fi
 mkdir -p "$out"
 ncpu=$(nproc)
-for workload in messaging cyclic; do
+for workload in ${WORKLOADS:-messaging cyclic}; do
+    # cyclic's vCPUs are RT: both executors' threads run at host SCHED_FIFO
+    # (vmm bench's default), as the host baseline's vCPU threads do
     extra=()
-    # cyclic is RT: keep the executors' threads SCHED_OTHER on a shared box
-    [ "$workload" = cyclic ] && extra=(--no-host-rt)
     for over in 1 4; do
         vcpus=$((ncpu * over))
         for r in $(seq "$reps"); do
