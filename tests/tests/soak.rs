@@ -1,0 +1,248 @@
+//! The 1,000-vCPU soak (opt-in, not CI): 125 micro-guest VMs x 8 vCPUs of
+//! the cyclic (RT), messaging and transcode (RT) workloads on one shared
+//! scheduler pool over the emulated gnr-2s topology, with the invariant
+//! checker on, for 10 minutes, while VMs are destroyed and created all the
+//! time. It fails on any invariant violation, a vCPU that stops making
+//! progress, RSS that is not flat within 10% after the warm-up, or more
+//! file descriptors at the end than after the warm-up.
+//!
+//! Run it (release build; docs/reliability.md has the last result):
+//!
+//!     SOAK_OUT=docs/data/soak.txt cargo test --release -p integration-tests --test soak -- --ignored --nocapture
+//!
+//! `SOAK_SECS` (600), `SOAK_VMS` (125), `SOAK_VCPUS` (8) and
+//! `SOAK_TOPOLOGY` (gnr-2s) change its size; `SOAK_CHURN_MS` (2000) is the
+//! time between two replacements of the oldest VM.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vcpu_sched::exec::{CheckConfig, CpuMapping};
+use vcpu_sched::{Mitigations, Policy};
+use vmm::micro::{MicroHost, MicroVm, MicroVmSpec};
+use vmm::vcpu_bench::{guests, iters_per_us};
+use vmm::vcpu_task::workers::WorkerPool;
+use vmm::vcpu_task::{ExecOptions, Placement, Running, VmSet};
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+/// One of the mix, in rotation: (name, program, RT?).
+fn program(kind: usize, ipu: f64) -> (&'static str, Vec<u8>, bool) {
+    // short bursts: the 1,000 vCPUs share 2 real CPUs here
+    let it = |us: f64| ((us * ipu) as u64).max(1);
+    match kind % 3 {
+        0 => ("cyclic", guests::cyclic(2_000_000, it(5.0)).unwrap(), true),
+        1 => ("messaging", guests::messaging(it(2.0)).unwrap(), false),
+        _ => ("transcode", guests::transcode(it(50.0)).unwrap(), true),
+    }
+}
+
+struct Live {
+    name: String,
+    run: Running,
+    set: Arc<VmSet>,
+    /// Progress per vCPU at the last check, and when it last moved.
+    seen: Vec<(u64, Instant)>,
+}
+
+#[test]
+#[ignore = "a 10-minute soak; run it by hand (see the module docs)"]
+fn soak_1000_vcpus_with_churn() {
+    let secs = env("SOAK_SECS", 600);
+    let nvms = env("SOAK_VMS", 125) as usize;
+    let nvcpus = env("SOAK_VCPUS", 8) as usize;
+    let churn = Duration::from_millis(env("SOAK_CHURN_MS", 2000));
+    let spec = std::env::var("SOAK_TOPOLOGY").unwrap_or_else(|_| "gnr-2s".into());
+    let warmup = Duration::from_secs((secs / 10).clamp(5, 60));
+    let stuck_after = Duration::from_secs(10);
+
+    vmm::vcpu::install_kick_signal().expect("kick signal");
+    let host = MicroHost::open().expect("/dev/kvm");
+    let ipu = iters_per_us(&host).expect("calibration");
+    let topo = Arc::new(topology::load(&spec).expect("topology"));
+    let mut eo = ExecOptions::new(topo.clone(), CpuMapping::for_spec(&spec).expect("mapping"));
+    eo.mitigations = Mitigations::all();
+    eo.check = Some(CheckConfig::default());
+    eo.sched.max_tasks = eo.sched.max_tasks.max(2 * nvms * nvcpus);
+    let pool = Arc::new(WorkerPool::start(&eo).expect("pool"));
+
+    let mut made = 0usize;
+    let make = |made: &mut usize| -> Live {
+        let (kind, code, rt) = program(*made, ipu);
+        let name = format!("{kind}{made}");
+        *made += 1;
+        let vm = MicroVm::build(&host, &MicroVmSpec::new(name.clone(), nvcpus, code))
+            .expect("build micro-guest");
+        let policy = if rt {
+            Policy::Fifo(50)
+        } else {
+            Policy::Fair(vcpu_sched::task::NICE_0_WEIGHT)
+        };
+        let guest = vm.into_guest(vec![Placement {
+            policy,
+            affinity: None,
+        }]);
+        let set = VmSet::new_on(vec![guest], pool.epoch()).expect("set");
+        let run = Running::start_on(&pool, set.clone()).expect("attach");
+        let now = Instant::now();
+        Live {
+            name,
+            run,
+            set,
+            seen: vec![(0, now); nvcpus],
+        }
+    };
+
+    let mut log = String::new();
+    let _ = writeln!(
+        log,
+        "soak: {nvms} VMs x {nvcpus} vCPUs ({} vCPUs) on {spec} ({} CPUs emulated on {} host CPUs), \
+         mitigations all, checker on, {secs} s, one VM replaced every {} ms, warm-up {} s",
+        nvms * nvcpus,
+        topo.num_cpus(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        churn.as_millis(),
+        warmup.as_secs()
+    );
+    eprint!("{log}");
+    let t0 = Instant::now();
+    let mut live: VecDeque<Live> = (0..nvms).map(|_| make(&mut made)).collect();
+    let _ = writeln!(log, "all {nvms} VMs attached after {:.1} s", t0.elapsed().as_secs_f64());
+
+    let mut violations: Vec<String> = Vec::new();
+    let mut stuck: Vec<String> = Vec::new();
+    let (mut destroyed, mut ended) = (0usize, 0usize);
+    let mut samples: Vec<(f64, u64, usize)> = Vec::new(); // (t, rss KiB, fds) after warm-up
+    let mut last_churn = Instant::now();
+    let mut last_line = Instant::now();
+    let mut exits_before = 0u64;
+    let mut retired_exits = 0u64;
+    let end = t0 + Duration::from_secs(secs);
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = Instant::now();
+        // progress: every vCPU of a VM that has not ended moves
+        for l in live.iter_mut() {
+            let e = l.set.vms()[0].live() == 0;
+            for (k, p) in l.set.progress_snapshot().into_iter().enumerate() {
+                let (last, at) = l.seen[k];
+                if p != last {
+                    l.seen[k] = (p, now);
+                } else if !e && now - at > stuck_after {
+                    let what = format!("{}/vcpu{k} (no exit for {:.0} s)", l.name, (now - at).as_secs_f64());
+                    if !stuck.contains(&what) {
+                        eprintln!("STUCK: {what}");
+                        stuck.push(what);
+                    }
+                }
+            }
+            if let Some(f) = l.set.vms()[0].failure() {
+                violations.push(format!("VM {} failed: {f}", l.name));
+            }
+        }
+        // churn: the oldest VM goes, a fresh one of the next kind comes
+        if now - last_churn >= churn {
+            last_churn = now;
+            let old = live.pop_front().expect("a VM");
+            if old.set.vms()[0].live() == 0 {
+                ended += 1;
+            }
+            retired_exits += old.set.progress_snapshot().iter().sum::<u64>();
+            let out = old.run.stop(Duration::from_secs(60)).expect("detach");
+            violations.extend(out.violations.into_iter().map(|v| format!("{}: {v}", old.name)));
+            assert!(old.set.vms()[0].torn_down(), "{}: not torn down", old.name);
+            destroyed += 1;
+            live.push_back(make(&mut made));
+        }
+        let t = (now - t0).as_secs_f64();
+        if now - t0 >= warmup {
+            samples.push((t, rss_kib(), fds()));
+        }
+        if now - last_line >= Duration::from_secs(30) {
+            last_line = now;
+            let exits: u64 = retired_exits
+                + live
+                    .iter()
+                    .map(|l| l.set.progress_snapshot().iter().sum::<u64>())
+                    .sum::<u64>();
+            let line = format!(
+                "t={t:5.0}s VMs {} vCPUs {} tasks {} RSS {:.1} MiB fds {} exits/s {:.0} created {} destroyed {}",
+                live.len(),
+                live.len() * nvcpus,
+                pool.scheduler().live_tasks().len(),
+                rss_kib() as f64 / 1024.0,
+                fds(),
+                (exits - exits_before) as f64 / 30.0,
+                made,
+                destroyed
+            );
+            exits_before = exits;
+            eprintln!("{line}");
+            let _ = writeln!(log, "{line}");
+        }
+    }
+    // everything down; the pool's own findings last
+    let fds_live = samples.last().map_or(0, |s| s.2);
+    for l in live.drain(..) {
+        let out = l.run.stop(Duration::from_secs(60)).expect("detach");
+        violations.extend(out.violations.into_iter().map(|v| format!("{}: {v}", l.name)));
+    }
+    violations.extend(pool.violations());
+    let tasks_left = pool.scheduler().live_tasks().len();
+    pool.stop();
+
+    let rss: Vec<u64> = samples.iter().map(|s| s.1).collect();
+    let (lo, hi) = (
+        rss.iter().copied().min().unwrap_or(0),
+        rss.iter().copied().max().unwrap_or(0),
+    );
+    let fds_warm = samples.first().map_or(0, |s| s.2);
+    let rss_flat = lo > 0 && (hi as f64) <= lo as f64 * 1.10;
+    let _ = writeln!(
+        log,
+        "verdict after {:.0} s: VMs created {made}, destroyed {destroyed} ({ended} had ended on their own), \
+         invariant violations {}, stuck vCPUs {}, RSS after warm-up {:.1}-{:.1} MiB ({}), \
+         fds after warm-up {fds_warm}, with all VMs up at the end {fds_live}, tasks left after teardown {tasks_left}",
+        t0.elapsed().as_secs_f64(),
+        violations.len(),
+        stuck.len(),
+        lo as f64 / 1024.0,
+        hi as f64 / 1024.0,
+        if rss_flat { "flat within 10%" } else { "NOT flat within 10%" },
+    );
+    for v in violations.iter().take(20) {
+        let _ = writeln!(log, "  violation: {v}");
+    }
+    for s in stuck.iter().take(20) {
+        let _ = writeln!(log, "  stuck: {s}");
+    }
+    eprint!("{}", log.lines().last().map(|l| format!("{l}\n")).unwrap_or_default());
+    if let Ok(p) = std::env::var("SOAK_OUT") {
+        std::fs::write(&p, &log).expect("write SOAK_OUT");
+    }
+    assert!(violations.is_empty(), "{log}");
+    assert!(stuck.is_empty(), "{log}");
+    assert!(rss_flat, "{log}");
+    assert!(fds_live <= fds_warm, "{log}");
+    assert_eq!(tasks_left, 0, "{log}");
+}
