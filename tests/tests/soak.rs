@@ -2,9 +2,13 @@
 //! the cyclic (RT), messaging and transcode (RT) workloads on one shared
 //! scheduler pool over the emulated gnr-2s topology, with the invariant
 //! checker on, for 10 minutes, while VMs are destroyed and created all the
-//! time. It fails on any invariant violation, a vCPU that stops making
-//! progress, RSS that is not flat within 10% after the warm-up, or more
-//! file descriptors at the end than after the warm-up.
+//! time. It fails on any invariant violation, a stuck vCPU, RSS that is
+//! not flat within 10% after the warm-up, or more file descriptors at the
+//! end than after the warm-up. A vCPU is stuck when it is runnable (not
+//! blocked in the scheduler) and has not left the guest for 10 s
+//! (starved), or when no vCPU of its VM has for 10 s (a lost wakeup
+//! leaves a whole VM waiting). A vCPU blocked in `HLT` while its VM goes
+//! on is waiting for a doorbell, not stuck.
 //!
 //! Run it (release build; docs/reliability.md has the last result):
 //!
@@ -63,6 +67,8 @@ struct Live {
     set: Arc<VmSet>,
     /// Progress per vCPU at the last check, and when it last moved.
     seen: Vec<(u64, Instant)>,
+    /// When any vCPU of the VM last moved.
+    vm_moved: Instant,
 }
 
 #[test]
@@ -110,6 +116,7 @@ fn soak_1000_vcpus_with_churn() {
             run,
             set,
             seen: vec![(0, now); nvcpus],
+            vm_moved: now,
         }
     };
 
@@ -127,7 +134,11 @@ fn soak_1000_vcpus_with_churn() {
     eprint!("{log}");
     let t0 = Instant::now();
     let mut live: VecDeque<Live> = (0..nvms).map(|_| make(&mut made)).collect();
-    let _ = writeln!(log, "all {nvms} VMs attached after {:.1} s", t0.elapsed().as_secs_f64());
+    let _ = writeln!(
+        log,
+        "all {nvms} VMs attached after {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
 
     let mut violations: Vec<String> = Vec::new();
     let mut stuck: Vec<String> = Vec::new();
@@ -142,18 +153,38 @@ fn soak_1000_vcpus_with_churn() {
         std::thread::sleep(Duration::from_secs(1));
         let now = Instant::now();
         // progress: every vCPU of a VM that has not ended moves
+        let sched = pool.scheduler();
         for l in live.iter_mut() {
-            let e = l.set.vms()[0].live() == 0;
+            let ended_vm = l.set.vms()[0].live() == 0;
             for (k, p) in l.set.progress_snapshot().into_iter().enumerate() {
                 let (last, at) = l.seen[k];
                 if p != last {
                     l.seen[k] = (p, now);
-                } else if !e && now - at > stuck_after {
-                    let what = format!("{}/vcpu{k} (no exit for {:.0} s)", l.name, (now - at).as_secs_f64());
-                    if !stuck.contains(&what) {
-                        eprintln!("STUCK: {what}");
-                        stuck.push(what);
-                    }
+                    l.vm_moved = now;
+                    continue;
+                }
+                if ended_vm || now.saturating_duration_since(at) <= stuck_after {
+                    continue;
+                }
+                let slot = &l.set.slots()[k];
+                let state = slot.task.get().and_then(|t| sched.task_state(*t).ok());
+                let starved = !matches!(state, Some(vcpu_sched::TaskState::Blocked) | None);
+                let vm_stalled = now.saturating_duration_since(l.vm_moved) > stuck_after;
+                if starved || vm_stalled {
+                    let what = format!(
+                        "{}/vcpu{k}: no exit for {:.0} s, {state:?}{}",
+                        l.name,
+                        now.saturating_duration_since(at).as_secs_f64(),
+                        if vm_stalled {
+                            ", its whole VM stalled"
+                        } else {
+                            ""
+                        }
+                    );
+                    eprintln!("STUCK: {what}");
+                    stuck.push(what);
+                    // once per vCPU
+                    l.seen[k].1 = now + Duration::from_secs(3600);
                 }
             }
             if let Some(f) = l.set.vms()[0].failure() {
@@ -169,7 +200,11 @@ fn soak_1000_vcpus_with_churn() {
             }
             retired_exits += old.set.progress_snapshot().iter().sum::<u64>();
             let out = old.run.stop(Duration::from_secs(60)).expect("detach");
-            violations.extend(out.violations.into_iter().map(|v| format!("{}: {v}", old.name)));
+            violations.extend(
+                out.violations
+                    .into_iter()
+                    .map(|v| format!("{}: {v}", old.name)),
+            );
             assert!(old.set.vms()[0].torn_down(), "{}: not torn down", old.name);
             destroyed += 1;
             live.push_back(make(&mut made));
@@ -205,7 +240,11 @@ fn soak_1000_vcpus_with_churn() {
     let fds_live = samples.last().map_or(0, |s| s.2);
     for l in live.drain(..) {
         let out = l.run.stop(Duration::from_secs(60)).expect("detach");
-        violations.extend(out.violations.into_iter().map(|v| format!("{}: {v}", l.name)));
+        violations.extend(
+            out.violations
+                .into_iter()
+                .map(|v| format!("{}: {v}", l.name)),
+        );
     }
     violations.extend(pool.violations());
     let tasks_left = pool.scheduler().live_tasks().len();
@@ -236,7 +275,13 @@ fn soak_1000_vcpus_with_churn() {
     for s in stuck.iter().take(20) {
         let _ = writeln!(log, "  stuck: {s}");
     }
-    eprint!("{}", log.lines().last().map(|l| format!("{l}\n")).unwrap_or_default());
+    eprint!(
+        "{}",
+        log.lines()
+            .last()
+            .map(|l| format!("{l}\n"))
+            .unwrap_or_default()
+    );
     if let Ok(p) = std::env::var("SOAK_OUT") {
         std::fs::write(&p, &log).expect("write SOAK_OUT");
     }

@@ -407,7 +407,33 @@ impl WorkerPool {
             &mut || set.sched_tasks.load(Ordering::Acquire) == 0,
         );
         self.sh.detaching.fetch_sub(1, Ordering::AcqRel);
-        r?;
+        if let Err(e) = r {
+            // Every vCPU may have ended while some of its tasks have not
+            // left the scheduler yet: say how many, and in what state.
+            let left: Vec<String> = set
+                .slots()
+                .iter()
+                .filter_map(|s| s.task.get())
+                .filter_map(|t| {
+                    let b = self.sh.rt(*t)?.bound();
+                    let mine = b.as_ref().is_some_and(|b| Arc::ptr_eq(&b.set, set));
+                    mine.then(|| {
+                        format!(
+                            "task {} {:?} on CPU {:?}",
+                            t.0,
+                            self.sched.task_state(*t),
+                            self.sched.task_cpu(*t)
+                        )
+                    })
+                })
+                .take(8)
+                .collect();
+            return Err(TaskError::Stuck(format!(
+                "{e}; {} of its tasks still in the scheduler: {}",
+                set.sched_tasks.load(Ordering::Acquire),
+                left.join(", ")
+            )));
+        }
         for vm in set.vms() {
             if let Some(g) = vm.group.get() {
                 if let Err(e) = self.sched.remove_group(*g) {
