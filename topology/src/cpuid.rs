@@ -446,7 +446,12 @@ impl GuestTopology {
                     index: 0,
                     flags: 0,
                     eax: apic,
-                    ebx: ((c.threads_per_core - 1) << 8) | ((apic >> l.smt_shift()) & 0xff),
+                    // ThreadsPerComputeUnit of this vCPU's own core: a
+                    // guest of a host whose cores differ in threads (a
+                    // hybrid part, or what an XML file says) has cores of
+                    // more than one size
+                    ebx: ((self.smt_siblings(vcpu).len().max(1) as u32 - 1) << 8)
+                        | ((apic >> l.smt_shift()) & 0xff),
                     ecx: (((dies - 1).min(7)) << 8) | (me.die & 0xff),
                     edx: 0,
                 });

@@ -104,3 +104,32 @@ fn fuzzed_node_without_os_index_is_an_error() {
     let e = topology::load(p).unwrap_err().to_string();
     assert!(e.contains("a NUMA node has no OS index"), "{e}");
 }
+
+/// Found by the `topology_xml` fuzz target: a file whose cores differ in
+/// threads (here a misspelt attribute leaves one core with two PUs and
+/// the others with one; a hybrid host has such cores for real). The
+/// guest's AMD leaf 0x8000_001E reported the guest-wide threads per core
+/// on every vCPU; it now reports each vCPU's own core, as the leaf means.
+#[test]
+fn fuzzed_cores_of_different_sizes_report_their_own_threads() {
+    let p = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/fuzz-uneven-smt.xml"
+    );
+    let host = topology::load(p).expect("hwloc reads it");
+    let all: Vec<u32> = (0..host.num_cpus() as u32).collect();
+    let g = topology::GuestTopology::from_host_cpus(&host, &all).expect("a guest");
+    let base = topology::CpuidSet::default();
+    let mut sizes = std::collections::BTreeSet::new();
+    for i in 0..g.num_vcpus() {
+        let set = g.cpuid(i, &base, topology::Vendor::Amd);
+        let e = set.get(0x8000_001E, 0).expect("leaf 0x8000_001E");
+        let threads = ((e.ebx >> 8) & 0xff) as usize + 1;
+        assert_eq!(threads, g.smt_siblings(i).len().max(1), "vCPU {i}");
+        sizes.insert(threads);
+    }
+    assert!(
+        sizes.len() > 1,
+        "the file's cores differ in size: {sizes:?}"
+    );
+}
