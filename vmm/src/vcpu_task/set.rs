@@ -554,8 +554,15 @@ pub(crate) enum Resume {
 /// right before its `KVM_RUN`), and with the breakdown on, its stages.
 pub(crate) fn resumed(set: &VmSet, slot: &VcpuSlot, m: &mut VcpuMetrics, how: Resume) {
     let now = set.now();
-    let woken = slot.woken_at.swap(0, Ordering::AcqRel);
-    let picked = slot.picked_at.swap(0, Ordering::AcqRel);
+    // breakdown off: no read-modify-write on the slot's line
+    let (woken, picked) = if set.breakdown_on() {
+        (
+            slot.woken_at.swap(0, Ordering::AcqRel),
+            slot.picked_at.swap(0, Ordering::AcqRel),
+        )
+    } else {
+        (0, 0)
+    };
     let inside = set.window.inside(now);
     let (from, base) = match how {
         Resume::Halt(blocked_at) => {
