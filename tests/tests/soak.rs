@@ -181,6 +181,11 @@ fn soak_1000_vcpus_with_churn() {
                             ""
                         }
                     );
+                    let cpu = slot.task.get().and_then(|t| sched.task_cpu(*t).ok());
+                    let what = match cpu {
+                        Some(c) if starved => format!("{what}; {}", pool.cpu_state(c)),
+                        _ => what,
+                    };
                     eprintln!("STUCK: {what}");
                     stuck.push(what);
                     // once per vCPU

@@ -513,6 +513,27 @@ impl WorkerPool {
         &self.sched
     }
 
+    /// What CPU `cpu`'s worker is doing, for diagnostics: the task it
+    /// published as current (or idle), whether it is parked, whether a
+    /// kick is pending, and its thread's host CPU time so far.
+    pub fn cpu_state(&self, cpu: CpuId) -> String {
+        let Some(w) = self.sh.cpus.get(cpu as usize) else {
+            return format!("no CPU {cpu}");
+        };
+        let cur = match w.current.load(Ordering::SeqCst) {
+            IDLE => "idle".to_string(),
+            t => format!("task {t}"),
+        };
+        format!(
+            "CPU {cpu}: worker runs {cur}, parked {}, kick pending {}, core current {:?}, needs attention {:?}, host CPU {:?}",
+            w.parked.load(Ordering::SeqCst),
+            w.token.load(Ordering::SeqCst),
+            self.sched.current(cpu).ok().flatten().map(|t| t.0),
+            self.sched.needs_attention(cpu).ok(),
+            runnable_thread(w.tid.load(Ordering::Acquire)),
+        )
+    }
+
     /// Per CPU: ns inside `schedule` and `schedule` calls, so far.
     pub fn sched_time_per_cpu(&self) -> (Vec<u64>, Vec<u64>) {
         let st = &self.sh.stats;
