@@ -69,6 +69,8 @@ struct Live {
     seen: Vec<(u64, Instant)>,
     /// When any vCPU of the VM last moved.
     vm_moved: Instant,
+    /// Per vCPU: when it was reported stuck, until it moves again.
+    stuck_since: Vec<Option<Instant>>,
 }
 
 #[test]
@@ -117,6 +119,7 @@ fn soak_1000_vcpus_with_churn() {
             set,
             seen: vec![(0, now); nvcpus],
             vm_moved: now,
+            stuck_since: vec![None; nvcpus],
         }
     };
 
@@ -147,6 +150,7 @@ fn soak_1000_vcpus_with_churn() {
     let mut last_churn = Instant::now();
     let mut last_line = Instant::now();
     let mut exits_before = 0u64;
+    let mut gdb_done = false;
     let mut retired_exits = 0u64;
     let end = t0 + Duration::from_secs(secs);
     while Instant::now() < end {
@@ -159,6 +163,13 @@ fn soak_1000_vcpus_with_churn() {
             for (k, p) in l.set.progress_snapshot().into_iter().enumerate() {
                 let (last, at) = l.seen[k];
                 if p != last {
+                    if let Some(since) = l.stuck_since[k].take() {
+                        eprintln!(
+                            "RECOVERED: {}/vcpu{k} moved again {:.1} s after it was reported stuck",
+                            l.name,
+                            now.saturating_duration_since(since).as_secs_f64()
+                        );
+                    }
                     l.seen[k] = (p, now);
                     l.vm_moved = now;
                     continue;
@@ -181,13 +192,41 @@ fn soak_1000_vcpus_with_churn() {
                             ""
                         }
                     );
-                    let cpu = slot.task.get().and_then(|t| sched.task_cpu(*t).ok());
-                    let what = match cpu {
-                        Some(c) if starved => format!("{what}; {}", pool.cpu_state(c)),
+                    // Where it is: its state in the core, which CPU's wake
+                    // list holds it (else the CPU it is on or last ran on),
+                    // and that CPU's worker.
+                    let what = match slot.task.get() {
+                        Some(&t) if starved => {
+                            let on_list = sched.wake_list_of(t);
+                            let cpu = on_list.or_else(|| sched.task_cpu(t).ok());
+                            format!(
+                                "{what}; {}; {}",
+                                sched
+                                    .explain_task(t, pool.now())
+                                    .unwrap_or_else(|e| e.to_string()),
+                                cpu.map_or("no CPU".into(), |c| pool.cpu_state(c))
+                            )
+                        }
                         _ => what,
                     };
                     eprintln!("STUCK: {what}");
+                    if let (Ok(out), false) = (std::env::var("SOAK_GDB"), gdb_done) {
+                        // every thread's stack, once (the process stops
+                        // while gdb reads it)
+                        gdb_done = true;
+                        // straight into the file: a pipe would need this
+                        // (stopped) process to read it
+                        if let Ok(f) = std::fs::File::create(&out) {
+                            let _ = std::process::Command::new("gdb")
+                                .args(["-batch", "-p", &std::process::id().to_string()])
+                                .args(["-ex", "thread apply all bt 20"])
+                                .stdout(f)
+                                .stderr(std::process::Stdio::null())
+                                .status();
+                        }
+                    }
                     stuck.push(what);
+                    l.stuck_since[k] = Some(now);
                     // once per vCPU
                     l.seen[k].1 = now + Duration::from_secs(3600);
                 }
@@ -200,6 +239,7 @@ fn soak_1000_vcpus_with_churn() {
         if now - last_churn >= churn {
             last_churn = now;
             let old = live.pop_front().expect("a VM");
+            let t_stop = Instant::now();
             if old.set.vms()[0].live() == 0 {
                 ended += 1;
             }
@@ -212,7 +252,19 @@ fn soak_1000_vcpus_with_churn() {
             );
             assert!(old.set.vms()[0].torn_down(), "{}: not torn down", old.name);
             destroyed += 1;
+            let t_make = Instant::now();
             live.push_back(make(&mut made));
+            let (stop_s, make_s) = (
+                (t_make - t_stop).as_secs_f64(),
+                t_make.elapsed().as_secs_f64(),
+            );
+            if stop_s + make_s > 2.0 {
+                eprintln!(
+                    "SLOW CHURN at t={:.0}s: destroying {} took {stop_s:.1} s, creating the next {make_s:.1} s",
+                    (now - t0).as_secs_f64(),
+                    old.name
+                );
+            }
         }
         let t = (now - t0).as_secs_f64();
         if now - t0 >= warmup {

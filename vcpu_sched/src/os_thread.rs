@@ -230,3 +230,35 @@ mod tests {
         .unwrap();
     }
 }
+
+/// What the kernel says thread `tid` of this process is doing, for
+/// diagnostics of a stuck thread: its state letter (R running or
+/// runnable, S sleeping, D uninterruptible), the system call it is in (a
+/// number, or "running" in user space) and the top of its kernel stack
+/// (readable by root only; empty otherwise).
+pub fn describe_thread(tid: u32) -> String {
+    let base = format!("/proc/self/task/{tid}");
+    let state = std::fs::read_to_string(format!("{base}/stat"))
+        .ok()
+        .and_then(|s| {
+            // the name is in parentheses and may hold spaces
+            let rest = &s[s.rfind(')')? + 1..];
+            rest.split_whitespace().next().map(str::to_string)
+        })
+        .unwrap_or_else(|| "?".into());
+    let syscall = std::fs::read_to_string(format!("{base}/syscall"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into());
+    let stack: Vec<String> = std::fs::read_to_string(format!("{base}/stack"))
+        .unwrap_or_default()
+        .lines()
+        .take(6)
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .map(|f| f.split('+').next().unwrap_or(f).to_string())
+        .collect();
+    format!(
+        "thread {tid}: state {state}, syscall {syscall}, kernel stack [{}]",
+        stack.join(" < ")
+    )
+}

@@ -81,6 +81,10 @@ pub struct CpuHot {
     pub(crate) nr_queued: AtomicU32,
     pub(crate) nr_fair_queued: AtomicU32,
     pub(crate) nr_rt_queued: AtomicU32,
+    /// The priority index of the most urgent waiting RT task (0: none),
+    /// Linux's `rt.highest_prio.next`: pullers skip this CPU without its
+    /// lock when it has nothing more urgent than what they run.
+    pub(crate) rt_queued_pri: AtomicU32,
     /// A busy CPU that kicked this idle one to take work.
     pub(crate) balance_hint: AtomicU32,
     /// When the tick next needs the slow path for the current task.
@@ -100,6 +104,7 @@ impl CpuHot {
             nr_queued: AtomicU32::new(0),
             nr_fair_queued: AtomicU32::new(0),
             nr_rt_queued: AtomicU32::new(0),
+            rt_queued_pri: AtomicU32::new(0),
             balance_hint: AtomicU32::new(NO_TASK),
             slice_end: AtomicU64::new(u64::MAX),
             next_balance: AtomicU64::new(0),

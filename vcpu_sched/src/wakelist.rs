@@ -82,6 +82,26 @@ impl WakeList {
         WakeChain { cur: prev, link }
     }
 
+    /// Whether `task` is on this list: a racy walk of at most `limit`
+    /// links, for diagnostics only (a concurrent push or drain can hide a
+    /// task that is there, never invent one that never was).
+    pub fn holds<'a, F>(&self, task: u32, link: F, limit: usize) -> bool
+    where
+        F: Fn(u32) -> &'a AtomicU32,
+    {
+        let mut cur = self.head.load(Ordering::Acquire);
+        for _ in 0..limit {
+            if cur == NIL {
+                return false;
+            }
+            if cur == task {
+                return true;
+            }
+            cur = link(cur).load(Ordering::Acquire);
+        }
+        false
+    }
+
     /// Is the list empty (a racy hint)?
     #[inline]
     pub fn is_empty(&self) -> bool {

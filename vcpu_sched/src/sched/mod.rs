@@ -51,7 +51,9 @@ use crate::rto::RtOverload;
 use crate::shared_rq::SharedRq;
 use crate::stats::{CpuStats, SchedCounters, TaskStats};
 use crate::task::{CpuId, GroupId, Policy, TaskId, TaskSpec, TaskState};
-use crate::tasks::{lock, state_of, Task, TaskTable, ST_BLOCKED, ST_EXITED, ST_FREE, ST_MASK};
+use crate::tasks::{
+    lock, state_of, Task, TaskTable, PENDING, ST_BLOCKED, ST_EXITED, ST_FREE, ST_MASK,
+};
 use crate::topo::TopoMap;
 
 mod affinity;
@@ -374,6 +376,48 @@ impl Scheduler {
     /// A task's state.
     pub fn task_state(&self, id: TaskId) -> Result<TaskState> {
         Ok(state_of(self.task(id)?.state.load(Ordering::Acquire)))
+    }
+
+    /// For diagnostics of a stuck task: its raw state (with a remembered
+    /// wake), the CPU it is on or last ran on, how long ago (against `now`)
+    /// its last wakeup was, and which CPU's wake list holds it, if any (a
+    /// racy walk: a task in flight may be missed).
+    pub fn explain_task(&self, id: TaskId, now: u64) -> Result<String> {
+        let t = self.task(id)?;
+        let code = t.state.load(Ordering::Acquire);
+        let woken = t.acct.woken_at.load(Ordering::Relaxed);
+        let on_list = self.wake_list_of(id);
+        Ok(format!(
+            "task {}: {}{}, cpu {}, last woken {}, on the wake list of {}",
+            id.0,
+            state_of(code).name(),
+            if code & PENDING != 0 {
+                " (wake remembered)"
+            } else {
+                ""
+            },
+            t.cpu.load(Ordering::Acquire),
+            if woken == 0 {
+                "never".to_string()
+            } else {
+                format!("{:.3} s ago", now.saturating_sub(woken) as f64 / 1e9)
+            },
+            on_list.map_or("no CPU".to_string(), |c| format!("CPU {c}")),
+        ))
+    }
+
+    /// For diagnostics: the CPU whose wake list holds `id`, if any (a racy
+    /// walk of every list: a task in flight may be missed).
+    pub fn wake_list_of(&self, id: TaskId) -> Option<CpuId> {
+        (0..self.cpus.len())
+            .find(|&c| {
+                self.cpus[c].wake.list.holds(
+                    id.0,
+                    |i| &self.tasks.slots[i as usize].wake_next,
+                    self.tasks.slots.len(),
+                )
+            })
+            .map(|c| c as CpuId)
     }
 
     /// The CPU a task is on, or last ran on.

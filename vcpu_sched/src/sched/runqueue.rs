@@ -60,6 +60,10 @@ impl Scheduler {
         h.nr_fair_queued
             .store(rq.fair.len() as u32, Ordering::Relaxed);
         h.nr_rt_queued.store(rq.rt.len(), Ordering::Relaxed);
+        let best = rq.rt.highest().map_or(0, |p| p as u32 + PRI_FAIR);
+        if h.rt_queued_pri.load(Ordering::Relaxed) != best {
+            h.rt_queued_pri.store(best, Ordering::Relaxed);
+        }
     }
 
     /// Counts a migration of a task from `from` to `to` by distance, on

@@ -525,12 +525,13 @@ impl WorkerPool {
             t => format!("task {t}"),
         };
         format!(
-            "CPU {cpu}: worker runs {cur}, parked {}, kick pending {}, core current {:?}, needs attention {:?}, host CPU {:?}",
+            "CPU {cpu}: worker runs {cur}, parked {}, kick pending {}, core current {:?}, needs attention {:?}, host CPU {:?}, {}",
             w.parked.load(Ordering::SeqCst),
             w.token.load(Ordering::SeqCst),
             self.sched.current(cpu).ok().flatten().map(|t| t.0),
             self.sched.needs_attention(cpu).ok(),
             runnable_thread(w.tid.load(Ordering::Acquire)),
+            vcpu_sched::os_thread::describe_thread(w.tid.load(Ordering::Acquire)),
         )
     }
 
