@@ -30,6 +30,42 @@ use vmm::vcpu_bench::{guests, iters_per_us};
 use vmm::vcpu_task::workers::WorkerPool;
 use vmm::vcpu_task::{ExecOptions, Placement, Running, VmSet};
 
+/// Counts the bytes the process holds on the heap, to tell a leak (live
+/// bytes grow) from allocator fragmentation (RSS grows, live bytes flat).
+struct Counting;
+
+static LIVE: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+// SAFETY: every call is forwarded to the system allocator unchanged; the
+// counter only observes sizes.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the caller's contract is the system allocator's.
+        unsafe { std::alloc::System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        LIVE.fetch_sub(l.size() as i64, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: `p` came from this allocator with layout `l`.
+        unsafe { std::alloc::System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, n: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            n as i64 - l.size() as i64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        // SAFETY: as for dealloc and alloc.
+        unsafe { std::alloc::System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+fn heap_mib() -> f64 {
+    LIVE.load(std::sync::atomic::Ordering::Relaxed) as f64 / (1024.0 * 1024.0)
+}
+
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -83,6 +119,7 @@ fn soak_1000_vcpus_with_churn() {
     let spec = std::env::var("SOAK_TOPOLOGY").unwrap_or_else(|_| "gnr-2s".into());
     let warmup = Duration::from_secs((secs / 10).clamp(5, 60));
     let stuck_after = Duration::from_secs(10);
+    let line_every = Duration::from_secs(env("SOAK_LINE_S", 30));
 
     vmm::vcpu::install_kick_signal().expect("kick signal");
     let host = MicroHost::open().expect("/dev/kvm");
@@ -270,7 +307,7 @@ fn soak_1000_vcpus_with_churn() {
         if now - t0 >= warmup {
             samples.push((t, rss_kib(), fds()));
         }
-        if now - last_line >= Duration::from_secs(30) {
+        if now - last_line >= line_every {
             last_line = now;
             let exits: u64 = retired_exits
                 + live
@@ -278,13 +315,14 @@ fn soak_1000_vcpus_with_churn() {
                     .map(|l| l.set.progress_snapshot().iter().sum::<u64>())
                     .sum::<u64>();
             let line = format!(
-                "t={t:5.0}s VMs {} vCPUs {} tasks {} RSS {:.1} MiB fds {} exits/s {:.0} created {} destroyed {}",
+                "t={t:5.0}s VMs {} vCPUs {} tasks {} RSS {:.1} MiB (heap {:.1} MiB) fds {} exits/s {:.0} created {} destroyed {}",
                 live.len(),
                 live.len() * nvcpus,
                 pool.scheduler().live_tasks().len(),
                 rss_kib() as f64 / 1024.0,
+                heap_mib(),
                 fds(),
-                (exits - exits_before) as f64 / 30.0,
+                (exits - exits_before) as f64 / line_every.as_secs_f64(),
                 made,
                 destroyed
             );

@@ -353,6 +353,21 @@ impl CpuMaskList {
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.masks.iter().flat_map(|m| m.iter())
     }
+    /// The CPUs, preferred masks first, each mask from `start` on
+    /// (wrapping): CPUs that all scan the same list spread out instead of
+    /// all trying the same CPU first.
+    pub fn iter_from(&self, start: u32) -> impl Iterator<Item = u32> + '_ {
+        self.masks.iter().flat_map(move |m| {
+            let mut left = *m;
+            let mut at = start;
+            std::iter::from_fn(move || {
+                let c = left.next_wrapping(at)?;
+                left.clear(c);
+                at = c;
+                Some(c)
+            })
+        })
+    }
     /// No CPU at all?
     pub fn is_empty(&self) -> bool {
         self.masks.is_empty()
@@ -362,6 +377,27 @@ impl CpuMaskList {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mask_list_from_a_start_keeps_mask_order_and_wraps_inside_each() {
+        let mut l = CpuMaskList::default();
+        let mut a = CpuMask::empty();
+        for c in [1, 4, 6] {
+            a.set(c);
+        }
+        let mut b = CpuMask::empty();
+        for c in [8, 10] {
+            b.set(c);
+        }
+        l.push(a);
+        l.push(b);
+        assert_eq!(l.iter_from(5).collect::<Vec<_>>(), vec![6, 1, 4, 8, 10]);
+        assert_eq!(l.iter_from(9).collect::<Vec<_>>(), vec![1, 4, 6, 10, 8]);
+        assert_eq!(
+            l.iter_from(0).collect::<Vec<_>>(),
+            l.iter().collect::<Vec<_>>()
+        );
+    }
 
     #[test]
     fn basic_ops() {

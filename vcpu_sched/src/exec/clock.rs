@@ -180,6 +180,36 @@ pub fn run_clock(
     }
 }
 
+/// Runs the invariant checker every `interval` ns until
+/// [`ClockHost::quit`], on the calling thread: its own thread, not the
+/// clock's. A snapshot locks every runqueue; taken on the clock thread, the
+/// ticks and sleep timers of every CPU waited for it, and with hundreds of
+/// CPUs on a few host CPUs that took seconds (the 1,000-vCPU soak's
+/// stalls). Here only the CPUs whose locks it holds wait.
+pub fn run_checker(
+    host: &dyn ClockHost,
+    sched: &Scheduler,
+    interval: u64,
+    checker: &Mutex<Option<InvariantChecker>>,
+) {
+    let step = Duration::from_millis(10).min(Duration::from_nanos(interval.max(1)));
+    let mut next = host.now() + interval;
+    while !host.quit() {
+        let now = host.now();
+        if now < next {
+            // short naps, so that a quit is seen soon
+            std::thread::sleep(step.min(Duration::from_nanos(next - now)));
+            continue;
+        }
+        if !host.stopping() {
+            if let Some(c) = lock(checker).as_mut() {
+                c.observe_live(sched, host.now(), &|cpu| host.liveness(cpu));
+            }
+        }
+        next = host.now() + interval;
+    }
+}
+
 /// The calling thread's kernel thread id.
 pub fn current_tid() -> u32 {
     // SAFETY: gettid has no preconditions and cannot fail.

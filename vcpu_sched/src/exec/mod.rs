@@ -20,7 +20,8 @@ pub mod sim;
 pub mod threads;
 
 pub use clock::{
-    current_tid, run_clock, runnable_thread, thread_cpu_ns, ClockHost, ClockPeriods, TimerQueue,
+    current_tid, run_checker, run_clock, runnable_thread, thread_cpu_ns, ClockHost, ClockPeriods,
+    TimerQueue,
 };
 pub use threads::{
     allowed_host_cpus, pin_current_thread, set_current_thread_policy, set_host_rt, CheckConfig,

@@ -135,8 +135,11 @@ impl Scheduler {
         // 397 of 480 workers waiting in here). The check is a hint; the
         // locked one below decides.
         let mut mine_hint = self.rt_level(&self.lock_rq(cpu));
+        // Each puller starts its scan of a node's overloaded CPUs at its
+        // own number: the idle CPUs that pull at once then spread over the
+        // sources instead of queueing on the first one's lock.
         let cands = self.rto.candidates(self.map.node_of(cpu));
-        for src in cands.iter() {
+        for src in cands.iter_from(cpu) {
             if src == cpu {
                 continue;
             }

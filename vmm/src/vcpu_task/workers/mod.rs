@@ -43,7 +43,7 @@ use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
 use vcpu_sched::exec::{
-    run_clock, runnable_thread, set_host_rt, ClockHost, ClockPeriods, TimerQueue,
+    run_checker, run_clock, runnable_thread, set_host_rt, ClockHost, ClockPeriods, TimerQueue,
 };
 use vcpu_sched::sched::KickCpu;
 use vcpu_sched::{
@@ -477,10 +477,29 @@ impl WorkerPool {
     /// Starts the clock thread (ticks, sleep timers, the checker).
     fn spawn_clock(&self, opts: &ExecOptions) -> Result<(), TaskError> {
         let (sh2, s2, ck) = (self.sh.clone(), self.sched.clone(), self.checker.clone());
+        // the checker's snapshots run on a thread of their own (see
+        // run_checker), not on the clock's
         let periods = ClockPeriods {
             tick: opts.tick.as_nanos() as u64,
-            check: opts.check.as_ref().map(|c| c.interval.as_nanos() as u64),
+            check: None,
         };
+        if let Some(iv) = opts.check.as_ref().map(|c| c.interval.as_nanos() as u64) {
+            let (sh3, s3, ck3) = (self.sh.clone(), self.sched.clone(), self.checker.clone());
+            let h = std::thread::Builder::new()
+                .name("worker-check".into())
+                .spawn(move || run_checker(&*sh3, &s3, iv, &ck3))
+                .map_err(|e| TaskError::Os {
+                    context: "cannot start the checker thread".into(),
+                    source: e,
+                });
+            match h {
+                Ok(h) => lock(&self.threads).push(h),
+                Err(e) => {
+                    self.stop_threads();
+                    return Err(e);
+                }
+            }
+        }
         let h = std::thread::Builder::new()
             .name("worker-clock".into())
             .spawn(move || {
