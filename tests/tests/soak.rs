@@ -16,7 +16,17 @@
 //!
 //! `SOAK_SECS` (600), `SOAK_VMS` (125), `SOAK_VCPUS` (8) and
 //! `SOAK_TOPOLOGY` (gnr-2s) change its size; `SOAK_CHURN_MS` (2000) is the
-//! time between two replacements of the oldest VM.
+//! time between two replacements of the oldest VM; `SOAK_LINE_S` (30) the
+//! time between progress lines.
+//!
+//! For a stuck vCPU it prints where the task is in the core (its state,
+//! which CPU's wake list holds it), that CPU's worker (what it runs,
+//! parked, kick pending, the core's current task) and what the kernel says
+//! of the worker's thread (state, system call, kernel stack).
+//! `SOAK_GDB=FILE` also writes every thread's stack to FILE with gdb at the
+//! first stuck vCPU (that is how the RT-pull convoy was found).
+//! `SOAK_GLIBC_DEFAULT_HEAP=1` skips [`vmm::memory::steady_heap`], to see
+//! what it saves.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -121,6 +131,11 @@ fn soak_1000_vcpus_with_churn() {
     let stuck_after = Duration::from_secs(10);
     let line_every = Duration::from_secs(env("SOAK_LINE_S", 30));
 
+    // as `vmm` does in main (SOAK_GLIBC_DEFAULT_HEAP=1 leaves glibc's
+    // dynamic mmap threshold on, to compare)
+    if std::env::var_os("SOAK_GLIBC_DEFAULT_HEAP").is_none() {
+        assert!(vmm::memory::steady_heap(), "mallopt refused");
+    }
     vmm::vcpu::install_kick_signal().expect("kick signal");
     let host = MicroHost::open().expect("/dev/kvm");
     let ipu = iters_per_us(&host).expect("calibration");

@@ -104,6 +104,49 @@ fn all_sets() -> Vec<Mitigations> {
     Mitigations::seeds_variants()
 }
 
+/// RT pull leaves alone, without taking its lock, an overloaded CPU whose
+/// waiting task is no more urgent than what the puller runs. Without that
+/// lockless check every CPU that schedules locked every overloaded CPU in
+/// turn, and the 1,000-vCPU soak's workers convoyed on those locks for
+/// tens of seconds. Here the source's runqueue lock is held by the test
+/// while CPU 1 pulls: the pull must come back anyway.
+#[test]
+fn rt_pull_skips_a_source_with_nothing_more_urgent_without_its_lock() {
+    for mit in all_sets() {
+        let mut sim = Sim::new(topo16(), mit);
+        let on0 = sim.fifo_tasks("a", 1, 50, CpuMask::single(0))[0];
+        let on1 = sim.fifo_tasks("b", 1, 50, CpuMask::single(1))[0];
+        let mut both = CpuMask::single(0);
+        both.set(1);
+        let extra = sim.fifo_tasks("c", 1, 50, both)[0];
+        for (t, by) in [(on0, 0), (on1, 1), (extra, 0)] {
+            sim.s.wake(t, Some(by), sim.now).unwrap();
+            sim.settle();
+        }
+        assert_eq!(sim.s.current(0).unwrap(), Some(on0), "{mit}");
+        assert_eq!(sim.s.current(1).unwrap(), Some(on1), "{mit}");
+        assert_eq!(sim.s.task_state(extra).unwrap(), TaskState::Queued);
+        assert_eq!(
+            sim.s.task_cpu(extra).unwrap(),
+            0,
+            "{mit}: it waits on CPU 0"
+        );
+        let (s, now) = (&sim.s, sim.now);
+        std::thread::scope(|sc| {
+            let held = s.lock_rq(0);
+            let (tx, rx) = std::sync::mpsc::channel();
+            sc.spawn(move || tx.send(s.pull_rt(1, now)).unwrap());
+            let r = rx.recv_timeout(std::time::Duration::from_secs(20));
+            drop(held);
+            assert_eq!(
+                r,
+                Ok(false),
+                "{mit}: CPU 1's pull waited for CPU 0's lock (or pulled an equal task)"
+            );
+        });
+    }
+}
+
 #[test]
 fn prio_99_preempts_prio_1_on_one_cpu() {
     for mit in all_sets() {

@@ -5,6 +5,8 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     // The origin of `vmm run --timeout`.
     vmm::cli::args::mark_start();
+    // A long `vmm serve` creates and destroys VMs: keep its heap steady.
+    let _ = vmm::memory::steady_heap();
     let cli = match vmm::cli::parse() {
         Ok(c) => c,
         Err(code) => return code,

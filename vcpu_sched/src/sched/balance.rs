@@ -119,7 +119,7 @@ impl Scheduler {
 
     /// Pulls waiting RT tasks from overloaded CPUs that are more urgent than
     /// anything queued on `cpu`. Returns whether it pulled any.
-    pub(super) fn pull_rt(&self, cpu: CpuId, now: u64) -> bool {
+    pub(crate) fn pull_rt(&self, cpu: CpuId, now: u64) -> bool {
         if !self.rto.overloaded() {
             return false;
         }
