@@ -85,6 +85,14 @@ pub struct CpuHot {
     /// Linux's `rt.highest_prio.next`: pullers skip this CPU without its
     /// lock when it has nothing more urgent than what they run.
     pub(crate) rt_queued_pri: AtomicU32,
+    /// A CPU is pulling (RT) or stealing (fair) from this one: at most one
+    /// at a time; the others pass it by instead of queueing on its
+    /// runqueue lock.
+    pub(crate) pull_busy: AtomicBool,
+    /// A puller that passed this CPU by (another was pulling from it) and
+    /// found nothing elsewhere asks it to push its waiting RT tasks at its
+    /// next `schedule` (Linux's RT_PUSH_IPI, for the contended case).
+    pub(crate) push_request: AtomicBool,
     /// A busy CPU that kicked this idle one to take work.
     pub(crate) balance_hint: AtomicU32,
     /// When the tick next needs the slow path for the current task.
@@ -105,6 +113,8 @@ impl CpuHot {
             nr_fair_queued: AtomicU32::new(0),
             nr_rt_queued: AtomicU32::new(0),
             rt_queued_pri: AtomicU32::new(0),
+            pull_busy: AtomicBool::new(false),
+            push_request: AtomicBool::new(false),
             balance_hint: AtomicU32::new(NO_TASK),
             slice_end: AtomicU64::new(u64::MAX),
             next_balance: AtomicU64::new(0),

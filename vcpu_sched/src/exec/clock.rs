@@ -25,9 +25,23 @@ struct Timer {
     gen: u64,
 }
 
+/// How many independently locked heaps the timers are spread over.
+const TIMER_SHARDS: usize = 16;
+
+/// One shard of the timer heap, on lines of its own.
+#[repr(align(128))]
+#[derive(Default)]
+struct TimerShard(Mutex<BinaryHeap<Timer>>);
+
 /// Sleep timers, fired by the clock thread.
+///
+/// Sharded by key: every worker arms a timer each time one of its vCPUs
+/// sleeps, and with one lock for all of them the 1,000-vCPU soak found 67
+/// of 480 workers asleep on it at once (a holder the host preempted held
+/// up every other). The clock drains the due timers of every shard in one
+/// pass and fires them in date order.
 pub struct TimerQueue {
-    heap: Mutex<BinaryHeap<Timer>>,
+    shards: Box<[TimerShard]>,
     /// The date the clock thread sleeps until.
     next: AtomicU64,
     thread: OnceLock<Thread>,
@@ -43,7 +57,7 @@ impl TimerQueue {
     /// An empty queue.
     pub fn new() -> Self {
         Self {
-            heap: Mutex::new(BinaryHeap::new()),
+            shards: (0..TIMER_SHARDS).map(|_| TimerShard::default()).collect(),
             next: AtomicU64::new(0),
             thread: OnceLock::new(),
         }
@@ -64,7 +78,7 @@ impl TimerQueue {
     /// Arms a timer: at `at` the clock calls [`ClockHost::fire`] with `key`
     /// and `gen` (the host tells a cancelled timer by its generation).
     pub fn add(&self, at: u64, key: usize, gen: u64) {
-        lock(&self.heap).push(Timer {
+        lock(&self.shards[key % TIMER_SHARDS].0).push(Timer {
             at: std::cmp::Reverse(at),
             key,
             gen,
@@ -74,16 +88,26 @@ impl TimerQueue {
         }
     }
 
-    fn pop_due(&self, now: u64) -> Option<(usize, u64)> {
-        let mut q = lock(&self.heap);
-        match q.peek() {
-            Some(t) if t.at.0 <= now => q.pop().map(|t| (t.key, t.gen)),
-            _ => None,
+    /// Moves every timer due at `now` into `out` as (date, key, gen),
+    /// earliest first.
+    fn drain_due(&self, now: u64, out: &mut Vec<(u64, usize, u64)>) {
+        out.clear();
+        for sh in self.shards.iter() {
+            let mut q = lock(&sh.0);
+            while q.peek().is_some_and(|t| t.at.0 <= now) {
+                if let Some(t) = q.pop() {
+                    out.push((t.at.0, t.key, t.gen));
+                }
+            }
         }
+        out.sort_unstable();
     }
 
     fn first(&self) -> Option<u64> {
-        lock(&self.heap).peek().map(|t| t.at.0)
+        self.shards
+            .iter()
+            .filter_map(|sh| lock(&sh.0).peek().map(|t| t.at.0))
+            .min()
     }
 }
 
@@ -131,6 +155,7 @@ pub fn run_clock(
     let tick = periods.tick.max(1);
     let mut next_tick = host.now() + tick;
     let mut next_check = periods.check.map(|i| host.now() + i);
+    let mut due = Vec::new();
     loop {
         if host.quit() {
             return;
@@ -145,7 +170,8 @@ pub fn run_clock(
                 next_tick = now + tick;
             }
         }
-        while let Some((key, gen)) = timers.pop_due(now) {
+        timers.drain_due(now, &mut due);
+        for &(_, key, gen) in due.iter() {
             host.fire(sched, key, gen, now);
         }
         if let (Some(nc), Some(iv)) = (next_check, periods.check) {
@@ -244,11 +270,16 @@ mod tests {
         q.add(30, 3, 0);
         q.add(10, 1, 7);
         q.add(20, 2, 0);
+        // keys 1 and 17 share a shard, 2 and 3 have their own
+        q.add(15, 17, 1);
         assert_eq!(q.first(), Some(10));
-        assert_eq!(q.pop_due(5), None);
-        assert_eq!(q.pop_due(25), Some((1, 7)));
-        assert_eq!(q.pop_due(25), Some((2, 0)));
-        assert_eq!(q.pop_due(25), None);
+        let mut due = Vec::new();
+        q.drain_due(5, &mut due);
+        assert!(due.is_empty());
+        q.drain_due(25, &mut due);
+        assert_eq!(due, vec![(10, 1, 7), (15, 17, 1), (20, 2, 0)]);
+        q.drain_due(25, &mut due);
+        assert!(due.is_empty());
         assert_eq!(q.first(), Some(30));
     }
 

@@ -135,6 +135,7 @@ impl Scheduler {
         // 397 of 480 workers waiting in here). The check is a hint; the
         // locked one below decides.
         let mut mine_hint = self.rt_level(&self.lock_rq(cpu));
+        let mut passed_by = None;
         // Each puller starts its scan of a node's overloaded CPUs at its
         // own number: the idle CPUs that pull at once then spread over the
         // sources instead of queueing on the first one's lock.
@@ -149,6 +150,15 @@ impl Scheduler {
                 || (best > h.curr_pri.load(Ordering::Relaxed)
                     && h.curr.load(Ordering::Relaxed) != NO_TASK)
             {
+                continue;
+            }
+            // One puller per source: another CPU already pulling from it
+            // takes its best task, so this one passes it by rather than
+            // sleep on its lock (in the soak, hundreds of idle CPUs chose
+            // the same few sources at once and queued on their locks). The
+            // source's own push, and later pulls, move what is left.
+            if h.pull_busy.swap(true, Ordering::Acquire) {
+                passed_by.get_or_insert(src);
                 continue;
             }
             let (mut me, mut s) = self.lock2(cpu, src);
@@ -171,14 +181,28 @@ impl Scheduler {
                     .rt_pulls
                     .fetch_add(1, Ordering::Relaxed);
             }
+            drop(s);
+            drop(me);
+            h.pull_busy.store(false, Ordering::Release);
+        }
+        // Nothing pulled, and a source passed by: it may hold more than the
+        // other puller takes, so ask it to push (it does at its next
+        // `schedule`, where it knows the lowest CPUs through cpupri).
+        if let (false, Some(src)) = (pulled, passed_by) {
+            let h = &self.cpus[src as usize].hot;
+            if !h.push_request.swap(true, Ordering::AcqRel) {
+                self.resched_cpu(src, Some(cpu));
+            }
         }
         pulled
     }
 
     /// Looks for work for idle `cpu`: RT pull, the LLC's shared runqueue,
     /// then stealing a waiting fair task from a busy CPU nearby.
-    pub(super) fn newidle_balance(&self, cpu: CpuId, now: u64) -> bool {
-        if self.pull_rt(cpu, now) {
+    /// `rt_pulled`: the caller has just tried an RT pull (a second one
+    /// finds the same sources, and takes their locks again for nothing).
+    pub(super) fn newidle_balance(&self, cpu: CpuId, now: u64, rt_pulled: bool) -> bool {
+        if !rt_pulled && self.pull_rt(cpu, now) {
             return true;
         }
         let st = &self.cpus[cpu as usize].stats;
@@ -258,6 +282,12 @@ impl Scheduler {
                 {
                     continue;
                 }
+                // one balancer per source (see pull_rt): a busy one is
+                // passed by, and the scan goes on to the next
+                let busy = &self.cpus[src as usize].hot.pull_busy;
+                if busy.swap(true, Ordering::Acquire) {
+                    continue;
+                }
                 let (mut me, mut s) = self.lock2(cpu, src);
                 let cand = s
                     .fair
@@ -266,6 +296,11 @@ impl Scheduler {
                     .find(|&i| self.t(i).allowed(cpu));
                 if let Some(id) = cand {
                     self.migrate_queued(&mut s, &mut me, id, now, cpu);
+                }
+                drop(s);
+                drop(me);
+                busy.store(false, Ordering::Release);
+                if cand.is_some() {
                     self.cpus[cpu as usize]
                         .stats
                         .steals

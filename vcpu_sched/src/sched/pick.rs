@@ -201,6 +201,8 @@ impl Scheduler {
         let mut rq = self.lock_rq(cpu);
         rq.clock = rq.clock.max(now);
         pc.hot.need_resched.store(false, Ordering::SeqCst);
+        // a puller asked this CPU to push (see pull_rt)
+        let asked = pc.hot.push_request.swap(false, Ordering::AcqRel);
         let prev_task = rq.curr;
         let prev_pri = rq.curr_pri;
         let PrevOutcome { keep, forward } = match prev_task {
@@ -212,6 +214,9 @@ impl Scheduler {
             let c = prev_task.expect("keep implies a current task");
             if !self.should_switch(&rq, c, now) {
                 self.keep_current(rq, c, now);
+                if asked {
+                    self.push_rt(cpu, now);
+                }
                 return Pick::Same;
             }
             self.put_prev(&mut rq, c, now, false);
@@ -223,7 +228,7 @@ impl Scheduler {
         if let Some((c, mask)) = forward {
             self.forward(c, &mask, Some(cpu));
         }
-        if push {
+        if push || asked {
             self.push_rt(cpu, now);
         }
         pick
@@ -330,7 +335,8 @@ impl Scheduler {
             } else {
                 PRI_IDLE
             });
-        if best < prev_pri && self.rto.overloaded() {
+        let rt_pulled = best < prev_pri && self.rto.overloaded();
+        if rt_pulled {
             rq = self.unlocked_balance(rq, now, |s| {
                 s.pull_rt(cpu, now);
             });
@@ -338,7 +344,7 @@ impl Scheduler {
         let mut next = self.pick_next(&mut rq);
         if next.is_none() {
             rq = self.unlocked_balance(rq, now, |s| {
-                s.newidle_balance(cpu, now);
+                s.newidle_balance(cpu, now, rt_pulled);
             });
             next = self.pick_next(&mut rq);
         }
