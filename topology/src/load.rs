@@ -312,8 +312,25 @@ fn check_xml_objects(text: &str) -> std::result::Result<(), String> {
             }
         }
     }
+    check_xml_text(text)?;
     for (i, tag) in text.split("<object").skip(1).enumerate() {
         let tag = tag.split('>').next().unwrap_or("");
+        for attr in tag.split_whitespace() {
+            let Some((name, value)) = attr.split_once('=') else {
+                continue;
+            };
+            if name.ends_with("cpuset") || name.ends_with("nodeset") {
+                let value = value.trim_matches(['"', '\'', '/']);
+                if !is_hwloc_bitmap(value) {
+                    return Err(format!(
+                        "<object> number {} has {name}=\"{value}\", which is not a set \
+                         (hex words like 0x0000000f, separated by commas); \
+                         give an XML export from `lstopo --of xml`",
+                        i + 1
+                    ));
+                }
+            }
+        }
         for set in ["cpuset", "nodeset"] {
             let has = |name: &str| {
                 tag.split_whitespace()
@@ -326,6 +343,78 @@ fn check_xml_objects(text: &str) -> std::result::Result<(), String> {
                     i + 1
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// hwloc's set syntax: comma-separated hex words (`0x` optional), the
+/// first of which may be `0xf...f` (an infinite set).
+fn is_hwloc_bitmap(v: &str) -> bool {
+    !v.is_empty()
+        && v.split(',').enumerate().all(|(i, w)| {
+            if i == 0 && w == "0xf...f" {
+                return true;
+            }
+            let hex = w
+                .strip_prefix("0x")
+                .or_else(|| w.strip_prefix("0X"))
+                .unwrap_or(w);
+            !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit())
+        })
+}
+
+/// hwloc XML keeps its data in attributes: text between elements is only
+/// whitespace, except inside the elements that hold lists of numbers
+/// (`<indexes>`, `<u64values>`) or user data. Stray text around a subtree
+/// with a malformed set made hwloc 2.9 dereference a null pointer while
+/// loading (found by the `topology_xml` fuzz target); `lstopo` crashes on
+/// the same file.
+fn check_xml_text(text: &str) -> std::result::Result<(), String> {
+    const TEXT_ELEMENTS: [&str; 3] = ["indexes", "u64values", "userdata"];
+    // A small scanner: a tag ends at the first `>` outside quotes (an
+    // attribute value may hold `>`); comments and the declaration are tags.
+    let mut open_text = false; // the last tag opened a text element
+    let (mut in_tag, mut quote) = (false, None::<char>);
+    let (mut tag, mut stray) = (String::new(), String::new());
+    let mut ntags = 0usize;
+    for c in text.chars() {
+        if in_tag {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '"' | '\'') => quote = Some(c),
+                (None, '>') => {
+                    in_tag = false;
+                    ntags += 1;
+                    let name = tag
+                        .trim_start_matches(['/', '?', '!'])
+                        .split(|c: char| c.is_whitespace() || c == '/')
+                        .next()
+                        .unwrap_or("");
+                    let opening = !tag.starts_with(['/', '?', '!']) && !tag.ends_with('/');
+                    open_text = opening && TEXT_ELEMENTS.contains(&name);
+                    continue;
+                }
+                _ => {}
+            }
+            tag.push(c);
+        } else if c == '<' {
+            let t = stray.trim();
+            if !t.is_empty() && !open_text {
+                let shown: String = t.chars().take(20).collect();
+                return Err(format!(
+                    "it has text \"{shown}\" between elements (after tag number {ntags}, \
+                     <{}>); hwloc XML keeps its data in attributes: give an XML export \
+                     from `lstopo --of xml`",
+                    tag.chars().take(40).collect::<String>()
+                ));
+            }
+            stray.clear();
+            tag.clear();
+            in_tag = true;
+        } else {
+            stray.push(c);
         }
     }
     Ok(())

@@ -65,7 +65,17 @@ fn fuzzed_node_outside_its_nodeset_is_an_error() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/data/fuzz-node-nodeset.xml"
     );
+    // The fuzzer also garbled a set ("5x0000000c"), which the loader now
+    // refuses first; with that set repaired, the node is refused.
     let e = topology::load(p).unwrap_err().to_string();
+    assert!(e.contains("\"5x0000000c\", which is not a set"), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    let fixed = dir.path().join("nodeset.xml");
+    let text = std::fs::read_to_string(p).unwrap();
+    std::fs::write(&fixed, text.replace("5x0000000c", "0x0000000c")).unwrap();
+    let e = topology::load(fixed.to_str().unwrap())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("NUMA node P#2 has a nodeset"), "{e}");
 }
 
@@ -131,5 +141,30 @@ fn fuzzed_cores_of_different_sizes_report_their_own_threads() {
     assert!(
         sizes.len() > 1,
         "the file's cores differ in size: {sizes:?}"
+    );
+}
+
+/// Found by the `topology_xml` fuzz target: stray text before a subtree
+/// (` (`) together with a malformed set (`allowed_cpuset="0x000000;f"`)
+/// made hwloc 2.9 dereference a null pointer while loading (`lstopo`
+/// crashes on the same file). The loader refuses each of the two first.
+#[test]
+fn fuzzed_stray_text_and_malformed_set_are_errors() {
+    let p = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/fuzz-stray-text-bad-set.xml"
+    );
+    let e = topology::load(p).unwrap_err().to_string();
+    assert!(e.contains("text \"(\" between elements"), "{e}");
+    let text = std::fs::read_to_string(p).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let no_stray = dir.path().join("set.xml");
+    std::fs::write(&no_stray, text.replacen(" (  <object", "    <object", 1)).unwrap();
+    let e = topology::load(no_stray.to_str().unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("allowed_cpuset=\"0x000000;f\", which is not a set"),
+        "{e}"
     );
 }
