@@ -349,19 +349,25 @@ fn check_xml_objects(text: &str) -> std::result::Result<(), String> {
 }
 
 /// hwloc's set syntax: comma-separated hex words (`0x` optional), the
-/// first of which may be `0xf...f` (an infinite set).
+/// first of which may be `0xf...f` (an infinite set). A word before a
+/// comma may be empty (hwloc writes a zero word of a large set that way,
+/// as in `0x00000001,,0x0`); the last may not.
 fn is_hwloc_bitmap(v: &str) -> bool {
-    !v.is_empty()
-        && v.split(',').enumerate().all(|(i, w)| {
-            if i == 0 && w == "0xf...f" {
-                return true;
-            }
-            let hex = w
-                .strip_prefix("0x")
-                .or_else(|| w.strip_prefix("0X"))
-                .unwrap_or(w);
-            !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit())
-        })
+    let words: Vec<&str> = v.split(',').collect();
+    let last = words.len() - 1;
+    words.iter().enumerate().all(|(i, &w)| {
+        if i == 0 && w == "0xf...f" {
+            return true;
+        }
+        if w.is_empty() {
+            return i != last;
+        }
+        let hex = w
+            .strip_prefix("0x")
+            .or_else(|| w.strip_prefix("0X"))
+            .unwrap_or(w);
+        !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit())
+    })
 }
 
 /// hwloc XML keeps its data in attributes: text between elements is only
@@ -379,6 +385,17 @@ fn check_xml_text(text: &str) -> std::result::Result<(), String> {
     let (mut tag, mut stray) = (String::new(), String::new());
     let mut ntags = 0usize;
     for c in text.chars() {
+        if in_tag && tag.starts_with("!--") {
+            // a comment ends at `-->`, whatever it holds
+            if c == '>' && tag.len() >= 5 && tag.ends_with("--") {
+                in_tag = false;
+                ntags += 1;
+                open_text = false;
+            } else {
+                tag.push(c);
+            }
+            continue;
+        }
         if in_tag {
             match (quote, c) {
                 (Some(q), c) if c == q => quote = None,
@@ -697,6 +714,36 @@ mod tests {
         assert_eq!(t.num_l2s(), 8);
         assert_eq!(t.num_llcs(), 2);
         assert_eq!(t.num_nodes(), 1);
+    }
+
+    #[test]
+    fn xml_text_between_elements() {
+        let ok = "<topology><!-- a > b, don't --><object type=\"PU\" x=\"a>b\"/>\n \
+                  <distances2><indexes length=\"2\">0 1</indexes></distances2></topology>";
+        assert_eq!(check_xml_text(ok), Ok(()));
+        let bad = "<topology> (<object type=\"PU\"/></topology>";
+        assert!(check_xml_text(bad).unwrap_err().contains("text \"(\""));
+        let after_close = "<topology><indexes>0</indexes>junk</topology>";
+        assert!(check_xml_text(after_close)
+            .unwrap_err()
+            .contains("\"junk\""));
+    }
+
+    #[test]
+    fn hwloc_set_syntax() {
+        for ok in [
+            "0x0",
+            "0x0000000f",
+            "f",
+            "0x00000001,,0x0",
+            "0xf...f,0x3",
+            "0x1,0x2",
+        ] {
+            assert!(is_hwloc_bitmap(ok), "{ok}");
+        }
+        for bad in ["", "0x000000;f", "5x0000000c", "0x", "0x1,", ",", "0xg"] {
+            assert!(!is_hwloc_bitmap(bad), "{bad}");
+        }
     }
 
     #[test]
