@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use super::Scheduler;
 use crate::cpumask::CpuMask;
 use crate::rq::{Rq, NO_TASK};
+use crate::sync::shared::AtomicBool;
 use crate::task::{CpuId, PRI_FAIR};
 use crate::tasks::ST_QUEUED;
 
@@ -157,10 +158,10 @@ impl Scheduler {
             // sleep on its lock (in the soak, hundreds of idle CPUs chose
             // the same few sources at once and queued on their locks). The
             // source's own push, and later pulls, move what is left.
-            if h.pull_busy.swap(true, Ordering::Acquire) {
+            let Some(_claim) = SourceClaim::take(&h.pull_busy) else {
                 passed_by.get_or_insert(src);
                 continue;
-            }
+            };
             let (mut me, mut s) = self.lock2(cpu, src);
             let mine = self.rt_level(&me);
             let found = s.rt.iter_by_prio().find(|&(i, p)| {
@@ -181,9 +182,6 @@ impl Scheduler {
                     .rt_pulls
                     .fetch_add(1, Ordering::Relaxed);
             }
-            drop(s);
-            drop(me);
-            h.pull_busy.store(false, Ordering::Release);
         }
         // Nothing pulled, and a source passed by: it may hold more than the
         // other puller takes, so ask it to push (it does at its next
@@ -284,10 +282,9 @@ impl Scheduler {
                 }
                 // one balancer per source (see pull_rt): a busy one is
                 // passed by, and the scan goes on to the next
-                let busy = &self.cpus[src as usize].hot.pull_busy;
-                if busy.swap(true, Ordering::Acquire) {
+                let Some(_claim) = SourceClaim::take(&self.cpus[src as usize].hot.pull_busy) else {
                     continue;
-                }
+                };
                 let (mut me, mut s) = self.lock2(cpu, src);
                 let cand = s
                     .fair
@@ -296,11 +293,6 @@ impl Scheduler {
                     .find(|&i| self.t(i).allowed(cpu));
                 if let Some(id) = cand {
                     self.migrate_queued(&mut s, &mut me, id, now, cpu);
-                }
-                drop(s);
-                drop(me);
-                busy.store(false, Ordering::Release);
-                if cand.is_some() {
                     self.cpus[cpu as usize]
                         .stats
                         .steals
@@ -310,5 +302,23 @@ impl Scheduler {
             }
         }
         false
+    }
+}
+
+/// A balancer's claim on a source CPU (its `pull_busy` flag): at most one
+/// CPU pulls or steals from a source at a time, and the others pass it by
+/// instead of queueing on its runqueue lock. Released on drop, after the
+/// runqueue guards taken under it (declared after it, they drop first).
+struct SourceClaim<'a>(&'a AtomicBool);
+
+impl<'a> SourceClaim<'a> {
+    fn take(flag: &'a AtomicBool) -> Option<Self> {
+        (!flag.swap(true, Ordering::Acquire)).then_some(Self(flag))
+    }
+}
+
+impl Drop for SourceClaim<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
