@@ -130,6 +130,23 @@ fn soak_1000_vcpus_with_churn() {
     let warmup = Duration::from_secs((secs / 10).clamp(5, 60));
     let stuck_after = Duration::from_secs(10);
     let line_every = Duration::from_secs(env("SOAK_LINE_S", 30));
+    // Where the log goes, checked now rather than after ten minutes. A
+    // relative path is taken from the workspace root, where the command in
+    // the module docs is run (cargo runs tests from the crate's directory).
+    let out = std::env::var_os("SOAK_OUT").map(|p| {
+        let p = std::path::PathBuf::from(p);
+        let p = if p.is_relative() {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join(p)
+        } else {
+            p
+        };
+        if let Err(e) = std::fs::write(&p, "") {
+            panic!("SOAK_OUT {}: {e} (does its directory exist?)", p.display());
+        }
+        p
+    });
 
     // as `vmm` does in main (SOAK_GLIBC_DEFAULT_HEAP=1 leaves glibc's
     // dynamic mmap threshold on, to compare)
@@ -189,11 +206,12 @@ fn soak_1000_vcpus_with_churn() {
     eprint!("{log}");
     let t0 = Instant::now();
     let mut live: VecDeque<Live> = (0..nvms).map(|_| make(&mut made)).collect();
-    let _ = writeln!(
-        log,
-        "all {nvms} VMs attached after {:.1} s",
+    let attached = format!(
+        "all {nvms} VMs attached after {:.1} s\n",
         t0.elapsed().as_secs_f64()
     );
+    eprint!("{attached}");
+    log.push_str(&attached);
 
     let mut violations: Vec<String> = Vec::new();
     let mut stuck: Vec<String> = Vec::new();
@@ -392,8 +410,10 @@ fn soak_1000_vcpus_with_churn() {
             .map(|l| format!("{l}\n"))
             .unwrap_or_default()
     );
-    if let Ok(p) = std::env::var("SOAK_OUT") {
-        std::fs::write(&p, &log).expect("write SOAK_OUT");
+    if let Some(p) = &out {
+        if let Err(e) = std::fs::write(p, &log) {
+            eprintln!("SOAK_OUT {}: {e}; the log is above", p.display());
+        }
     }
     assert!(violations.is_empty(), "{log}");
     assert!(stuck.is_empty(), "{log}");
