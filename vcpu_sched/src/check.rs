@@ -115,7 +115,7 @@ impl Scheduler {
             }
             // registrations made under this lock
             let reg = self.cpupri.get(cpu);
-            if reg != rq.curr_pri {
+            if reg != crate::cpupri::level(rq.curr_pri) {
                 v.push(format!(
                     "CPU {cpu}: cpupri has level {reg}, the runqueue {}",
                     rq.curr_pri

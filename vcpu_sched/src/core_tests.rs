@@ -422,6 +422,52 @@ fn a_burst_of_rt_wakeups_does_not_pile_onto_a_cpu_that_has_not_answered() {
     }
 }
 
+/// cpupri files idle CPUs and CPUs running fair tasks at one level (as
+/// Linux has since v5.10), so the RT wakeup asks the idle tracker for an
+/// idle CPU of the LLC before taking the nearest CPU of that level: a woken
+/// RT task whose CPU runs a more urgent RT task goes to idle CPU 3, not to
+/// CPU 1 (its SMT sibling, running fair work), and no fair task is
+/// preempted.
+#[test]
+fn rt_wakeup_prefers_an_idle_cpu_of_its_llc_to_one_running_fair_work() {
+    for mit in all_sets() {
+        let mut sim = Sim::new(topo16(), mit);
+        let rt = sim.fifo_tasks("rt", 1, 50, CpuMask::single(0))[0];
+        sim.s.wake(rt, None, sim.now).unwrap();
+        sim.settle();
+        sim.now += 10;
+        sim.s.schedule(0, Prev::Block, sim.now).unwrap();
+        sim.s
+            .set_affinity(rt, &"0-3".parse().unwrap(), sim.now)
+            .unwrap();
+        let hog = sim.fifo_tasks("hog", 1, 60, CpuMask::single(0))[0];
+        sim.s.wake(hog, None, sim.now).unwrap();
+        let fair: Vec<TaskId> = [1u32, 2]
+            .iter()
+            .map(|&c| {
+                let spec = TaskSpec::new(format!("fair{c}")).affinity(CpuMask::single(c));
+                let t = sim.s.add_task(&spec, 0).unwrap();
+                sim.s.wake(t, None, sim.now).unwrap();
+                t
+            })
+            .collect();
+        sim.settle();
+        assert_eq!(sim.s.current(0).unwrap(), Some(hog));
+        assert_eq!(sim.s.current(3).unwrap(), None, "CPU 3 idle");
+        sim.s.wake(rt, Some(0), sim.now).unwrap();
+        sim.settle();
+        assert_eq!(
+            sim.s.current(3).unwrap(),
+            Some(rt),
+            "{mit}: the RT task belongs on idle CPU 3\n{}",
+            sim.s.dump()
+        );
+        assert_eq!(sim.s.current(1).unwrap(), Some(fair[0]), "{mit}");
+        assert_eq!(sim.s.current(2).unwrap(), Some(fair[1]), "{mit}");
+        sim.strict("after the wakeup");
+    }
+}
+
 /// A CPU holding several waiting RT tasks that beat what it runs keeps the
 /// first (it runs it next) and pushes the others to CPUs that can run them
 /// now, without waiting for its own schedule().

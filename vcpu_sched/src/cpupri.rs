@@ -2,8 +2,15 @@
 //! an RT task can find the lowest-priority CPU it may run on without looking
 //! at every runqueue.
 //!
-//! Levels are the cpupri indices of [`crate::task`]: 0 idle, 1 fair, and
-//! 2..=100 for RT priorities 1..=99. Each level has a count of CPUs and a
+//! Levels are the cpupri indices of [`crate::task`]: 1 for a CPU that runs
+//! a fair task or nothing, and 2..=100 for RT priorities 1..=99. An idle
+//! CPU registers at the fair level ([`level`]), as in Linux since v5.10
+//! (Dietmar Eggemann, "sched/cpupri: Remove pri_to_cpu[CPUPRI_IDLE]",
+//! 2020): RT placement gains nothing from telling idle from fair CPUs
+//! apart that the idle tracker cannot tell it more cheaply, and with a
+//! separate idle level every idle entry and exit of every CPU, RT or not,
+//! wrote two levels' shared counts and masks. Now cpupri is written only
+//! when a CPU's RT level changes. Each level has a count of CPUs and a
 //! mask of them. A CPU moves between levels under its own runqueue lock;
 //! readers hold no lock and treat the answer as a hint that the caller
 //! re-checks under the target's lock.
@@ -22,8 +29,20 @@ use crate::sync::shared::{AtomicU32, Ordering};
 
 use crate::cpumask::{AtomicCpuMask, CpuMask};
 pub use crate::fixes::cpupri_split::{CpuPriCount, CpuPriMask, CpuPriSlot, SplitCpuPri};
-use crate::task::{CpuId, NR_PRI, PRI_IDLE};
+use crate::task::{CpuId, NR_PRI, PRI_FAIR};
 use crate::topo::TopoMap;
+
+/// The cpupri level a CPU registers at when its runqueue runs at `pri`
+/// (a [`crate::task`] priority index): idle ([`crate::task::PRI_IDLE`])
+/// and fair CPUs share [`PRI_FAIR`], the lowest level.
+#[inline]
+pub const fn level(pri: u32) -> u32 {
+    if pri < PRI_FAIR {
+        PRI_FAIR
+    } else {
+        pri
+    }
+}
 
 /// One level of the baseline layout: count and mask side by side, levels
 /// packed one after the other, as Linux's `struct cpupri_vec` array was.
@@ -41,7 +60,7 @@ pub struct FlatCpuPri {
 }
 
 impl FlatCpuPri {
-    /// Every CPU of `map` starts idle.
+    /// Every CPU of `map` starts idle (at the fair level).
     pub fn new(map: &TopoMap) -> Self {
         let vecs: Box<[FlatVec]> = (0..NR_PRI)
             .map(|_| FlatVec {
@@ -50,14 +69,14 @@ impl FlatCpuPri {
             })
             .collect();
         for c in map.all().iter() {
-            vecs[PRI_IDLE as usize].mask.set(c, Ordering::Relaxed);
+            vecs[PRI_FAIR as usize].mask.set(c, Ordering::Relaxed);
         }
-        vecs[PRI_IDLE as usize]
+        vecs[PRI_FAIR as usize]
             .count
             .store(map.ncpus() as u32, Ordering::Relaxed);
         Self {
             vecs,
-            cpu_to_pri: (0..map.ncpus()).map(|_| AtomicU32::new(PRI_IDLE)).collect(),
+            cpu_to_pri: (0..map.ncpus()).map(|_| AtomicU32::new(PRI_FAIR)).collect(),
         }
     }
 
@@ -76,7 +95,8 @@ impl FlatCpuPri {
     }
 
     fn find(&self, task_pri: u32, allowed: &CpuMask) -> Option<CpuMask> {
-        for v in &self.vecs[..task_pri as usize] {
+        let below = (task_pri as usize).max(PRI_FAIR as usize);
+        for v in &self.vecs[PRI_FAIR as usize..below] {
             if v.count.load(Ordering::Acquire) == 0 {
                 continue;
             }
@@ -108,16 +128,19 @@ impl CpuPri {
         }
     }
 
-    /// Moves `cpu` to level `pri`. Only `cpu`'s runqueue-lock holder calls this.
+    /// Moves `cpu` to the level of priority index `pri` ([`level`]: idle
+    /// registers as fair). Only `cpu`'s runqueue-lock holder calls this;
+    /// callers that know the old index skip calls that keep the level.
     #[inline]
     pub fn set(&self, cpu: CpuId, pri: u32) {
+        let pri = level(pri);
         match self {
             CpuPri::Flat(f) => f.set(cpu, pri),
             CpuPri::Split(s) => s.set(cpu, pri),
         }
     }
 
-    /// The level of `cpu`.
+    /// The level `cpu` is registered at ([`level`] of what it runs).
     pub fn get(&self, cpu: CpuId) -> u32 {
         match self {
             CpuPri::Flat(f) => f.cpu_to_pri[cpu as usize].load(Ordering::Relaxed),
@@ -170,7 +193,7 @@ impl CpuPri {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::task::{Policy, PRI_FAIR};
+    use crate::task::{Policy, PRI_IDLE};
     use crate::topo::tests::hand_topo;
 
     fn each_layout(f: impl Fn(&CpuPri, &TopoMap)) {
@@ -181,19 +204,33 @@ mod tests {
     }
 
     #[test]
-    fn all_idle_at_start() {
+    fn all_idle_at_start_on_the_fair_level() {
         each_layout(|cp, map| {
-            assert_eq!(cp.count(PRI_IDLE), 16);
-            assert_eq!(cp.mask(PRI_IDLE), *map.all());
+            assert_eq!(cp.count(PRI_FAIR), 16);
+            assert_eq!(cp.mask(PRI_FAIR), *map.all());
+            assert_eq!(cp.count(PRI_IDLE), 0, "no idle level (Linux >= 5.10)");
+            assert_eq!(cp.get(5), PRI_FAIR);
             let p99 = Policy::Fifo(99).pri_idx();
             assert!(cp.find(p99, map.all(), 0).unwrap().count() > 0);
-            // a search at the fair level finds the idle CPUs (idle is the
-            // only level below fair, and every CPU is there); a search at
-            // the idle level finds nothing, as nothing is below idle (with
-            // per-node masks the answer is the preferred node's part)
-            let m = cp.find(PRI_FAIR, map.all(), 0).unwrap();
-            assert!(m == *map.all() || m == *map.node_span(0), "{m}");
+            // nothing is below the fair level: a fair or idle search finds
+            // nothing (it could not preempt anything anyway)
+            assert!(cp.find(PRI_FAIR, map.all(), 0).is_none());
             assert!(cp.find(PRI_IDLE, map.all(), 0).is_none());
+        });
+    }
+
+    #[test]
+    fn idle_and_fair_share_one_level() {
+        each_layout(|cp, map| {
+            cp.set(4, Policy::Fifo(20).pri_idx());
+            cp.set(4, PRI_IDLE);
+            assert_eq!(cp.get(4), PRI_FAIR);
+            cp.set(6, PRI_FAIR);
+            assert_eq!(cp.count(PRI_FAIR), 16);
+            assert_eq!(cp.mask(PRI_FAIR), *map.all());
+            assert_eq!(level(PRI_IDLE), PRI_FAIR);
+            assert_eq!(level(PRI_FAIR), PRI_FAIR);
+            assert_eq!(level(7), 7);
         });
     }
 
@@ -206,7 +243,7 @@ mod tests {
             }
             cp.set(3, PRI_FAIR);
             cp.set(12, Policy::Fifo(10).pri_idx());
-            assert_eq!(cp.count(PRI_IDLE), 0);
+            assert_eq!(cp.count(PRI_FAIR), 1);
             assert_eq!(cp.count(Policy::Fifo(50).pri_idx()), 14);
             let p99 = Policy::Fifo(99).pri_idx();
             assert_eq!(cp.find(p99, map.all(), 0).unwrap().to_string(), "3");
@@ -224,8 +261,8 @@ mod tests {
             for c in map.all().iter() {
                 cp.set(c, PRI_IDLE);
             }
-            assert_eq!(cp.count(PRI_IDLE), 16);
-            for p in 1..NR_PRI as u32 {
+            assert_eq!(cp.count(PRI_FAIR), 16);
+            for p in (0..NR_PRI as u32).filter(|&p| p != PRI_FAIR) {
                 assert_eq!(cp.count(p), 0);
                 assert!(cp.mask(p).is_empty());
             }
@@ -235,22 +272,23 @@ mod tests {
     #[test]
     fn node_split_prefers_the_given_node() {
         let map = TopoMap::new(&hand_topo(2, 2, 2, 2)).unwrap();
+        let rt50 = Policy::Fifo(50).pri_idx();
         let cp = CpuPri::new(&map, true, true);
         for c in map.all().iter() {
-            cp.set(c, PRI_FAIR);
+            cp.set(c, rt50);
         }
         cp.set(2, PRI_IDLE);
-        cp.set(9, PRI_IDLE);
-        let p = Policy::Fifo(5).pri_idx();
+        cp.set(9, PRI_FAIR);
+        let p = Policy::Fifo(55).pri_idx();
         assert_eq!(cp.find(p, map.all(), 0).unwrap().to_string(), "2");
         assert_eq!(cp.find(p, map.all(), 1).unwrap().to_string(), "9");
-        // flat returns both nodes' idle CPUs
+        // flat returns both nodes' lowest CPUs
         let flat = CpuPri::new(&map, false, false);
         for c in map.all().iter() {
-            flat.set(c, PRI_FAIR);
+            flat.set(c, rt50);
         }
         flat.set(2, PRI_IDLE);
-        flat.set(9, PRI_IDLE);
+        flat.set(9, PRI_FAIR);
         assert_eq!(flat.find(p, map.all(), 1).unwrap().to_string(), "2,9");
     }
 }

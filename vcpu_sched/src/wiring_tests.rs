@@ -25,7 +25,7 @@ use crate::cpumask::CpuMask;
 use crate::fixes::shard_rq::shard_layout;
 use crate::mitigations::{Fix, Mitigations};
 use crate::sched::{NoKick, Prev, Scheduler};
-use crate::task::{CpuId, Policy, TaskSpec, TaskState, PRI_IDLE};
+use crate::task::{CpuId, Policy, TaskSpec, TaskState, PRI_FAIR};
 use crate::{SchedConfig, CACHE_PAD};
 
 /// 2 nodes x 2 LLCs x 2 L2s x 2 cores x 2 threads = 32 CPUs, 8 per LLC.
@@ -38,8 +38,10 @@ fn sched(mit: Mitigations) -> Scheduler {
 
 /// Fix 1: level counts and masks on separate blocks, masks split per node.
 fn probe_cpupri(s: &Scheduler) -> bool {
-    let (count, mask) = s.cpupri.level_addrs(PRI_IDLE);
-    let split = count / CACHE_PAD != mask / CACHE_PAD;
+    let (count, mask) = s.cpupri.level_addrs(PRI_FAIR);
+    // split: count and mask in blocks of their own, so at least a block
+    // apart; baseline: the mask right after its count
+    let split = count.abs_diff(mask) >= CACHE_PAD;
     let m = s.topo_map();
     let node1 = *m.node_span(1);
     // Every CPU is idle: an RT task preferring node 1 finds node 1's CPUs
@@ -51,10 +53,9 @@ fn probe_cpupri(s: &Scheduler) -> bool {
     if split {
         assert_eq!(found, node1, "split cpupri with node masks");
     } else {
-        assert_eq!(
-            count / 64,
-            mask / 64,
-            "baseline: count and mask share a line"
+        assert!(
+            mask > count && mask - count < 64,
+            "baseline: count and mask side by side ({count:#x}, {mask:#x})"
         );
         assert_eq!(found, *m.all(), "baseline cpupri: one mask per level");
     }

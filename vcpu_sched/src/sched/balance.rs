@@ -75,7 +75,7 @@ impl Scheduler {
             let target = self
                 .cpupri
                 .find(tpri, &aff, self.map.node_of(cpu))
-                .and_then(|m| self.map.closest(&m, cpu));
+                .and_then(|m| self.rt_target(&m, cpu));
             let Some(target) = target else {
                 stuck.push(id);
                 continue;

@@ -9,6 +9,7 @@ use crate::sync::shared::MutexGuard;
 
 use super::{Pick, Prev, Scheduler};
 use crate::cpumask::CpuMask;
+use crate::cpupri;
 use crate::error::Result;
 use crate::rq::{Rq, NO_TASK};
 use crate::task::{CpuId, Policy, TaskId, PRI_FAIR, PRI_IDLE};
@@ -46,9 +47,7 @@ impl Scheduler {
         }
         let pri = pol.pri_idx();
         if rq.curr_pri != pri {
-            rq.curr_pri = pri;
-            self.cpupri.set(rq.cpu, pri);
-            pc.hot.curr_pri.store(pri, Ordering::Relaxed);
+            self.set_curr_pri(rq, pri);
         }
         if rq.idle {
             rq.idle = false;
@@ -60,14 +59,27 @@ impl Scheduler {
             .store(self.slice_end(rq, pol, now), Ordering::Relaxed);
     }
 
+    /// Records that `rq` now runs at priority index `pri`. cpupri is
+    /// written only when the registered level changes: idle and fair share
+    /// one level ([`crate::cpupri::level`]), so a CPU that goes idle after
+    /// a fair task, or back, leaves cpupri's shared lines alone.
+    fn set_curr_pri(&self, rq: &mut Rq, pri: u32) {
+        if cpupri::level(rq.curr_pri) != cpupri::level(pri) {
+            self.cpupri.set(rq.cpu, pri);
+        }
+        rq.curr_pri = pri;
+        self.cpus[rq.cpu as usize]
+            .hot
+            .curr_pri
+            .store(pri, Ordering::Relaxed);
+    }
+
     pub(super) fn set_idle(&self, rq: &mut Rq) {
         let pc = &self.cpus[rq.cpu as usize];
         rq.curr = None;
         pc.hot.curr.store(NO_TASK, Ordering::Release);
         if rq.curr_pri != PRI_IDLE {
-            rq.curr_pri = PRI_IDLE;
-            self.cpupri.set(rq.cpu, PRI_IDLE);
-            pc.hot.curr_pri.store(PRI_IDLE, Ordering::Relaxed);
+            self.set_curr_pri(rq, PRI_IDLE);
         }
         if !rq.idle {
             rq.idle = true;

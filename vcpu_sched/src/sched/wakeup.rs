@@ -172,7 +172,7 @@ impl Scheduler {
 
     /// Chooses a CPU for task `id` among `aff`: for RT, the previous CPU if
     /// the task would preempt what runs there, else the lowest-priority
-    /// CPU cpupri finds (nearest first); for fair, the previous CPU if idle,
+    /// CPU cpupri finds (an idle one of the LLC, else the nearest); for fair, the previous CPU if idle,
     /// else an idle CPU of its LLC, else the previous CPU. A task whose
     /// previous CPU is no longer allowed goes to the nearest allowed idle
     /// (or lowest-priority) CPU.
@@ -199,7 +199,7 @@ impl Scheduler {
                 // wakeups spreads instead of piling onto the one CPU that
                 // has not rescheduled yet. Bounded: a few tries, then the
                 // nearest candidate.
-                let first = self.map.closest(&m, home);
+                let first = self.rt_target(&m, home);
                 let mut c = first;
                 for _ in 0..4 {
                     match c {
@@ -228,6 +228,16 @@ impl Scheduler {
             }
         }
         home
+    }
+
+    /// Where in `m`, CPUs at the lowest level cpupri found, an RT task near
+    /// `home` goes: an idle CPU of `home`'s LLC if the idle tracker knows
+    /// one (cpupri files idle and fair CPUs together, so it cannot say),
+    /// else the nearest CPU of `m`.
+    pub(super) fn rt_target(&self, m: &CpuMask, home: CpuId) -> Option<CpuId> {
+        self.idle
+            .find_in_llc(self.map.llc_of(home), m)
+            .or_else(|| self.map.closest(m, home))
     }
 
     /// Whether an RT task at level `pri` woken onto `cpu` would run there
