@@ -118,8 +118,8 @@ fn bad_input_exits_2_with_one_line() {
 fn breakdown_splits_every_wakeup_into_stages() {
     // messaging (doorbells) on the workers and the host executor, cyclic
     // (timers) on workers: the first stage of each wakeup has samples,
-    // and only an executor with a pick of its own (workers) fills the
-    // pick -> KVM_RUN stage.
+    // only an executor with a pick of its own (workers) fills the
+    // pick -> KVM_RUN stage, and the block path's parts.
     for (workload, executor, kind) in [
         ("messaging", "workers", "doorbell"),
         ("messaging", "host", "doorbell"),
@@ -138,6 +138,9 @@ fn breakdown_splits_every_wakeup_into_stages() {
             "0.4",
             "--executor",
             executor,
+            // 2 CPUs whatever the host has: 4 vCPUs overcommit them
+            "--topology",
+            "package:1 core:2 pu:1",
             "--breakdown",
             "--json",
         ];
@@ -156,7 +159,7 @@ fn breakdown_splits_every_wakeup_into_stages() {
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         let rows = v["breakdown"].as_array().expect("breakdown rows");
-        assert_eq!(rows.len(), 6, "{v}");
+        assert_eq!(rows.len(), 10, "{v}");
         let stage = |name: &str| {
             rows.iter()
                 .find(|r| r["stage"].as_str().unwrap().starts_with(name))
@@ -180,6 +183,25 @@ fn breakdown_splits_every_wakeup_into_stages() {
             executor == "workers",
             "{executor} {workload}: {enter}"
         );
+        // the block path: on workers each switch after a block has all
+        // three parts and the total (4 vCPUs on 2 CPUs: a CPU often has
+        // another vCPU waiting); the host
+        // executor sees the total only
+        let count = |name: &str| stage(name)["count"].as_u64().unwrap();
+        let total = count("block: exit -> next");
+        let parts = [
+            count("block: exit -> schedule"),
+            count("block: schedule"),
+            count("block: picked"),
+        ];
+        if executor == "workers" && workload == "messaging" {
+            assert!(total > 0, "{executor} {workload}: {rows:?}");
+        }
+        if executor == "workers" {
+            assert_eq!(parts, [total; 3], "{executor} {workload}: {rows:?}");
+        } else {
+            assert_eq!(parts, [0; 3], "{executor} {workload}: {rows:?}");
+        }
     }
     // a single run only
     let o = vmm(&["bench", "runq", "--compare", "seeds", "--breakdown"]);

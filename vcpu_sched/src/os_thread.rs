@@ -162,6 +162,16 @@ impl OsThread {
     }
 }
 
+/// The host CPU the calling thread is running on right now (`sched_getcpu`;
+/// it may move the next instant), or `None` where the kernel cannot say.
+pub fn current_host_cpu() -> Option<u32> {
+    // SAFETY: sched_getcpu takes no arguments and only reads the calling
+    // thread's CPU number (through the vDSO or rseq area); no memory of
+    // ours is touched.
+    let c = unsafe { libc::sched_getcpu() };
+    u32::try_from(c).ok()
+}
+
 /// The host CPUs this process may run on.
 pub fn allowed_host_cpus() -> Result<Vec<u32>> {
     allowed_cpus().map_err(|source| SchedError::Os {

@@ -198,20 +198,28 @@ fn body(set: &VmSet, slot: &VcpuSlot) {
             std::thread::park();
         }
     };
+    // breakdown, block path: since when this thread waits to run again
+    // (0: it ran on)
+    let mut since = 0;
     loop {
+        set.host_entering(slot, std::mem::take(&mut since), &mut st.m);
         match enter(set, &vm, &mut st) {
             Action::Continue => {}
             Action::Block => {
                 let t0 = set.now();
+                set.host_blocked(slot, st.exit_at);
                 parked(set);
+                since = set.woken_stamp(slot);
                 resumed(set, slot, &mut st.m, Resume::Halt(t0));
             }
             Action::Sleep(ns) => {
                 let due = set.now() + ns;
+                set.host_blocked(slot, st.exit_at);
                 std::thread::sleep(Duration::from_nanos(ns));
                 // the kernel's timer woke this thread and it runs: the
                 // whole "due -> wake" stage (no executor pick after it)
                 set.woken(slot);
+                since = due;
                 resumed(set, slot, &mut st.m, Resume::Timer(due));
             }
             Action::Yield => {

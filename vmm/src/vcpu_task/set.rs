@@ -70,18 +70,36 @@ pub struct VcpuMetrics {
 /// and "picked -> KVM_RUN" stays empty; their timers are the kernel's
 /// (`host`) or the executor's own (`threads`), so "due -> wake returned"
 /// is the whole time until the vCPU's thread runs again.
-pub const STAGES: [&str; 6] = [
+///
+/// The last four are the **block path**: a vCPU's `KVM_RUN` returned with
+/// an exit that blocks it (`HLT`, a sleep), and the same CPU enters
+/// `KVM_RUN` next for another vCPU that was already waiting to run. On
+/// `workers`: until the worker called the core's `schedule` (the exit's
+/// handling), the `schedule` call itself (dequeue and pick), from the pick
+/// until the next vCPU's `KVM_RUN`, and the total; a block after which the
+/// CPU goes idle has no next vCPU and is not counted. On `host` the host
+/// kernel does the switch, so only the total is seen: a vCPU thread about
+/// to enter `KVM_RUN` that was woken (or due) before a vCPU last blocked
+/// on the host CPU it now runs on records the time since that block.
+pub const STAGES: [&str; 10] = [
     "doorbell: exit -> wake returned",
     "doorbell: wake -> picked",
     "doorbell: picked -> KVM_RUN",
     "timer: due -> wake returned",
     "timer: wake -> picked",
     "timer: picked -> KVM_RUN",
+    "block: exit -> schedule called",
+    "block: schedule (dequeue, pick)",
+    "block: picked -> next KVM_RUN",
+    "block: exit -> next vCPU's KVM_RUN",
 ];
+
+/// Index of the first block-path stage in [`STAGES`].
+const BLOCK: usize = 6;
 
 /// One histogram per stage of [`STAGES`] (ns).
 #[derive(Clone, Debug, Default)]
-pub struct Stages(pub [Histogram; 6]);
+pub struct Stages(pub [Histogram; STAGES.len()]);
 
 impl Stages {
     /// Adds `o`'s samples.
@@ -92,12 +110,25 @@ impl Stages {
     }
 }
 
+/// One host CPU's block stamp for the `host` executor's block path, on a
+/// line pair of its own (vCPU threads on different CPUs write their own).
+#[derive(Default)]
+#[repr(align(128))]
+struct HostCpuBlock {
+    at: AtomicU64,
+    /// The global index of the vCPU that blocked.
+    by: AtomicUsize,
+}
+
 /// State of a vCPU that only its runner touches.
 pub struct VcpuState {
     /// The vCPU (`None` once it has ended).
     pub vcpu: Option<Vcpu>,
     /// Its metrics.
     pub m: VcpuMetrics,
+    /// When its last `KVM_RUN` returned (set's clock), stamped only while
+    /// the set's breakdown is on (0 otherwise).
+    pub exit_at: u64,
 }
 
 /// One vCPU as the executors see it.
@@ -223,6 +254,9 @@ pub struct VmSet {
     stopping: AtomicBool,
     /// Stamp the stages of wakeups ([`STAGES`])?
     breakdown: AtomicBool,
+    /// Per host CPU, when a vCPU of the `host` executor last blocked on it
+    /// (the block path's stamp; made when the breakdown is first on).
+    host_blocks: OnceLock<Box<[HostCpuBlock]>>,
     /// Its vCPUs that are tasks of a scheduler executor and have not been
     /// removed from it yet (the set may leave the executor at 0).
     pub(crate) sched_tasks: AtomicUsize,
@@ -278,6 +312,7 @@ impl VmSet {
                     state: Mutex::new(VcpuState {
                         vcpu: Some(v),
                         m: VcpuMetrics::default(),
+                        exit_at: 0,
                     }),
                     task: OnceLock::new(),
                     doorbell_at: AtomicU64::new(0),
@@ -313,6 +348,7 @@ impl VmSet {
             started_at: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
             breakdown: AtomicBool::new(false),
+            host_blocks: OnceLock::new(),
             sched_tasks: AtomicUsize::new(0),
             finished_stats: Mutex::new(Vec::new()),
             window: Window::default(),
@@ -393,7 +429,85 @@ impl VmSet {
     /// Turns the wakeup breakdown ([`STAGES`]) on or off: two clock reads
     /// per wakeup when on, one relaxed load when off.
     pub fn set_breakdown(&self, on: bool) {
+        if on {
+            self.host_blocks.get_or_init(|| {
+                let n = vcpu_sched::exec::allowed_host_cpus()
+                    .ok()
+                    .and_then(|v| v.iter().max().map(|&m| m as usize + 1))
+                    .unwrap_or(1);
+                (0..n).map(|_| HostCpuBlock::default()).collect()
+            });
+        }
         self.breakdown.store(on, Ordering::Relaxed);
+    }
+
+    /// Block path, `host` executor: vCPU `slot`, whose `KVM_RUN` returned
+    /// at `exit_at`, blocks on the host CPU its thread runs on.
+    pub(crate) fn host_blocked(&self, slot: &VcpuSlot, exit_at: u64) {
+        if !self.breakdown_on() || exit_at == 0 {
+            return;
+        }
+        if let Some(b) = self.host_block_here() {
+            b.by.store(slot.global, Ordering::Relaxed);
+            b.at.store(exit_at, Ordering::Release);
+        }
+    }
+
+    /// The stamp of a wake of `slot` not yet consumed (0: none), for
+    /// [`VmSet::host_entering`].
+    pub(crate) fn woken_stamp(&self, slot: &VcpuSlot) -> u64 {
+        slot.woken_at.load(Ordering::Acquire)
+    }
+
+    /// Block path, `host` executor: vCPU `slot`'s thread is about to enter
+    /// `KVM_RUN` on this host CPU, runnable since `since` (its wake or its
+    /// sleep's due time; 0: it was running, not waiting). The first entry
+    /// after a block on this CPU takes the block's stamp; if that entry is
+    /// another vCPU that was waiting since before the block, the host
+    /// kernel switched it in for the blocked one: the total stage.
+    pub(crate) fn host_entering(&self, slot: &VcpuSlot, since: u64, m: &mut VcpuMetrics) {
+        if !self.breakdown_on() {
+            return;
+        }
+        let Some(b) = self.host_block_here() else {
+            return;
+        };
+        if b.at.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let blocked = b.at.swap(0, Ordering::AcqRel);
+        let by = b.by.load(Ordering::Relaxed);
+        let now = self.now();
+        if since != 0
+            && by != slot.global
+            && since <= blocked
+            && blocked <= now
+            && self.window.inside(now)
+        {
+            m.stages.0[BLOCK + 3].record(now - blocked);
+        }
+    }
+
+    /// This host CPU's block stamp (breakdown on).
+    fn host_block_here(&self) -> Option<&HostCpuBlock> {
+        let cpu = vcpu_sched::os_thread::current_host_cpu()?;
+        self.host_blocks.get()?.get(cpu as usize)
+    }
+
+    /// Block path, `workers` executor: the vCPU in `m` enters `KVM_RUN`
+    /// next on a CPU where another vCPU's `KVM_RUN` returned at `exit`,
+    /// after which the worker called `schedule` at `called` and it
+    /// returned at `picked`.
+    pub(crate) fn switched_in(&self, m: &mut VcpuMetrics, exit: u64, called: u64, picked: u64) {
+        let now = self.now();
+        if !self.window.inside(now) || exit == 0 || called < exit || picked < called {
+            return;
+        }
+        let st = &mut m.stages.0;
+        st[BLOCK].record(called - exit);
+        st[BLOCK + 1].record(picked - called);
+        st[BLOCK + 2].record(now.saturating_sub(picked));
+        st[BLOCK + 3].record(now.saturating_sub(exit));
     }
 
     /// Is the breakdown on?
@@ -631,6 +745,9 @@ pub(crate) fn enter(set: &VmSet, vm: &VmEntry, st: &mut VcpuState) -> Action {
         Ok(r) => r,
         Err(fail) => return fail,
     };
+    if set.breakdown_on() {
+        st.exit_at = set.now();
+    }
     set.slots[vm.first + index]
         .progress
         .fetch_add(1, Ordering::Relaxed);

@@ -26,6 +26,8 @@ pub(super) fn worker_main(sh: Arc<Shared>, sched: Arc<Scheduler>, cpu: CpuId) {
         prev: Prev::Keep,
         resched: true,
         local: BinaryHeap::new(),
+        blocked_exit: 0,
+        switch: None,
     }
     .run();
 }
@@ -63,6 +65,12 @@ struct Worker<'a> {
     /// The clock thread keeps every timer too, as a backstop for a worker
     /// that is busy; whichever fires first takes the generation.
     local: BinaryHeap<Reverse<(u64, u32, u64)>>,
+    /// Breakdown, block path: when the `KVM_RUN` of the vCPU that blocks at
+    /// the next `schedule` returned (0: none).
+    blocked_exit: u64,
+    /// Breakdown, block path: a block whose next pick is another vCPU that
+    /// has not entered `KVM_RUN` yet: (exit, `schedule` called, returned).
+    switch: Option<(u64, u64, u64)>,
 }
 
 impl Worker<'_> {
@@ -105,9 +113,20 @@ impl Worker<'_> {
         let t0 = sh.now();
         let exiting = self.prev == Prev::Exit;
         let pick = self.sched.schedule(cpu, self.prev, t0).expect(CPU_OK);
+        let t1 = sh.now();
         self.stats
             .sched_ns
-            .fetch_add(sh.now().saturating_sub(t0), Ordering::Relaxed);
+            .fetch_add(t1.saturating_sub(t0), Ordering::Relaxed);
+        // block path: a block followed by a switch waits for the next
+        // KVM_RUN; idling ends it uncounted; a keep (the CPU schedules
+        // again before running) leaves a pending one as it is
+        let blocked = std::mem::take(&mut self.blocked_exit);
+        match pick {
+            Pick::Switch(_) if blocked != 0 => self.switch = Some((blocked, t0, t1)),
+            Pick::Idle => self.switch = None,
+            _ if blocked != 0 => self.switch = None,
+            _ => {}
+        }
         self.stats.sched_calls.fetch_add(1, Ordering::Relaxed);
         if exiting {
             if let Some(t) = self.cur.take() {
@@ -258,6 +277,9 @@ impl Worker<'_> {
             return;
         }
         deliver_resumes(set, slot, rt, due, &mut st);
+        if let Some((exit, called, picked)) = self.switch.take() {
+            set.switched_in(&mut st.m, exit, called, picked);
+        }
         let action = enter(set, vm, &mut st);
         self.act(action, t, rt, set, slot, &mut st);
     }
@@ -299,9 +321,11 @@ impl Worker<'_> {
             Action::Continue => {}
             Action::Block => {
                 rt.halt_at.store(set.now(), Ordering::Release);
+                self.blocked_exit = if set.breakdown_on() { st.exit_at } else { 0 };
                 self.resched_with(Prev::Block);
             }
             Action::Sleep(ns) => {
+                self.blocked_exit = if set.breakdown_on() { st.exit_at } else { 0 };
                 let now = set.now();
                 let at = now + ns;
                 rt.sleep_due.store(at, Ordering::Release);
