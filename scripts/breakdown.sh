@@ -39,7 +39,11 @@ table() {
         local metric
         metric=$(sed -n 2p "${files[0]}" | sed -E 's/.*: ([a-z0-9_]+) = .*/\1/')
         local stages=()
-        mapfile -t stages < <(stage_rows "${files[@]}" | awk -F '\t' '$2 > 0 && !seen[$1]++ {print $1}')
+        # in the order vmm prints them, those with samples in any run
+        mapfile -t stages < <(stage_rows "${files[@]}" | awk -F '\t' '
+            !($1 in ord) {ord[$1] = ++n; name[n] = $1}
+            $2 > 0 {has[$1] = 1}
+            END {for (i = 1; i <= n; i++) if (name[i] in has) print name[i]}')
         printf '\n#### %s\n\nRaw outputs: `%s/%s-x*-*.txt`, each starting with its command.\n\n| point | executor | %s |' "$workload" "$out" "$workload" "$metric"
         for st in "${stages[@]}"; do printf ' %s, p50 / p99 |' "$st"; done
         printf '\n|---|---|---|'
