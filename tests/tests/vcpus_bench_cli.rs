@@ -105,6 +105,18 @@ fn bad_input_exits_2_with_one_line() {
         (vec!["bench", "cyclic", "--duration", "0"], "--duration"),
         (vec!["bench", "cyclic", "--vms", "0"], "--vms"),
         (vec!["bench", "cyclic", "--prio", "0"], "priority"),
+        (
+            vec![
+                "bench",
+                "cyclic",
+                "--topology",
+                "package:1 core:2 pu:1",
+                "--vcpus",
+                "4",
+                "--pin",
+            ],
+            "do not fit on the 2 CPUs",
+        ),
     ] {
         let o = vmm(&args);
         let err = String::from_utf8_lossy(&o.stderr);
@@ -207,4 +219,36 @@ fn breakdown_splits_every_wakeup_into_stages() {
     let o = vmm(&["bench", "runq", "--compare", "seeds", "--breakdown"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--breakdown"));
+}
+
+#[test]
+fn pin_keeps_every_vcpu_on_its_own_cpu() {
+    // runq on 4 emulated CPUs: unpinned, its 4 vCPUs migrate (tens of
+    // times in 0.5 s here); pinned, none moves
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let o = vmm(&[
+        "bench",
+        "runq",
+        "--topology",
+        "package:1 core:4 pu:1",
+        "--vms",
+        "1",
+        "--vcpus",
+        "4",
+        "--duration",
+        "0.5",
+        "--pin",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = v["per_vcpu"].as_array().expect("per-vCPU rows");
+    assert_eq!(rows.len(), 4);
+    for r in rows {
+        assert_eq!(r["migrations"], 0, "{r}");
+        assert!(r["entries"].as_u64().unwrap() > 0, "{r}");
+    }
 }

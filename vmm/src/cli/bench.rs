@@ -94,6 +94,11 @@ pub struct BenchArgs {
     /// single run only
     #[arg(long)]
     pub breakdown: bool,
+    /// Give every vCPU a CPU of its own (vCPU i of VM v on logical CPU
+    /// v*vcpus+i), on every executor and the host 1:1 row: one vCPU per
+    /// CPU, pinned. The vCPUs must fit the topology's CPUs
+    #[arg(long)]
+    pub pin: bool,
     /// Also write the full result as JSON here (replaced if it exists;
     /// checked before the run starts).
     #[arg(long, value_name = "FILE")]
@@ -327,6 +332,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     o.prio = a.prio.unwrap_or(99);
     o.host_rt = !a.no_host_rt;
     o.breakdown = a.breakdown;
+    o.pin = a.pin;
     topology::load(&a.topology).with_context(|| format!("--topology {}", a.topology))?;
     let bar = progress_bar();
     let json = match &a.compare {
@@ -348,8 +354,15 @@ pub fn run(a: BenchArgs) -> Result<()> {
             .map_err(anyhow::Error::new)?;
             bar.finish_and_clear();
             println!(
-                "{} VMs x {} vCPUs, scheduler rows on the {} executor",
-                c.vms, c.vcpus, c.executor
+                "{} VMs x {} vCPUs{}, scheduler rows on the {} executor",
+                c.vms,
+                c.vcpus,
+                if a.pin {
+                    ", each pinned to a CPU of its own (host row too)"
+                } else {
+                    ""
+                },
+                c.executor
             );
             println!("{}", c.table.render_table());
             serde_json::to_string_pretty(&c).context("serialising the comparison")?

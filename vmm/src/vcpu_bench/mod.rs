@@ -154,6 +154,11 @@ pub struct BenchOptions {
     /// ([`BenchReport::breakdown`]).
     #[serde(default)]
     pub breakdown: bool,
+    /// Give vCPU `i` of VM `v` logical CPU `v * vcpus + i` alone (its
+    /// affinity), on every executor: one vCPU per CPU, pinned. The
+    /// vCPUs must fit the topology's CPUs.
+    #[serde(default)]
+    pub pin: bool,
 }
 
 fn yes() -> bool {
@@ -179,6 +184,7 @@ impl BenchOptions {
             host_rt: true,
             require_measurement: true,
             breakdown: false,
+            pin: false,
         }
     }
 }

@@ -54,6 +54,14 @@ fn build(
     topo: &topology::HostTopology,
     host: &MicroHost,
 ) -> Result<Built, BenchError> {
+    let total = opts.vms * opts.vcpus;
+    if opts.pin && total > topo.num_cpus() {
+        return Err(BenchError::Input(format!(
+            "--pin gives every vCPU a CPU of its own, but {total} vCPUs do not fit on the \
+             {} CPUs of the topology: give fewer --vms or --vcpus, or leave --pin out",
+            topo.num_cpus()
+        )));
+    }
     let code = guest_code(opts, iters_per_us(host)?)?;
     let mut vms = Vec::with_capacity(opts.vms);
     let mut memories = Vec::with_capacity(opts.vms);
@@ -61,7 +69,19 @@ fn build(
         let spec = MicroVmSpec::new(format!("vm{v}"), opts.vcpus, code.clone());
         let vm = MicroVm::build(host, &spec)?;
         memories.push(vm.memory.clone());
-        vms.push(vm.into_guest(vec![placement(opts, topo, v)]));
+        let p = placement(opts, topo, v);
+        let placements = if opts.pin {
+            // vCPU i of VM v on logical CPU v * vcpus + i, alone
+            (0..opts.vcpus)
+                .map(|i| Placement {
+                    policy: p.policy,
+                    affinity: Some(CpuMask::single((v * opts.vcpus + i) as u32)),
+                })
+                .collect()
+        } else {
+            vec![p]
+        };
+        vms.push(vm.into_guest(placements));
     }
     Ok(Built {
         set: VmSet::new(vms)?,
