@@ -98,6 +98,7 @@ impl Scheduler {
                 seen[id as usize] = Some((cpu, running));
             }
         };
+        let mut idle_set = 0u32;
         let mut pri_count = vec![0u32; NR_PRI];
         let mut pri_mask = vec![CpuMask::empty(); NR_PRI];
         let mut rto_mask = CpuMask::empty();
@@ -138,14 +139,18 @@ impl Scheduler {
                     ));
                 }
             }
-            if self.idle.is_idle(cpu) != rq.idle {
+            // the set lags a CPU that became busy until its next tick,
+            // never one that went idle
+            if self.idle.is_idle(cpu) != rq.in_idle_set || (rq.idle && !rq.in_idle_set) {
                 v.push(format!(
-                    "CPU {cpu}: idle tracker says {} but the runqueue {}",
+                    "CPU {cpu}: idle tracker says {} but the runqueue idle {} (in the set {})",
                     self.idle.is_idle(cpu),
-                    rq.idle
+                    rq.idle,
+                    rq.in_idle_set
                 ));
             }
             r.idle_cpus += rq.idle as u32;
+            idle_set += rq.in_idle_set as u32;
             let pushable = rq
                 .rt
                 .iter_by_prio()
@@ -199,8 +204,8 @@ impl Scheduler {
             ));
         }
         match self.idle.check_consistent() {
-            Ok(k) if k != r.idle_cpus => v.push(format!(
-                "idle tracker holds {k} CPUs, {} runqueues are idle",
+            Ok(k) if k != idle_set => v.push(format!(
+                "idle tracker holds {k} CPUs, {idle_set} runqueues are in its set ({} idle)",
                 r.idle_cpus
             )),
             Ok(_) => {}

@@ -468,6 +468,63 @@ fn rt_wakeup_prefers_an_idle_cpu_of_its_llc_to_one_running_fair_work() {
     }
 }
 
+/// The idle tracker's set is kept as Linux keeps its nohz idle set: a CPU
+/// that becomes busy stays in it until its next tick, so one that goes
+/// idle again before then writes nothing shared. Placement checks each
+/// candidate's own idle flag, so a busy CPU still in the set is passed
+/// over: task B, last on CPU 2 (now busy with A, still in the set), goes
+/// to idle CPU 3, the only other CPU it may use.
+#[test]
+fn a_cpu_leaves_the_idle_set_at_its_tick_and_placement_skips_it_before() {
+    for mit in [Mitigations::none(), Mitigations::all()] {
+        let mut sim = Sim::new(topo16(), mit);
+        let b = sim
+            .s
+            .add_task(&TaskSpec::new("b").affinity(CpuMask::single(2)), 0)
+            .unwrap();
+        sim.s.wake(b, None, sim.now).unwrap();
+        sim.settle();
+        assert_eq!(sim.s.current(2).unwrap(), Some(b));
+        assert!(
+            sim.s.idle.is_idle(2),
+            "{mit}: busy, in the set until its tick"
+        );
+        sim.strict("busy before its tick");
+        sim.now += 10;
+        sim.s.schedule(2, Prev::Block, sim.now).unwrap();
+        assert!(sim.s.idle.is_idle(2), "{mit}");
+        sim.s
+            .set_affinity(b, &"2-3".parse().unwrap(), sim.now)
+            .unwrap();
+        let a = sim
+            .s
+            .add_task(&TaskSpec::new("a").affinity(CpuMask::single(2)), 0)
+            .unwrap();
+        sim.s.wake(a, None, sim.now).unwrap();
+        sim.settle();
+        assert_eq!(sim.s.current(2).unwrap(), Some(a));
+        assert!(sim.s.idle.is_idle(2), "{mit}: stale member");
+        sim.s.wake(b, None, sim.now).unwrap();
+        sim.settle();
+        assert_eq!(
+            sim.s.current(3).unwrap(),
+            Some(b),
+            "{mit}: B belongs on idle CPU 3, not on busy CPU 2\n{}",
+            sim.s.dump()
+        );
+        sim.strict("both running, neither ticked");
+        sim.now += 10_000_000;
+        sim.s.tick(2, sim.now).unwrap();
+        sim.s.tick(3, sim.now).unwrap();
+        assert!(
+            !sim.s.idle.is_idle(2) && !sim.s.idle.is_idle(3),
+            "{mit}: the ticks took them out"
+        );
+        sim.strict("after the ticks");
+        assert_eq!(sim.s.idle.check_consistent().unwrap(), 14, "{mit}");
+    }
+}
+
 /// A CPU holding several waiting RT tasks that beat what it runs keeps the
 /// first (it runs it next) and pushes the others to CPUs that can run them
 /// now, without waiting for its own schedule().

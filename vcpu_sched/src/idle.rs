@@ -5,6 +5,16 @@
 //! A CPU enters and leaves the idle set under its own runqueue lock, so the
 //! enter/exit calls of one CPU never overlap; different CPUs race freely.
 //!
+//! The set is kept the way Linux keeps its nohz idle set: a CPU enters it
+//! when it goes idle (unless it is still in it), but a CPU that becomes
+//! busy leaves it only at its next tick ([`crate::Scheduler::tick`]), not
+//! at once. So a CPU that flips between idle and busy many times between
+//! two ticks writes the set at most twice per tick, not twice per flip,
+//! and the set may name CPUs that are busy by now. Its searches therefore
+//! take a `live` test (the scheduler passes each candidate CPU's own idle
+//! flag, as Linux's wakeup placement reads each candidate runqueue) and
+//! skip the stale ones.
+//!
 //! The baseline ([`GlobalIdle`]) is one mask and one count for the machine,
 //! like Linux's `nohz.idle_cpus_mask` and `nohz.nr_cpus`: every idle entry
 //! and exit on every CPU writes the same lines. Fix 4
@@ -107,37 +117,53 @@ impl IdleTracker {
         }
     }
 
-    /// An idle CPU of LLC `llc` that is in `allowed`.
+    /// A CPU of LLC `llc` in `allowed` that the set names idle and that
+    /// passes `live` (see the module docs: the set can be stale).
     #[inline]
-    pub fn find_in_llc(&self, llc: u32, allowed: &CpuMask) -> Option<CpuId> {
+    pub fn find_in_llc(
+        &self,
+        llc: u32,
+        allowed: &CpuMask,
+        live: &dyn Fn(CpuId) -> bool,
+    ) -> Option<CpuId> {
         let within = allowed.and(&self.llc_span[llc as usize]);
         if within.is_empty() {
             return None;
         }
-        match &self.kind {
-            IdleKind::Global(g) => g.mask.first_and(&within, Ordering::Acquire),
-            IdleKind::PerLlc(s) => s.find_in_llc(llc, &within),
-        }
+        let cands = match &self.kind {
+            IdleKind::Global(g) => g.mask.and(&within, Ordering::Acquire),
+            IdleKind::PerLlc(s) => s.candidates_in_llc(llc, &within)?,
+        };
+        let found = cands.iter().find(|&c| live(c));
+        found
     }
 
-    /// An idle CPU of `allowed`, searched near `prefer`: its LLC, then its
-    /// node, then anywhere.
-    pub fn find(&self, allowed: &CpuMask, prefer: CpuId) -> Option<CpuId> {
+    /// A CPU of `allowed` that the set names idle and that passes `live`,
+    /// searched near `prefer`: its LLC, then its node, then anywhere.
+    pub fn find(
+        &self,
+        allowed: &CpuMask,
+        prefer: CpuId,
+        live: &dyn Fn(CpuId) -> bool,
+    ) -> Option<CpuId> {
         if !self.any() {
             return None;
         }
         let llc = self.cpu_llc[prefer as usize];
-        if let Some(c) = self.find_in_llc(llc, allowed) {
+        if let Some(c) = self.find_in_llc(llc, allowed, live) {
             return Some(c);
         }
         match &self.kind {
             IdleKind::Global(g) => {
+                let llc_span = &self.llc_span[llc as usize];
                 let node = &self.node_span[self.cpu_node[prefer as usize] as usize];
-                g.mask
-                    .first_and(&allowed.and(node), Ordering::Acquire)
-                    .or_else(|| g.mask.first_and(&allowed.and(&self.all), Ordering::Acquire))
+                let m = g.mask.load(Ordering::Acquire);
+                let near = m.and(&allowed.and(node)).and_not(llc_span);
+                let far = m.and(&allowed.and(&self.all)).and_not(node);
+                let found = near.iter().chain(far.iter()).find(|&c| live(c));
+                found
             }
-            IdleKind::PerLlc(s) => s.find_other_llcs(llc, allowed, &self.llc_span),
+            IdleKind::PerLlc(s) => s.find_other_llcs(llc, allowed, &self.llc_span, live),
         }
     }
 
@@ -189,6 +215,9 @@ mod tests {
     use super::*;
     use crate::topo::tests::hand_topo;
 
+    /// Every candidate is live (the set is exact in these tests).
+    const ANY: fn(CpuId) -> bool = |_| true;
+
     fn both(map: &TopoMap, all_idle: bool) -> [IdleTracker; 2] {
         [
             IdleTracker::new(map, false, all_idle),
@@ -202,13 +231,13 @@ mod tests {
         for t in both(&map, true) {
             assert!(t.any());
             assert_eq!(t.check_consistent().unwrap(), 16);
-            assert_eq!(t.find(map.all(), 5), Some(4), "prefer's LLC first");
+            assert_eq!(t.find(map.all(), 5, &ANY), Some(4), "prefer's LLC first");
             for c in 0..16 {
                 t.exit(c);
             }
             assert!(!t.any());
-            assert_eq!(t.find(map.all(), 5), None);
-            assert_eq!(t.find_in_llc(1, map.all()), None, "empty LLC");
+            assert_eq!(t.find(map.all(), 5, &ANY), None);
+            assert_eq!(t.find_in_llc(1, map.all(), &ANY), None, "empty LLC");
             assert_eq!(t.check_consistent().unwrap(), 0);
         }
     }
@@ -221,22 +250,48 @@ mod tests {
             t.enter(14); // node 1, LLC 3
             t.enter(6); // node 0, LLC 1
             assert!(t.any());
-            assert_eq!(t.find(map.all(), 0), Some(6), "same node before other node");
-            assert_eq!(t.find(map.all(), 12), Some(14));
             assert_eq!(
-                t.find(&"0-5".parse().unwrap(), 0),
+                t.find(map.all(), 0, &ANY),
+                Some(6),
+                "same node before other node"
+            );
+            assert_eq!(t.find(map.all(), 12, &ANY), Some(14));
+            assert_eq!(
+                t.find(&"0-5".parse().unwrap(), 0, &ANY),
                 None,
                 "affinity respected"
             );
-            assert_eq!(t.find(&"14".parse().unwrap(), 0), Some(14), "anywhere last");
-            assert_eq!(t.find_in_llc(1, map.all()), Some(6));
-            assert_eq!(t.find_in_llc(0, map.all()), None);
+            assert_eq!(
+                t.find(&"14".parse().unwrap(), 0, &ANY),
+                Some(14),
+                "anywhere last"
+            );
+            assert_eq!(t.find_in_llc(1, map.all(), &ANY), Some(6));
+            assert_eq!(t.find_in_llc(0, map.all(), &ANY), None);
             assert!(t.is_idle(6) && !t.is_idle(7));
             t.exit(6);
-            assert_eq!(t.find(map.all(), 0), Some(14));
+            assert_eq!(t.find(map.all(), 0, &ANY), Some(14));
             t.exit(14);
             assert!(!t.any());
             assert_eq!(t.check_consistent().unwrap(), 0);
+        }
+    }
+
+    #[test]
+    fn stale_members_are_skipped_by_the_live_test() {
+        let map = TopoMap::new(&hand_topo(2, 2, 2, 2)).unwrap();
+        for t in both(&map, false) {
+            t.enter(4);
+            t.enter(5);
+            t.enter(14);
+            // CPU 4 has become busy but is still in the set
+            let live = |c: CpuId| c != 4;
+            assert_eq!(t.find_in_llc(1, map.all(), &live), Some(5));
+            assert_eq!(t.find(map.all(), 4, &live), Some(5));
+            let only14 = |c: CpuId| c == 14;
+            assert_eq!(t.find(map.all(), 4, &only14), Some(14), "other node last");
+            assert_eq!(t.find(map.all(), 4, &|_| false), None);
+            assert_eq!(t.check_consistent().unwrap(), 3);
         }
     }
 
@@ -247,13 +302,13 @@ mod tests {
             assert_eq!(t.check_consistent().unwrap(), 4);
             t.exit(0);
             t.exit(1);
-            assert_eq!(t.find(map.all(), 0), Some(2));
+            assert_eq!(t.find(map.all(), 0, &ANY), Some(2));
             assert!(t.any());
             t.exit(2);
             t.exit(3);
             assert!(!t.any());
             t.enter(3);
-            assert_eq!(t.find(map.all(), 0), Some(3));
+            assert_eq!(t.find(map.all(), 0, &ANY), Some(3));
             assert_eq!(t.check_consistent().unwrap(), 1);
         }
     }

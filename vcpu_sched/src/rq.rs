@@ -31,8 +31,11 @@ pub(crate) struct Rq {
     pub(crate) slice_start: u64,
     /// Registered as RT-overloaded.
     pub(crate) overloaded: bool,
-    /// Registered as idle.
+    /// Idle (no current task).
     pub(crate) idle: bool,
+    /// In the idle tracker's set: entered when the CPU went idle, left at
+    /// its first tick after it became busy (see [`crate::idle`]).
+    pub(crate) in_idle_set: bool,
     /// `schedule` dropped the lock to balance; `curr` is already `None` but
     /// cpupri and idle still show the old state.
     pub(crate) in_balance: bool,
@@ -51,6 +54,7 @@ impl Rq {
             slice_start: 0,
             overloaded: false,
             idle: true,
+            in_idle_set: true,
             in_balance: false,
             clock: 0,
         }
@@ -93,6 +97,9 @@ pub struct CpuHot {
     /// found nothing elsewhere asks it to push its waiting RT tasks at its
     /// next `schedule` (Linux's RT_PUSH_IPI, for the contended case).
     pub(crate) push_request: AtomicBool,
+    /// Busy, but still in the idle tracker's set: its next tick takes it
+    /// out (read lock-free by the CPU's own tick).
+    pub(crate) idle_set_stale: AtomicBool,
     /// A busy CPU that kicked this idle one to take work.
     pub(crate) balance_hint: AtomicU32,
     /// When the tick next needs the slow path for the current task.
@@ -115,6 +122,7 @@ impl CpuHot {
             rt_queued_pri: AtomicU32::new(0),
             pull_busy: AtomicBool::new(false),
             push_request: AtomicBool::new(false),
+            idle_set_stale: AtomicBool::new(false),
             balance_hint: AtomicU32::new(NO_TASK),
             slice_end: AtomicU64::new(u64::MAX),
             next_balance: AtomicU64::new(0),

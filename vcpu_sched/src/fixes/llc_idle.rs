@@ -5,11 +5,12 @@
 //! count of LLCs that have an idle CPU ([`IdleLlcCount`]) which changes only
 //! when an LLC goes from 0 to 1 idle CPUs or from 1 to 0.
 //!
-//! WHY: CPUs enter and leave idle thousands of times a second each. With
-//! one global mask and count, every transition on every CPU writes the same
-//! two lines, and every busy CPU's tick reads them to decide whether idle
-//! balancing is worth a kick: on 2-socket machines those lines live in
-//! transit between the sockets.
+//! WHY: A CPU enters the idle set when it goes idle and leaves it at its
+//! next busy tick ([`crate::idle`], as Linux's nohz idle set), so with
+//! hundreds of CPUs the global mask and count are written hundreds of
+//! times per tick period, and every busy CPU's tick reads them to decide
+//! whether idle balancing is worth a kick: on 2-socket machines those
+//! lines live in transit between the sockets.
 //!
 //! HOW: A CPU updates its own LLC's count and mask, lines shared only inside
 //! the LLC. Only the first CPU of an LLC to go idle and the last to leave
@@ -125,14 +126,14 @@ impl LlcIdleSet {
         }
     }
 
+    /// The CPUs of `within` (inside LLC `llc`) that the LLC's mask names
+    /// idle; `None` when its count says none, without reading the mask.
     #[inline]
-    pub(crate) fn find_in_llc(&self, llc: u32, within: &CpuMask) -> Option<CpuId> {
+    pub(crate) fn candidates_in_llc(&self, llc: u32, within: &CpuMask) -> Option<CpuMask> {
         if !self.llc_has_idle(llc, within) {
             return None;
         }
-        self.llcs[llc as usize]
-            .mask
-            .first_and(within, Ordering::Acquire)
+        Some(self.llcs[llc as usize].mask.and(within, Ordering::Acquire))
     }
 
     pub(crate) fn find_other_llcs(
@@ -140,6 +141,7 @@ impl LlcIdleSet {
         skip: u32,
         allowed: &CpuMask,
         llc_span: &[CpuMask],
+        live: &dyn Fn(CpuId) -> bool,
     ) -> Option<CpuId> {
         let home = self.llc_node[skip as usize] as usize;
         let nodes = self.node_llcs.len();
@@ -152,8 +154,11 @@ impl LlcIdleSet {
                 if within.is_empty() {
                     continue;
                 }
-                if let Some(c) = self.find_in_llc(l, &within) {
-                    return Some(c);
+                let found = self
+                    .candidates_in_llc(l, &within)
+                    .and_then(|m| m.iter().find(|&c| live(c)));
+                if found.is_some() {
+                    return found;
                 }
             }
         }

@@ -52,7 +52,10 @@ impl Scheduler {
         if rq.idle {
             rq.idle = false;
             pc.hot.idle.store(false, Ordering::Release);
-            self.idle.exit(rq.cpu);
+            // it leaves the idle tracker's set at its next tick (lazily,
+            // as Linux's nohz idle set): a CPU that goes idle again before
+            // then writes nothing shared
+            pc.hot.idle_set_stale.store(true, Ordering::Relaxed);
         }
         pc.hot
             .slice_end
@@ -84,7 +87,12 @@ impl Scheduler {
         if !rq.idle {
             rq.idle = true;
             pc.hot.idle.store(true, Ordering::Release);
-            self.idle.enter(rq.cpu);
+            if rq.in_idle_set {
+                pc.hot.idle_set_stale.store(false, Ordering::Relaxed);
+            } else {
+                rq.in_idle_set = true;
+                self.idle.enter(rq.cpu);
+            }
             pc.stats.idle_entries.fetch_add(1, Ordering::Relaxed);
             pc.hot.switch_seq.fetch_add(1, Ordering::Relaxed);
         }

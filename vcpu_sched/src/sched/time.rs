@@ -21,6 +21,16 @@ impl Scheduler {
     fn tick_checked(&self, cpu: CpuId, now: u64) {
         let pc = &self.cpus[cpu as usize];
         let h = &pc.hot;
+        if h.idle_set_stale.load(Ordering::Relaxed) {
+            // busy since before this tick: leave the idle tracker's set
+            // now (Linux's nohz_balance_exit_idle from the tick)
+            let mut rq = self.lock_rq(cpu);
+            if !rq.idle && rq.in_idle_set {
+                rq.in_idle_set = false;
+                self.idle.exit(cpu);
+            }
+            h.idle_set_stale.store(false, Ordering::Relaxed);
+        }
         if now >= h.slice_end.load(Ordering::Relaxed) {
             let mut rq = self.lock_rq(cpu);
             let mut resched = false;
@@ -46,7 +56,10 @@ impl Scheduler {
             h.next_balance
                 .store(now + self.cfg.balance_interval_ns, Ordering::Relaxed);
             if self.idle.any() {
-                if let Some(i) = self.idle.find(self.map.all(), cpu) {
+                if let Some(i) = self
+                    .idle
+                    .find(self.map.all(), cpu, &|c| self.is_idle_now(c))
+                {
                     if i != cpu {
                         self.cpus[i as usize]
                             .hot

@@ -219,11 +219,12 @@ impl Scheduler {
         if prev_ok && self.cpus[prev as usize].hot.idle.load(Ordering::Relaxed) {
             return prev;
         }
-        if let Some(c) = self.idle.find_in_llc(self.map.llc_of(home), aff) {
+        let live = |c| self.is_idle_now(c);
+        if let Some(c) = self.idle.find_in_llc(self.map.llc_of(home), aff, &live) {
             return c;
         }
         if !prev_ok {
-            if let Some(c) = self.idle.find(aff, home) {
+            if let Some(c) = self.idle.find(aff, home, &live) {
                 return c;
             }
         }
@@ -236,8 +237,15 @@ impl Scheduler {
     /// else the nearest CPU of `m`.
     pub(super) fn rt_target(&self, m: &CpuMask, home: CpuId) -> Option<CpuId> {
         self.idle
-            .find_in_llc(self.map.llc_of(home), m)
+            .find_in_llc(self.map.llc_of(home), m, &|c| self.is_idle_now(c))
             .or_else(|| self.map.closest(m, home))
+    }
+
+    /// Is `cpu` idle now, by its own flag (the idle tracker's set can name
+    /// CPUs that have become busy since; see [`crate::idle`]).
+    #[inline]
+    pub(super) fn is_idle_now(&self, cpu: CpuId) -> bool {
+        self.cpus[cpu as usize].hot.idle.load(Ordering::Relaxed)
     }
 
     /// Whether an RT task at level `pri` woken onto `cpu` would run there
