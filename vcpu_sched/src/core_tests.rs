@@ -469,13 +469,13 @@ fn rt_wakeup_prefers_an_idle_cpu_of_its_llc_to_one_running_fair_work() {
 }
 
 /// The idle tracker's set is kept as Linux keeps its nohz idle set: a CPU
-/// that becomes busy stays in it until its next tick, so one that goes
-/// idle again before then writes nothing shared. Placement checks each
+/// that becomes busy stays in it until its first `schedule` after a tick,
+/// so one that goes idle again before then writes nothing shared. Placement checks each
 /// candidate's own idle flag, so a busy CPU still in the set is passed
 /// over: task B, last on CPU 2 (now busy with A, still in the set), goes
 /// to idle CPU 3, the only other CPU it may use.
 #[test]
-fn a_cpu_leaves_the_idle_set_at_its_tick_and_placement_skips_it_before() {
+fn a_cpu_leaves_the_idle_set_after_a_tick_and_placement_skips_it_before() {
     for mit in [Mitigations::none(), Mitigations::all()] {
         let mut sim = Sim::new(topo16(), mit);
         let b = sim
@@ -516,11 +516,16 @@ fn a_cpu_leaves_the_idle_set_at_its_tick_and_placement_skips_it_before() {
         sim.now += 10_000_000;
         sim.s.tick(2, sim.now).unwrap();
         sim.s.tick(3, sim.now).unwrap();
+        assert!(sim.s.idle.is_idle(2), "{mit}: a tick only marks the CPU");
+        sim.strict("after the ticks");
+        for c in [2, 3] {
+            sim.s.schedule(c, Prev::Keep, sim.now).unwrap();
+        }
         assert!(
             !sim.s.idle.is_idle(2) && !sim.s.idle.is_idle(3),
-            "{mit}: the ticks took them out"
+            "{mit}: the schedule after a tick takes a busy CPU out"
         );
-        sim.strict("after the ticks");
+        sim.strict("after the schedules");
         assert_eq!(sim.s.idle.check_consistent().unwrap(), 14, "{mit}");
     }
 }

@@ -7,17 +7,20 @@
 //!
 //! The set is kept the way Linux keeps its nohz idle set: a CPU enters it
 //! when it goes idle (unless it is still in it), but a CPU that becomes
-//! busy leaves it only at its next tick ([`crate::Scheduler::tick`]), not
-//! at once. So a CPU that flips between idle and busy many times between
-//! two ticks writes the set at most twice per tick, not twice per flip,
-//! and the set may name CPUs that are busy by now. Its searches therefore
+//! busy leaves it only once a tick has found it busy
+//! ([`crate::Scheduler::tick`] marks it; its next `schedule` takes it out
+//! under its own runqueue lock), not at once. So a CPU that flips between
+//! idle and busy many times between two ticks writes the set at most twice
+//! per tick, not twice per flip, and the set may name CPUs that are busy
+//! by now (one that runs a task for long stays named until it next
+//! schedules). Its searches therefore
 //! take a `live` test (the scheduler passes each candidate CPU's own idle
 //! flag, as Linux's wakeup placement reads each candidate runqueue) and
 //! skip the stale ones.
 //!
 //! The baseline ([`GlobalIdle`]) is one mask and one count for the machine,
-//! like Linux's `nohz.idle_cpus_mask` and `nohz.nr_cpus`: every idle entry
-//! and exit on every CPU writes the same lines. Fix 4
+//! like Linux's `nohz.idle_cpus_mask` and `nohz.nr_cpus`: every entry and
+//! exit of every CPU writes the same lines. Fix 4
 //! ([`crate::fixes::llc_idle`]) keeps them per LLC.
 
 use crate::cpumask::{AtomicCpuMask, CpuMask};

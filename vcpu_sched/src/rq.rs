@@ -34,7 +34,8 @@ pub(crate) struct Rq {
     /// Idle (no current task).
     pub(crate) idle: bool,
     /// In the idle tracker's set: entered when the CPU went idle, left at
-    /// its first tick after it became busy (see [`crate::idle`]).
+    /// its first `schedule` after a tick found it busy (see
+    /// [`crate::idle`]).
     pub(crate) in_idle_set: bool,
     /// `schedule` dropped the lock to balance; `curr` is already `None` but
     /// cpupri and idle still show the old state.
@@ -97,9 +98,12 @@ pub struct CpuHot {
     /// found nothing elsewhere asks it to push its waiting RT tasks at its
     /// next `schedule` (Linux's RT_PUSH_IPI, for the contended case).
     pub(crate) push_request: AtomicBool,
-    /// Busy, but still in the idle tracker's set: its next tick takes it
-    /// out (read lock-free by the CPU's own tick).
+    /// Busy, but still in the idle tracker's set (read lock-free by the
+    /// CPU's tick).
     pub(crate) idle_set_stale: AtomicBool,
+    /// A tick found this CPU busy and still in the idle tracker's set: its
+    /// next `schedule`, under its runqueue lock, takes it out.
+    pub(crate) idle_set_leave: AtomicBool,
     /// A busy CPU that kicked this idle one to take work.
     pub(crate) balance_hint: AtomicU32,
     /// When the tick next needs the slow path for the current task.
@@ -123,6 +127,7 @@ impl CpuHot {
             pull_busy: AtomicBool::new(false),
             push_request: AtomicBool::new(false),
             idle_set_stale: AtomicBool::new(false),
+            idle_set_leave: AtomicBool::new(false),
             balance_hint: AtomicU32::new(NO_TASK),
             slice_end: AtomicU64::new(u64::MAX),
             next_balance: AtomicU64::new(0),

@@ -5,8 +5,8 @@
 //! count of LLCs that have an idle CPU ([`IdleLlcCount`]) which changes only
 //! when an LLC goes from 0 to 1 idle CPUs or from 1 to 0.
 //!
-//! WHY: A CPU enters the idle set when it goes idle and leaves it at its
-//! next busy tick ([`crate::idle`], as Linux's nohz idle set), so with
+//! WHY: A CPU enters the idle set when it goes idle and leaves it soon
+//! after a tick finds it busy ([`crate::idle`], as Linux's nohz idle set), so with
 //! hundreds of CPUs the global mask and count are written hundreds of
 //! times per tick period, and every busy CPU's tick reads them to decide
 //! whether idle balancing is worth a kick: on 2-socket machines those

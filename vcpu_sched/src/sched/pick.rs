@@ -89,6 +89,7 @@ impl Scheduler {
             pc.hot.idle.store(true, Ordering::Release);
             if rq.in_idle_set {
                 pc.hot.idle_set_stale.store(false, Ordering::Relaxed);
+                pc.hot.idle_set_leave.store(false, Ordering::Relaxed);
             } else {
                 rq.in_idle_set = true;
                 self.idle.enter(rq.cpu);
@@ -221,6 +222,15 @@ impl Scheduler {
         let mut rq = self.lock_rq(cpu);
         rq.clock = rq.clock.max(now);
         pc.hot.need_resched.store(false, Ordering::SeqCst);
+        if pc.hot.idle_set_leave.load(Ordering::Relaxed) {
+            // a tick found this CPU busy and still in the idle set
+            pc.hot.idle_set_leave.store(false, Ordering::Relaxed);
+            if rq.in_idle_set && !rq.idle {
+                rq.in_idle_set = false;
+                pc.hot.idle_set_stale.store(false, Ordering::Relaxed);
+                self.idle.exit(cpu);
+            }
+        }
         // a puller asked this CPU to push (see pull_rt)
         let asked = pc.hot.push_request.swap(false, Ordering::AcqRel);
         let prev_task = rq.curr;

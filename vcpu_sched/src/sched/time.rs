@@ -21,15 +21,12 @@ impl Scheduler {
     fn tick_checked(&self, cpu: CpuId, now: u64) {
         let pc = &self.cpus[cpu as usize];
         let h = &pc.hot;
-        if h.idle_set_stale.load(Ordering::Relaxed) {
-            // busy since before this tick: leave the idle tracker's set
-            // now (Linux's nohz_balance_exit_idle from the tick)
-            let mut rq = self.lock_rq(cpu);
-            if !rq.idle && rq.in_idle_set {
-                rq.in_idle_set = false;
-                self.idle.exit(cpu);
-            }
-            h.idle_set_stale.store(false, Ordering::Relaxed);
+        if h.idle_set_stale.load(Ordering::Relaxed) && !h.idle_set_leave.load(Ordering::Relaxed) {
+            // busy since before this tick: it leaves the idle tracker's
+            // set at its next schedule, under its own lock (Linux's
+            // nohz_balance_exit_idle from the tick; the tick here may run
+            // on another thread, which must not wait for that lock)
+            h.idle_set_leave.store(true, Ordering::Relaxed);
         }
         if now >= h.slice_end.load(Ordering::Relaxed) {
             let mut rq = self.lock_rq(cpu);
