@@ -10,7 +10,7 @@
 # repetitions (default 5) of DURATION seconds (default 2): rows `all`
 # (the baseline), its A/A row, `none`, and `host 1:1`. A host row whose
 # min-max lies above the A/A band beats vcpu_sched; inside it, a tie.
-# Raw outputs (table and JSON) go to OUT (default docs/data/targets);
+# Raw outputs (table, and JSON gzipped) go to OUT (default docs/data/targets);
 # VMM_BIN picks the binary (default: a release build); WORKLOADS narrows it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +38,8 @@ for workload in ${WORKLOADS:-messaging cyclic runq transcode}; do
         f="$out/$workload-$point"
         cmd=(bench "$workload" "${shape[@]}" --duration "$dur" --reps "$reps" --compare "all;none" --json "$f.json")
         { echo "# vmm ${cmd[*]}"; echo "# $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $ncpu host CPUs"; vmm "${cmd[@]}" 2>/dev/null; } >"$f.txt"
+        # the JSON keeps every run's histograms: megabytes, compressed well
+        gzip -9f "$f.json"
         echo "$f.txt"
     done
 done
