@@ -38,7 +38,11 @@ fn bench(c: &mut Criterion) {
                                         t.enter(cpu);
                                     }
                                     std::hint::black_box(t.any());
-                                    std::hint::black_box(t.find_in_llc(map.llc_of(cpu), map.all()));
+                                    std::hint::black_box(t.find_in_llc(
+                                        map.llc_of(cpu),
+                                        map.all(),
+                                        &|_| true,
+                                    ));
                                     if all_idle {
                                         t.enter(cpu);
                                     } else {
