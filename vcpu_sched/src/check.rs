@@ -139,8 +139,8 @@ impl Scheduler {
                     ));
                 }
             }
-            // the set lags a CPU that became busy until its next tick,
-            // never one that went idle
+            // the set lags a CPU that became busy until it schedules after
+            // a tick, never one that went idle
             if self.idle.is_idle(cpu) != rq.in_idle_set || (rq.idle && !rq.in_idle_set) {
                 v.push(format!(
                     "CPU {cpu}: idle tracker says {} but the runqueue idle {} (in the set {})",

@@ -52,9 +52,9 @@ impl Scheduler {
         if rq.idle {
             rq.idle = false;
             pc.hot.idle.store(false, Ordering::Release);
-            // it leaves the idle tracker's set at its next tick (lazily,
-            // as Linux's nohz idle set): a CPU that goes idle again before
-            // then writes nothing shared
+            // it leaves the idle tracker's set at its first schedule after
+            // a tick (lazily, as Linux's nohz idle set): a CPU that goes
+            // idle again before then writes nothing shared
             pc.hot.idle_set_stale.store(true, Ordering::Relaxed);
         }
         pc.hot
