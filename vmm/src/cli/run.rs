@@ -447,7 +447,7 @@ fn run_vm(
                 pins,
                 timeout,
                 poll: std::time::Duration::from_millis(1),
-                halt: std::time::Duration::from_millis(1),
+                halt: crate::vcpu_task::linux::HaltSleep::default(),
             };
             info!(
                 "vCPUs scheduled by vcpu_sched (workers executor, mitigations {})",

@@ -108,6 +108,9 @@ impl ExitMapper for CountingMapper {
         self.counts.0[2].fetch_add(1, Ordering::Relaxed);
         self.inner.on_kicked(vcpu)
     }
+    fn before_entry(&self, vcpu: &crate::vcpu::Vcpu) {
+        self.inner.before_entry(vcpu)
+    }
 }
 
 /// The largest request body.
@@ -766,7 +769,7 @@ async fn boot(state: &Shared, id: &str) -> Reply {
         let s = lock(state);
         (s.topo.clone(), s.pool.clone())
     };
-    let result = tokio::task::spawn_blocking(move || -> Result<Running, String> {
+    let result = tokio::task::spawn_blocking(move || -> Result<Arc<Running>, String> {
         let rt = cfg.x_vmm.as_ref().and_then(|x| x.rt.clone());
         let policy = |k: usize| match &rt {
             Some(r) if r.policy == "rr" => Policy::Rr(r.priority_of(k)),
@@ -804,7 +807,7 @@ async fn boot(state: &Shared, id: &str) -> Reply {
             eo: &eo,
         }
         .start(guest)
-        .map(|(r, _)| r)
+        .map(|(r, _)| Arc::new(r))
     })
     .await
     .unwrap_or_else(|e| Err(format!("boot task failed: {e}")));
@@ -815,7 +818,7 @@ async fn boot(state: &Shared, id: &str) -> Reply {
     v.busy = false;
     match result {
         Ok(r) => {
-            v.run = Some(Arc::new(r));
+            v.run = Some(r);
             v.state = VmState::Running;
             v.boots += 1;
             v.last_stop = None;
@@ -867,9 +870,10 @@ impl Executor<'_> {
 }
 
 /// Builds and starts a Linux VM (`payload.kernel`): its vCPUs become tasks
-/// like a micro-guest's; a poller thread kicks halted vCPUs out of
-/// `KVM_RUN` (the in-kernel irqchip keeps HLT inside KVM) until the set
-/// stops, as `vmm run --sched vcpu_sched` does.
+/// like a micro-guest's; a poller thread ([`HaltPoller`]) kicks halted
+/// vCPUs out of `KVM_RUN` (the in-kernel irqchip keeps HLT inside KVM)
+/// and wakes them when an interrupt is pending, until the set stops, as
+/// `vmm run --sched vcpu_sched` does.
 fn boot_linux(
     id: &str,
     cfg: &VmConfig,
@@ -878,8 +882,8 @@ fn boot_linux(
     placement: Vec<Placement>,
     on: Executor,
     counts: Arc<ExitCounts>,
-) -> Result<Running, String> {
-    use crate::vcpu_task::linux::{BlockingStat, LinuxMapper};
+) -> Result<Arc<Running>, String> {
+    use crate::vcpu_task::linux::{HaltPoller, LinuxMapper};
     let shape = cfg.guest_shape().map_err(|e| e.error)?;
     let guest = GuestTopology::from_spec(&shape).map_err(|e| e.to_string())?;
     let p = cfg.payload.clone().unwrap_or(api::PayloadConfig {
@@ -921,14 +925,18 @@ fn boot_linux(
     let mut vm = crate::vm::LinuxVm::build(&kvm, spec).map_err(|e| e.to_string())?;
     let mut vcpus = vm.take_vcpus();
     arm_faults(id, &mut vcpus)?;
-    let stats: Vec<Option<BlockingStat>> = vcpus.iter().map(BlockingStat::open).collect();
-    let kickers: Vec<crate::vcpu::Kicker> = vcpus.iter().map(|v| v.kicker()).collect();
     let control = vm.control();
+    let mapper = Arc::new(LinuxMapper::new(
+        vm.devices(),
+        vcpus.len(),
+        crate::vcpu_task::linux::HaltSleep::default(),
+    ));
+    let poller = HaltPoller::new(mapper.clone(), &vcpus);
     let guest = crate::vcpu_task::GuestVm {
         name: id.to_string(),
         vcpus,
         mapper: Arc::new(CountingMapper {
-            inner: Arc::new(LinuxMapper::new(vm.devices(), 1_000_000)),
+            inner: mapper,
             counts,
         }),
         control: control.clone(),
@@ -938,15 +946,17 @@ fn boot_linux(
     control.mark_started();
     tracing::info!(vm = id, "booting Linux");
     let (running, set) = on.start(guest)?;
+    let running = Arc::new(running);
+    // A weak handle: stopping the VM unwraps the `Running`, which a
+    // poller round holds for microseconds at most.
+    let weak = Arc::downgrade(&running);
     std::thread::Builder::new()
         .name(format!("halt-poll/{id}"))
         .spawn(move || {
             while !set.stopping() && set.vms()[0].live() > 0 {
-                for (s, k) in stats.iter().zip(&kickers) {
-                    if s.as_ref().is_none_or(|s| s.blocking()) {
-                        k.kick();
-                    }
-                }
+                let Some(r) = weak.upgrade() else { break };
+                poller.round(&|k| r.wake(0, k));
+                drop(r);
                 std::thread::sleep(Duration::from_millis(1));
             }
         })

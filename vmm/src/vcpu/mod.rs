@@ -518,6 +518,48 @@ impl Vcpu {
         out
     }
 
+    /// Nanoseconds until the guest's TSC-deadline timer fires: `Some(0)`
+    /// when it is due already, `None` when it is not armed (or the LAPIC
+    /// timer is not in TSC-deadline mode: KVM then reads the MSR as 0).
+    /// One `KVM_GET_MSRS` for `IA32_TSC_DEADLINE` and the guest's TSC
+    /// (KVM answers the latter at the moment of the call); `tsc_khz` is
+    /// the guest's TSC rate ([`Self::tsc_khz`]). Call it only while the
+    /// vCPU is out of `KVM_RUN`.
+    pub fn tsc_deadline_in(&self, tsc_khz: u32) -> Result<Option<u64>, VcpuError> {
+        const MSR_IA32_TSC: u32 = 0x10;
+        const MSR_IA32_TSC_DEADLINE: u32 = 0x6e0;
+        let entry = |index| kvm_bindings::kvm_msr_entry {
+            index,
+            ..Default::default()
+        };
+        let mut msrs =
+            kvm_bindings::Msrs::from_entries(&[entry(MSR_IA32_TSC_DEADLINE), entry(MSR_IA32_TSC)])
+                .map_err(|_| VcpuError::Kvm {
+                    vcpu: self.index,
+                    op: "KVM_GET_MSRS",
+                    source: kvm_ioctls::Error::new(libc::E2BIG),
+                })?;
+        let n = self
+            .fd
+            .get_msrs(&mut msrs)
+            .map_err(self.kvm_err("KVM_GET_MSRS"))?;
+        let e = msrs.as_slice();
+        if n < 2 || e[0].data == 0 || tsc_khz == 0 {
+            return Ok(None);
+        }
+        let cycles = e[0].data.saturating_sub(e[1].data);
+        Ok(Some(
+            (u128::from(cycles) * 1_000_000 / u128::from(tsc_khz)).min(u128::from(u64::MAX)) as u64,
+        ))
+    }
+
+    /// The guest's TSC rate in kHz (`KVM_GET_TSC_KHZ`).
+    pub fn tsc_khz(&self) -> Result<u32, VcpuError> {
+        self.fd
+            .get_tsc_khz()
+            .map_err(self.kvm_err("KVM_GET_TSC_KHZ"))
+    }
+
     /// `KVM_GET_MP_STATE` (3 = halted).
     pub fn mp_state(&self) -> Result<u32, VcpuError> {
         self.fd

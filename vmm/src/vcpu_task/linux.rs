@@ -7,32 +7,46 @@
 //! # Under `vcpu_sched`
 //!
 //! A Linux guest has the in-kernel LAPIC, so `HLT` does not exit: KVM
-//! blocks the calling thread inside `KVM_RUN` until an interrupt arrives.
-//! Under the scheduler that thread holds a run slot, so a halted vCPU
-//! would keep its CPU from every other vCPU. The halt poller finds such
-//! vCPUs and makes them give the slot up:
+//! blocks the calling thread inside `KVM_RUN` until an interrupt arrives
+//! (and an AP the guest has not started yet blocks there until INIT and
+//! SIPI). Under the scheduler that thread holds a run slot, so a waiting
+//! vCPU would keep its CPU from every other vCPU. The [`HaltPoller`]
+//! (the caller's thread, every `poll`, 1 ms by default) makes such vCPUs
+//! give the slot up and gives it back when their wait is over:
 //!
-//! * every `poll` (1 ms by default) it reads each vCPU's `blocking` stat
-//!   from KVM's binary stats fd (1 while the vCPU is halted inside
-//!   `KVM_RUN`) and kicks the ones that are (`immediate_exit` + signal, so
-//!   `KVM_RUN` returns `EINTR`); without a stats fd it kicks every vCPU;
-//! * after any kick the runner asks `KVM_GET_MP_STATE`; a halted vCPU
-//!   ([`KVM_MP_STATE_HALTED`]) is blocked in the scheduler for `halt_ns`
-//!   and then re-enters `KVM_RUN`, where KVM delivers whatever interrupt
-//!   arrived meanwhile (or the vCPU halts again and is found again).
+//! * it reads each vCPU's `blocking` stat from KVM's binary stats fd (1
+//!   while the vCPU waits inside `KVM_RUN`) and kicks the ones that wait
+//!   (`immediate_exit` + signal, so `KVM_RUN` returns `EINTR`); without a
+//!   stats fd it kicks every vCPU;
+//! * after any kick the runner asks `KVM_GET_MP_STATE`; a vCPU that waits
+//!   (halted, or an unstarted AP) sleeps in the scheduler for a
+//!   [`HaltSleep`]: 1 ms, doubling while it is found waiting again without
+//!   an exit in between, up to 16 ms, and never past its armed
+//!   TSC-deadline timer (so guest timers fire on time, give or take the
+//!   1 ms floor);
+//! * while it sleeps, the poller probes it each round (`KVM_GET_MP_STATE`,
+//!   which also accepts a pending SIPI, and `KVM_GET_LAPIC` for an
+//!   interrupt the LAPIC would deliver) and wakes it in the scheduler as
+//!   soon as its wait is over, as KVM would wake a blocked thread.
 //!
-//! Semantics and limits: an interrupt for a vCPU that gave up its slot is
-//! delivered when its halt sleep ends, so wakeup latency grows by up to
-//! `halt_ns` plus the poll period (about 1-2 ms with the defaults; a
-//! scheduler-level wake from an I/O thread through `Running::wake` ends
-//! the sleep early). A vCPU that halts and is woken inside KVM before
-//! the poller sees it simply keeps its slot. The poller costs one `pread`
-//! per vCPU per period and one kick per halt it finds.
+//! Semantics and limits: an IPI for a sleeping vCPU reaches it within one
+//! poll period (plus the time to get a slot) instead of at once; an event
+//! the probe cannot see (an NMI) waits for the end of the sleep, 16 ms at
+//! most. A vCPU that halts and is woken inside KVM before the poller sees
+//! it simply keeps its slot, as on host threads. Per period the poller
+//! costs one `pread` per vCPU in the guest and two ioctls per sleeping
+//! vCPU; each find costs a kick, `KVM_GET_MP_STATE` and, for a halted
+//! vCPU, one `KVM_GET_MSRS`. Measured effect on the 12-vCPU boot:
+//! `docs/results-vcpus.md` ("Linux boot").
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use kvm_bindings::KVM_MP_STATE_HALTED;
+use kvm_bindings::{
+    KVM_MP_STATE_AP_RESET_HOLD, KVM_MP_STATE_HALTED, KVM_MP_STATE_INIT_RECEIVED,
+    KVM_MP_STATE_UNINITIALIZED,
+};
 
 use super::{Action, ExitMapper};
 use crate::devices::LegacyDevices;
@@ -105,20 +119,167 @@ fn pread(fd: &OwnedFd, buf: &mut [u8], off: u64) -> Option<()> {
     (n == buf.len() as isize).then_some(())
 }
 
+/// Would `KVM_RUN` block in this MP state until an event arrives? A
+/// halted vCPU waits for an interrupt; an application processor that the
+/// guest has not started yet (`UNINITIALIZED`, `INIT_RECEIVED`, or parked
+/// in `AP_RESET_HOLD`) waits for INIT/SIPI from the boot CPU. All of them
+/// would hold a run slot doing nothing, so they give it up alike. During
+/// early boot that is 11 of 12 vCPUs: before the APs were counted here
+/// the boot CPU ran about 6x slower under the scheduler than on host 1:1
+/// threads (docs/data/boot-sched/).
+fn waits_in_kvm(mp_state: u32) -> bool {
+    matches!(
+        mp_state,
+        KVM_MP_STATE_HALTED
+            | KVM_MP_STATE_UNINITIALIZED
+            | KVM_MP_STATE_INIT_RECEIVED
+            | KVM_MP_STATE_AP_RESET_HOLD
+    )
+}
+
+/// How long a vCPU that waits inside `KVM_RUN` gives up its run slot.
+///
+/// The first sleep after the vCPU last did anything visible (an exit to
+/// the VMM, or a kick that found it running) is `base`; each further find
+/// in a row doubles it, up to `max`. A halted vCPU whose TSC-deadline
+/// timer is armed sleeps no longer than until that deadline (but at least
+/// `base`). Sleeps can be long because the [`HaltPoller`] wakes a
+/// sleeping vCPU as soon as an interrupt or SIPI is pending for it; what
+/// a re-entry costs is the slot, held by a vCPU that goes straight back to
+/// waiting until the next poll round finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HaltSleep {
+    /// The first sleep.
+    pub base: std::time::Duration,
+    /// The longest sleep.
+    pub max: std::time::Duration,
+}
+
+impl Default for HaltSleep {
+    fn default() -> Self {
+        Self {
+            base: std::time::Duration::from_millis(1),
+            max: std::time::Duration::from_millis(16),
+        }
+    }
+}
+
+/// [`HaltSleep`] at work: per-vCPU backoff and the guest's TSC rate.
+struct HaltState {
+    base_ns: u64,
+    max_ns: u64,
+    /// Finds in a row, per vCPU index (saturating).
+    found: Box<[AtomicU8]>,
+    /// Per vCPU index: [`IN_GUEST`], [`ASLEEP`] or [`PROBED`]. The halt
+    /// poller may issue ioctls on a vCPU only while it holds it
+    /// `PROBED`, which it can take only from `ASLEEP`; the thread that
+    /// enters `KVM_RUN` next takes it back to `IN_GUEST` first, waiting
+    /// out a probe in progress (KVM serialises a vCPU's ioctls on its
+    /// mutex, so a probe of a vCPU inside `KVM_RUN` would wait for its
+    /// next exit; this handshake keeps the poller from ever doing that).
+    probe: Box<[AtomicU8]>,
+    /// The guest TSC rate; 0 until first read, `u32::MAX` if unreadable.
+    tsc_khz: AtomicU32,
+}
+
+impl HaltState {
+    fn tsc_khz(&self, vcpu: &Vcpu) -> Option<u32> {
+        let k = match self.tsc_khz.load(Ordering::Relaxed) {
+            0 => {
+                let k = vcpu.tsc_khz().ok().filter(|&k| k > 0).unwrap_or(u32::MAX);
+                self.tsc_khz.store(k, Ordering::Relaxed);
+                k
+            }
+            k => k,
+        };
+        (k != u32::MAX).then_some(k)
+    }
+
+    /// The sleep for a vCPU found waiting in `mp_state`; `None` when its
+    /// timer is due (it goes straight back into `KVM_RUN`).
+    fn sleep_ns(&self, vcpu: &Vcpu, mp_state: u32) -> Option<u64> {
+        let found = self.found.get(vcpu.index());
+        let k = found.map_or(0, |f| f.load(Ordering::Relaxed));
+        let mut ns = self
+            .base_ns
+            .checked_shl(u32::from(k))
+            .unwrap_or(u64::MAX)
+            .min(self.max_ns);
+        if mp_state == KVM_MP_STATE_HALTED {
+            if let Some(khz) = self.tsc_khz(vcpu) {
+                if let Ok(Some(t)) = vcpu.tsc_deadline_in(khz) {
+                    if t == 0 {
+                        return None;
+                    }
+                    ns = ns.min(t.max(self.base_ns));
+                }
+            }
+        }
+        if let Some(f) = found {
+            f.store(k.saturating_add(1).min(63), Ordering::Relaxed);
+        }
+        Some(ns.max(1))
+    }
+
+    /// The vCPU is going to sleep in the scheduler: the poller may probe
+    /// it from now until it is entered again.
+    fn asleep(&self, index: usize) {
+        if let Some(p) = self.probe.get(index) {
+            p.store(ASLEEP, Ordering::Release);
+        }
+    }
+
+    /// Takes the vCPU back from the poller before `KVM_RUN`.
+    fn claim(&self, index: usize) {
+        let Some(p) = self.probe.get(index) else {
+            return;
+        };
+        let mut spins = 0u32;
+        loop {
+            match p.compare_exchange(ASLEEP, IN_GUEST, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) | Err(IN_GUEST) => return,
+                Err(_) => {
+                    // a probe is running: two ioctls, microseconds
+                    spins += 1;
+                    if spins < 100 {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+    }
+
+    fn active(&self, vcpu: &Vcpu) {
+        if let Some(f) = self.found.get(vcpu.index()) {
+            f.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
 /// The exit mapping of a Linux guest: devices as in `vmm run`; under the
-/// scheduler, a kicked vCPU found halted sleeps `halt_ns` there.
+/// scheduler, a kicked vCPU found waiting in `KVM_RUN` sleeps in the
+/// scheduler as [`HaltSleep`] says.
 pub struct LinuxMapper {
     devices: Arc<LegacyDevices>,
     /// `None`: halted vCPUs keep their thread (the host runner).
-    halt_ns: Option<u64>,
+    halt: Option<HaltState>,
 }
 
 impl LinuxMapper {
-    /// For a VM's devices, under the scheduler.
-    pub fn new(devices: Arc<LegacyDevices>, halt_ns: u64) -> Self {
+    /// For a VM's devices and `vcpus` vCPUs, under the scheduler.
+    pub fn new(devices: Arc<LegacyDevices>, vcpus: usize, sleep: HaltSleep) -> Self {
+        let base_ns = (sleep.base.as_nanos() as u64).max(1);
         Self {
             devices,
-            halt_ns: Some(halt_ns.max(1)),
+            halt: Some(HaltState {
+                base_ns,
+                max_ns: (sleep.max.as_nanos() as u64).max(base_ns),
+                found: (0..vcpus).map(|_| AtomicU8::new(0)).collect(),
+                probe: (0..vcpus).map(|_| AtomicU8::new(IN_GUEST)).collect(),
+                tsc_khz: AtomicU32::new(0),
+            }),
         }
     }
 
@@ -127,7 +288,7 @@ impl LinuxMapper {
     pub fn host(devices: Arc<LegacyDevices>) -> Self {
         Self {
             devices,
-            halt_ns: None,
+            halt: None,
         }
     }
 }
@@ -138,6 +299,9 @@ impl ExitMapper for LinuxMapper {
     }
 
     fn map_exit(&self, vcpu: &Vcpu, exit: VcpuExit) -> Action {
+        if let Some(h) = &self.halt {
+            h.active(vcpu);
+        }
         match handle_exit(vcpu, exit) {
             Some(r) => Action::Fail(r),
             None => Action::Continue,
@@ -145,12 +309,178 @@ impl ExitMapper for LinuxMapper {
     }
 
     fn on_kicked(&self, vcpu: &Vcpu) -> Option<Action> {
-        let halt_ns = self.halt_ns?;
+        let h = self.halt.as_ref()?;
         match vcpu.mp_state() {
-            Ok(KVM_MP_STATE_HALTED) => Some(Action::Sleep(halt_ns)),
-            _ => None,
+            Ok(s) if waits_in_kvm(s) => {
+                let ns = h.sleep_ns(vcpu, s)?;
+                h.asleep(vcpu.index());
+                Some(Action::Sleep(ns))
+            }
+            _ => {
+                h.active(vcpu);
+                None
+            }
         }
     }
+
+    fn before_entry(&self, vcpu: &Vcpu) {
+        if let Some(h) = &self.halt {
+            h.claim(vcpu.index());
+        }
+    }
+}
+
+/// Probe states of a vCPU (see `HaltState::probe`).
+const IN_GUEST: u8 = 0;
+const ASLEEP: u8 = 1;
+const PROBED: u8 = 2;
+
+vmm_sys_util::ioctl_ior_nr!(KVM_GET_MP_STATE, 0xae, 0x98, kvm_bindings::kvm_mp_state);
+vmm_sys_util::ioctl_ior_nr!(KVM_GET_LAPIC, 0xae, 0x8e, kvm_bindings::kvm_lapic_state);
+
+/// Would the local APIC in `regs` (a `KVM_GET_LAPIC` image) deliver an
+/// interrupt now? Its highest requested vector (IRR) must be of a higher
+/// priority class than the processor priority: the larger of the task
+/// priority (TPR) and the highest vector in service (ISR), as the SDM's
+/// "Interrupt, Task, and Processor Priority" section defines it.
+pub fn lapic_has_deliverable(regs: &[u8]) -> bool {
+    let reg = |off: usize| {
+        regs.get(off..off + 4)
+            .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let highest = |base: usize| {
+        (0..8usize).rev().find_map(|i| {
+            let v = reg(base + 0x10 * i);
+            (v != 0).then(|| i as u32 * 32 + 31 - v.leading_zeros())
+        })
+    };
+    let Some(irr) = highest(0x200) else {
+        return false;
+    };
+    let tpr_class = (reg(0x80) >> 4) & 0xf;
+    let isr_class = highest(0x100).map_or(0, |v| v >> 4);
+    irr >> 4 > tpr_class.max(isr_class)
+}
+
+/// One vCPU as the halt poller sees it.
+struct PolledVcpu {
+    stat: Option<BlockingStat>,
+    kicker: crate::vcpu::Kicker,
+    /// A duplicate of the vCPU fd, for probes.
+    fd: Option<OwnedFd>,
+}
+
+/// The halt poller of one Linux VM under the scheduler (module docs). Each
+/// [`HaltPoller::round`] kicks the vCPUs that wait inside `KVM_RUN`, and
+/// probes the ones asleep in the scheduler: one whose wait is over (an
+/// interrupt its LAPIC would deliver, or SIPI for an AP) is woken at
+/// once instead of at the end of its sleep. That is what a thread
+/// blocked in `KVM_RUN` gets from KVM itself on host 1:1 threads.
+pub struct HaltPoller {
+    mapper: Arc<LinuxMapper>,
+    vcpus: Vec<PolledVcpu>,
+}
+
+/// What one [`HaltPoller::round`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollRound {
+    /// vCPUs found waiting inside `KVM_RUN` and kicked.
+    pub kicked: u64,
+    /// Sleeping vCPUs probed.
+    pub probed: u64,
+    /// Sleeping vCPUs found with an event and woken.
+    pub woken: u64,
+}
+
+impl std::ops::AddAssign for PollRound {
+    fn add_assign(&mut self, o: Self) {
+        self.kicked += o.kicked;
+        self.probed += o.probed;
+        self.woken += o.woken;
+    }
+}
+
+impl HaltPoller {
+    /// For the vCPUs of a VM whose exits `mapper` maps (built with
+    /// [`LinuxMapper::new`]). Call before handing the vCPUs over.
+    pub fn new(mapper: Arc<LinuxMapper>, vcpus: &[Vcpu]) -> Self {
+        let vcpus: Vec<PolledVcpu> = vcpus
+            .iter()
+            .map(|v| PolledVcpu {
+                stat: BlockingStat::open(v),
+                kicker: v.kicker(),
+                fd: dup_fd(v.fd().as_raw_fd()),
+            })
+            .collect();
+        if vcpus.iter().any(|v| v.stat.is_none()) {
+            tracing::warn!(
+                "no KVM stats fd with a `blocking` stat: the halt poller kicks every vCPU each period"
+            );
+        }
+        Self { mapper, vcpus }
+    }
+
+    /// One pass over the vCPUs; `wake(k)` wakes vCPU `k` in the scheduler.
+    pub fn round(&self, wake: &dyn Fn(usize) -> bool) -> PollRound {
+        let mut r = PollRound::default();
+        let halt = self.mapper.halt.as_ref();
+        for (k, v) in self.vcpus.iter().enumerate() {
+            let slot = halt.and_then(|h| h.probe.get(k));
+            if let (Some(p), Some(fd)) = (slot, &v.fd) {
+                if p.compare_exchange(ASLEEP, PROBED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    let ready = wait_is_over(fd);
+                    p.store(ASLEEP, Ordering::Release);
+                    r.probed += 1;
+                    if ready && wake(k) {
+                        r.woken += 1;
+                    }
+                    continue;
+                }
+            }
+            if v.stat.as_ref().is_none_or(|s| s.blocking()) {
+                r.kicked += 1;
+                v.kicker.kick();
+            }
+        }
+        r
+    }
+}
+
+/// Is the wait of a vCPU that is out of `KVM_RUN` over? `KVM_GET_MP_STATE`
+/// first (KVM accepts a pending INIT/SIPI there, so a started AP reads
+/// runnable), then, for a halted vCPU, its LAPIC (`KVM_GET_LAPIC` moves
+/// posted interrupts into the IRR first). An error reads as "over": the
+/// vCPU re-enters and KVM reports the problem on its own thread.
+fn wait_is_over(fd: &OwnedFd) -> bool {
+    let mut mp = kvm_bindings::kvm_mp_state::default();
+    // SAFETY: KVM_GET_MP_STATE writes one kvm_mp_state into `mp`, which
+    // lives for the call; the fd is a vCPU fd no thread is running.
+    let rc = unsafe { vmm_sys_util::ioctl::ioctl_with_mut_ref(fd, KVM_GET_MP_STATE(), &mut mp) };
+    if rc < 0 || !waits_in_kvm(mp.mp_state) {
+        return true;
+    }
+    if mp.mp_state != KVM_MP_STATE_HALTED {
+        return false;
+    }
+    let mut lapic = kvm_bindings::kvm_lapic_state::default();
+    // SAFETY: KVM_GET_LAPIC writes one kvm_lapic_state into `lapic`,
+    // which lives for the call; the fd is a vCPU fd no thread is running.
+    let rc = unsafe { vmm_sys_util::ioctl::ioctl_with_mut_ref(fd, KVM_GET_LAPIC(), &mut lapic) };
+    if rc < 0 {
+        return true;
+    }
+    lapic_has_deliverable(&lapic.regs.map(|b| b as u8))
+}
+
+/// A duplicate of `fd` (`None` if the process is out of fds).
+fn dup_fd(fd: std::os::fd::RawFd) -> Option<OwnedFd> {
+    // SAFETY: dup on an fd this process holds open; it returns a new fd
+    // or -1.
+    let raw = unsafe { libc::dup(fd) };
+    // SAFETY: `raw` is a fresh fd that nothing else owns.
+    (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 /// How `vmm run --sched vcpu_sched` runs a Linux VM.
@@ -166,8 +496,8 @@ pub struct LinuxSchedOptions {
     pub timeout: Option<std::time::Duration>,
     /// Halt poll period.
     pub poll: std::time::Duration,
-    /// How long a halted vCPU gives up its slot.
-    pub halt: std::time::Duration,
+    /// How long a waiting vCPU gives up its slot.
+    pub halt: HaltSleep,
 }
 
 /// Runs a built Linux VM with its vCPUs as `vcpu_sched` tasks (one task
@@ -186,13 +516,6 @@ pub fn run_sched(
     let topo = Arc::new(topology::load("host")?);
     let vcpus = vm.take_vcpus();
     let n = vcpus.len();
-    let stats: Vec<Option<BlockingStat>> = vcpus.iter().map(BlockingStat::open).collect();
-    if stats.iter().any(|s| s.is_none()) {
-        tracing::warn!(
-            "no KVM stats fd with a `blocking` stat: the halt poller kicks every vCPU each period"
-        );
-    }
-    let kickers: Vec<crate::vcpu::Kicker> = vcpus.iter().map(|v| v.kicker()).collect();
     let control = vm.control();
     let devices = vm.devices();
     let placement = match &opts.pins {
@@ -213,13 +536,12 @@ pub fn run_sched(
             })
             .collect::<Result<Vec<_>, super::TaskError>>()?,
     };
+    let mapper = Arc::new(LinuxMapper::new(devices.clone(), n, opts.halt));
+    let poller = HaltPoller::new(mapper.clone(), &vcpus);
     let guest = GuestVm {
         name: "vm0".into(),
         vcpus,
-        mapper: Arc::new(LinuxMapper::new(
-            devices.clone(),
-            opts.halt.as_nanos() as u64,
-        )),
+        mapper,
         control: control.clone(),
         placement,
         keep: Box::new(vm),
@@ -231,7 +553,8 @@ pub fn run_sched(
     control.mark_started();
     let running = Running::start(&eo, set.clone())?;
     let t0 = Instant::now();
-    let mut halts_found = 0u64;
+    let mut polls = PollRound::default();
+    let wake = |k: usize| running.wake(0, k);
     let reason = loop {
         if let Some(r) = control.reason() {
             break r;
@@ -248,12 +571,7 @@ pub fn run_sched(
                 break control.reason().unwrap_or(StopReason::Timeout(t));
             }
         }
-        for (s, k) in stats.iter().zip(&kickers) {
-            if s.as_ref().is_none_or(|s| s.blocking()) {
-                halts_found += 1;
-                k.kick();
-            }
-        }
+        polls += poller.round(&wake);
         std::thread::sleep(opts.poll.max(Duration::from_micros(100)));
     };
     let out = running.stop(Duration::from_secs(10));
@@ -261,7 +579,9 @@ pub fn run_sched(
     match out {
         Ok(o) => tracing::debug!(
             vcpus = n,
-            halts_found,
+            kicked = polls.kicked,
+            probed = polls.probed,
+            woken = polls.woken,
             switches = o.counters.switches,
             violations = o.violations.len(),
             "vcpu_sched run done"
@@ -348,5 +668,168 @@ fn task_err(e: super::TaskError) -> crate::Error {
     match e {
         super::TaskError::Input(m) => crate::Error::Input(m),
         other => crate::Error::Other(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A LAPIC register page with `vectors` requested, `in_service`
+    /// being serviced and task priority `tpr`.
+    fn lapic(vectors: &[u8], in_service: &[u8], tpr: u32) -> Vec<u8> {
+        let mut regs = vec![0u8; 1024];
+        let mut set = |base: usize, v: u8| {
+            let off = base + 0x10 * usize::from(v / 32);
+            let mut r = u32::from_le_bytes(regs[off..off + 4].try_into().unwrap());
+            r |= 1 << (v % 32);
+            regs[off..off + 4].copy_from_slice(&r.to_le_bytes());
+        };
+        for &v in vectors {
+            set(0x200, v);
+        }
+        for &v in in_service {
+            set(0x100, v);
+        }
+        regs[0x80..0x84].copy_from_slice(&tpr.to_le_bytes());
+        regs
+    }
+
+    #[test]
+    fn nothing_requested_is_nothing_to_deliver() {
+        assert!(!lapic_has_deliverable(&lapic(&[], &[], 0)));
+        assert!(!lapic_has_deliverable(&lapic(&[], &[0xec], 0)));
+    }
+
+    #[test]
+    fn a_requested_vector_above_the_priorities_is_deliverable() {
+        // Linux's reschedule IPI (0xfd) and local timer (0xec) vectors
+        assert!(lapic_has_deliverable(&lapic(&[0xfd], &[], 0)));
+        assert!(lapic_has_deliverable(&lapic(&[0xec], &[], 0)));
+        // the highest request counts, in any of the eight IRR words
+        assert!(lapic_has_deliverable(&lapic(&[0x31, 0xec], &[0x40], 0)));
+    }
+
+    #[test]
+    fn the_task_priority_masks_its_class_and_below() {
+        assert!(!lapic_has_deliverable(&lapic(&[0x41], &[], 0x40)));
+        assert!(!lapic_has_deliverable(&lapic(&[0x41], &[], 0x4f)));
+        assert!(lapic_has_deliverable(&lapic(&[0x51], &[], 0x40)));
+    }
+
+    #[test]
+    fn a_vector_in_service_masks_its_class_and_below() {
+        assert!(!lapic_has_deliverable(&lapic(&[0xe1], &[0xec], 0)));
+        assert!(!lapic_has_deliverable(&lapic(&[0x30], &[0xec], 0)));
+        assert!(lapic_has_deliverable(&lapic(&[0xfd], &[0xec], 0)));
+        // the larger of TPR and ISR decides
+        assert!(!lapic_has_deliverable(&lapic(&[0xfd], &[0x30], 0xf0)));
+    }
+
+    #[test]
+    fn a_short_register_page_reads_as_nothing_pending() {
+        assert!(!lapic_has_deliverable(&[0u8; 16]));
+    }
+
+    #[test]
+    fn waiting_states_are_the_ones_kvm_blocks_in() {
+        use kvm_bindings::{KVM_MP_STATE_RUNNABLE, KVM_MP_STATE_SIPI_RECEIVED};
+        for s in [
+            KVM_MP_STATE_HALTED,
+            KVM_MP_STATE_UNINITIALIZED,
+            KVM_MP_STATE_INIT_RECEIVED,
+            KVM_MP_STATE_AP_RESET_HOLD,
+        ] {
+            assert!(waits_in_kvm(s), "{s}");
+        }
+        assert!(!waits_in_kvm(KVM_MP_STATE_RUNNABLE));
+        assert!(!waits_in_kvm(KVM_MP_STATE_SIPI_RECEIVED));
+    }
+
+    fn state(vcpus: usize) -> HaltState {
+        HaltState {
+            base_ns: 1_000_000,
+            max_ns: 16_000_000,
+            found: (0..vcpus).map(|_| AtomicU8::new(0)).collect(),
+            probe: (0..vcpus).map(|_| AtomicU8::new(IN_GUEST)).collect(),
+            tsc_khz: AtomicU32::new(0),
+        }
+    }
+
+    /// The entering thread waits while the poller holds the vCPU, and the
+    /// poller can take only a vCPU that sleeps: never one in `KVM_RUN`.
+    #[test]
+    fn entry_waits_out_a_probe_and_the_poller_never_takes_a_vcpu_in_the_guest() {
+        let h = Arc::new(state(2));
+        let take = |h: &HaltState, k: usize| {
+            h.probe[k]
+                .compare_exchange(ASLEEP, PROBED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        };
+        // in the guest: the poller cannot take it
+        assert!(!take(&h, 0));
+        h.asleep(0);
+        assert!(take(&h, 0));
+        // entry now has to wait until the probe ends
+        let entered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let t = {
+            let (h, entered) = (h.clone(), entered.clone());
+            std::thread::spawn(move || {
+                h.claim(0);
+                entered.store(true, Ordering::SeqCst);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!entered.load(Ordering::SeqCst), "entered during a probe");
+        h.probe[0].store(ASLEEP, Ordering::Release);
+        t.join().unwrap();
+        assert!(entered.load(Ordering::SeqCst));
+        assert_eq!(h.probe[0].load(Ordering::SeqCst), IN_GUEST);
+        assert!(!take(&h, 0));
+        // the other vCPU was never touched; an unknown index is a no-op
+        assert_eq!(h.probe[1].load(Ordering::SeqCst), IN_GUEST);
+        h.claim(7);
+        h.asleep(7);
+    }
+
+    /// Many entries and probes racing: no probe ever overlaps an entry.
+    #[test]
+    fn probes_and_entries_never_overlap_under_stress() {
+        let h = Arc::new(state(1));
+        let inside = Arc::new(AtomicU8::new(0)); // 1: in guest, 2: probing
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let poller = {
+            let (h, inside, stop) = (h.clone(), inside.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut probes = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if h.probe[0]
+                        .compare_exchange(ASLEEP, PROBED, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        assert_eq!(
+                            inside.swap(2, Ordering::SeqCst),
+                            0,
+                            "probe inside the guest"
+                        );
+                        std::hint::spin_loop();
+                        assert_eq!(inside.swap(0, Ordering::SeqCst), 2);
+                        h.probe[0].store(ASLEEP, Ordering::Release);
+                        probes += 1;
+                    }
+                }
+                probes
+            })
+        };
+        for _ in 0..20_000 {
+            h.claim(0);
+            assert_eq!(inside.swap(1, Ordering::SeqCst), 0, "entry during a probe");
+            std::hint::spin_loop();
+            assert_eq!(inside.swap(0, Ordering::SeqCst), 1);
+            h.asleep(0);
+        }
+        stop.store(true, Ordering::Relaxed);
+        let probes = poller.join().unwrap();
+        assert!(probes > 0, "the poller never got a sleeping vCPU");
     }
 }

@@ -101,6 +101,11 @@ pub trait ExitMapper: Send + Sync {
     fn on_kicked(&self, _vcpu: &Vcpu) -> Option<Action> {
         None
     }
+    /// Called on the thread about to enter `KVM_RUN` for `vcpu`, right
+    /// before it does: a mapper whose other threads issue ioctls on a
+    /// vCPU that is out of the guest (the Linux halt poller's probe) takes
+    /// the vCPU back here. Wrapping mappers must forward it.
+    fn before_entry(&self, _vcpu: &Vcpu) {}
 }
 
 /// Scheduling attributes of one vCPU task.

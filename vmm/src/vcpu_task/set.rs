@@ -741,7 +741,10 @@ pub(crate) fn enter(set: &VmSet, vm: &VmEntry, st: &mut VcpuState) -> Action {
     let index = vcpu.index();
     // A panic in the run loop, a device or the exit mapping fails this VM
     // alone: the thread (a worker that runs other VMs' vCPUs too) goes on.
-    let r = match contain(index, || vcpu.run(vm.mapper.io())) {
+    let r = match contain(index, || {
+        vm.mapper.before_entry(vcpu);
+        vcpu.run(vm.mapper.io())
+    }) {
         Ok(r) => r,
         Err(fail) => return fail,
     };
