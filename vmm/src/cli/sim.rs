@@ -457,11 +457,8 @@ fn sweep_run(
             a.duration.as_secs_f64(),
             if partial { " PARTIAL" } else { "" }
         );
-        std::fs::write(
-            svg,
-            plot_svg(&title, &format!("{metric} ({unit})"), &points),
-        )
-        .with_context(|| format!("writing {}", svg.display()))?;
+        let drawn = plot_svg(&title, &format!("{metric} ({unit})"), &points)?;
+        std::fs::write(svg, drawn).with_context(|| format!("writing {}", svg.display()))?;
         let csv_path = svg.with_extension("csv");
         std::fs::write(&csv_path, &csv)
             .with_context(|| format!("writing {}", csv_path.display()))?;
@@ -470,101 +467,76 @@ fn sweep_run(
     Ok(())
 }
 
-/// A line chart: the metric against CPUs, one line per variant.
-fn plot_svg(title: &str, ylabel: &str, series: &[(String, Vec<(usize, f64)>)]) -> String {
-    const W: f64 = 760.0;
-    const H: f64 = 460.0;
-    const L: f64 = 90.0;
-    const R: f64 = 200.0;
-    const T: f64 = 40.0;
-    const B: f64 = 50.0;
-    const COLORS: [&str; 8] = [
-        "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-    ];
-    let pts = series.iter().flat_map(|s| s.1.iter());
-    let xmax = pts.clone().map(|p| p.0).max().unwrap_or(1) as f64;
-    let ymax = pts
-        .filter(|p| p.1.is_finite())
-        .map(|p| p.1)
-        .fold(0.0f64, f64::max)
-        .max(1e-9)
-        * 1.1;
-    let x = |v: f64| L + v / xmax * (W - L - R);
-    let y = |v: f64| H - B - v / ymax * (H - T - B);
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"{}\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">{}</text>\n\
-         <line x1=\"{L}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n\
-         <line x1=\"{L}\" y1=\"{T}\" x2=\"{L}\" y2=\"{}\" stroke=\"black\"/>\n\
-         <text x=\"{}\" y=\"{}\" text-anchor=\"middle\">CPUs</text>\n\
-         <text transform=\"translate(18 {}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
-        (W - R + L) / 2.0,
-        xml(title),
-        H - B,
-        W - R,
-        H - B,
-        H - B,
-        (W - R + L) / 2.0,
-        H - 12.0,
-        (H - B + T) / 2.0,
-        xml(ylabel)
-    );
-    for k in 0..=5 {
-        let v = ymax * k as f64 / 5.0;
-        let _ = writeln!(
-            s,
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text><line x1=\"{L}\" y1=\"{y0}\" x2=\"{}\" y2=\"{y0}\" stroke=\"#ddd\"/>",
-            L - 6.0,
-            y(v) + 4.0,
-            short(v),
-            W - R,
-            y0 = y(v)
-        );
-    }
-    let mut xs: Vec<usize> = series
+/// A line chart with plotters: the metric against CPUs, one line (with
+/// its points marked) per variant, and a legend.
+fn plot_svg(title: &str, ylabel: &str, series: &[(String, Vec<(usize, f64)>)]) -> Result<String> {
+    use plotters::prelude::*;
+
+    let finite = |p: &&(usize, f64)| p.1.is_finite();
+    let pts = series.iter().flat_map(|s| s.1.iter()).filter(finite);
+    let xmax = pts.clone().map(|p| p.0).max().unwrap_or(1).max(1) as f64;
+    let ymax = pts.map(|p| p.1).fold(0.0f64, f64::max).max(1e-9) * 1.1;
+    let mut xs: Vec<f64> = series
         .iter()
-        .flat_map(|s| s.1.iter().map(|p| p.0))
+        .flat_map(|s| s.1.iter().map(|p| p.0 as f64))
         .collect();
-    xs.sort_unstable();
+    xs.sort_by(f64::total_cmp);
     xs.dedup();
-    for n in xs {
-        let _ = writeln!(
-            s,
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{n}</text>",
-            x(n as f64),
-            H - B + 16.0
-        );
-    }
-    for (i, (name, p)) in series.iter().enumerate() {
-        let c = COLORS[i % COLORS.len()];
-        let path: Vec<String> = p
-            .iter()
-            .filter(|q| q.1.is_finite())
-            .map(|&(n, v)| format!("{:.1},{:.1}", x(n as f64), y(v)))
-            .collect();
-        let _ = writeln!(
-            s,
-            "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>",
-            path.join(" ")
-        );
-        for q in &path {
-            let (px, py) = q.split_once(',').unwrap_or(("0", "0"));
-            let _ = writeln!(s, "<circle cx=\"{px}\" cy=\"{py}\" r=\"3\" fill=\"{c}\"/>");
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (800, 480)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 17))
+            .margin(14)
+            .x_label_area_size(42)
+            .y_label_area_size(78)
+            .build_cartesian_2d(0f64..xmax * 1.05, 0f64..ymax)
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .x_desc("CPUs")
+            .y_desc(ylabel)
+            .x_labels(xs.len().clamp(2, 12))
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .y_label_formatter(&|v| short(*v))
+            .light_line_style(WHITE)
+            .draw()
+            .map_err(plot_err)?;
+        for (i, (name, p)) in series.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            let line: Vec<(f64, f64)> = p
+                .iter()
+                .filter(finite)
+                .map(|&(n, v)| (n as f64, v))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))
+                .map_err(plot_err)?
+                .label(name.as_str())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 22, y)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(line.iter().map(|&q| Circle::new(q, 3, color.filled())))
+                .map_err(plot_err)?;
         }
-        let ly = T + 20.0 * i as f64;
-        let _ = writeln!(
-            s,
-            "<line x1=\"{}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"2\"/><text x=\"{}\" y=\"{}\">{}</text>",
-            W - R + 15.0,
-            W - R + 40.0,
-            W - R + 46.0,
-            ly + 4.0,
-            xml(name)
-        );
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
     }
-    s.push_str("</svg>\n");
-    s
+    Ok(out)
+}
+
+/// plotters' errors carry the backend's error type; the message is what
+/// a user needs.
+fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("drawing the plot: {e}")
 }
 
 fn short(v: f64) -> String {
@@ -575,10 +547,4 @@ fn short(v: f64) -> String {
     } else {
         format!("{v:.0}")
     }
-}
-
-fn xml(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
