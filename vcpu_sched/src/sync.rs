@@ -131,8 +131,24 @@ pub mod recorder {
         static LOG: RefCell<Vec<Access>> = const { RefCell::new(Vec::new()) };
     }
 
+    /// Set, for good, the first time any thread starts recording. Until
+    /// then (in `vmm bench`, `vmm serve`, any process that never
+    /// simulates) every access's check is one relaxed load of this
+    /// read-only line, which every core keeps in its cache, instead of a
+    /// thread-local lookup: measured, the thread-local check alone cost
+    /// the shared runqueue's single-writer path 2x
+    /// (docs/data/sim/sync-layer-ab-before-gate.md).
+    static EVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    /// Is this thread recording?
+    #[inline(always)]
+    pub(crate) fn on() -> bool {
+        EVER.load(std::sync::atomic::Ordering::Relaxed) && ON.with(|o| o.get())
+    }
+
     /// Starts recording on this thread (clears what was recorded).
     pub fn start() {
+        EVER.store(true, std::sync::atomic::Ordering::Relaxed);
         LOG.with(|l| l.borrow_mut().clear());
         ON.with(|o| o.set(true));
     }
@@ -177,22 +193,29 @@ pub mod recorder {
     }
 
     /// Records one access if recording is on.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn record(addr: usize, kind: Kind) {
-        if ON.with(|o| o.get()) {
-            LOG.with(|l| {
-                l.borrow_mut().push(Access {
-                    addr: addr as u64,
-                    kind,
-                })
-            });
+        if on() {
+            push(addr, kind);
         }
     }
 
+    /// The recording itself, out of line: every access site inlines only
+    /// the check.
+    #[inline(never)]
+    fn push(addr: usize, kind: Kind) {
+        LOG.with(|l| {
+            l.borrow_mut().push(Access {
+                addr: addr as u64,
+                kind,
+            })
+        });
+    }
+
     /// Records the lines of `[addr, addr + len)` (at most `cap` of them).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn record_range(addr: usize, len: usize, cap: usize, kind: Kind) {
-        if len == 0 || !ON.with(|o| o.get()) {
+        if len == 0 || !on() {
             return;
         }
         let first = addr / 64;
