@@ -324,6 +324,14 @@ pub fn run(a: SimArgs) -> Result<()> {
                 format!(", {} INVARIANT VIOLATIONS", r.violations.len())
             }
         );
+        let counters: Vec<String> = r
+            .counters
+            .fields()
+            .into_iter()
+            .filter(|&(_, v)| v > 0)
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        println!("  counters: {}", counters.join(", "));
         print_views(&a, &r.mitigations, &r);
         if let Some(path) = &a.json {
             write(

@@ -173,6 +173,10 @@ pub struct SimReport {
     pub lockstat: Vec<LockRow>,
     /// Stopped early (Ctrl-C).
     pub partial: bool,
+    /// The scheduler's counters over the whole run (placement, balancing,
+    /// wake paths), as `vmm bench` reports them.
+    #[serde(default)]
+    pub counters: crate::SchedCounters,
 }
 
 /// Records the core's kicks for the event loop.
@@ -706,6 +710,7 @@ impl Sim<'_> {
             c2c,
             lockstat,
             partial,
+            counters: self.s.counters(),
         }
     }
 }
