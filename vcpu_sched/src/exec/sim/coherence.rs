@@ -38,26 +38,153 @@ pub enum Level {
     Remote,
 }
 
-/// Coherence state of one line.
-#[derive(Clone, Debug, Default)]
+/// No CPU (an owner or a lock holder).
+const NONE: u32 = u32::MAX;
+
+/// Sharers kept inline; a sixth moves them to a spilled mask.
+const INLINE: usize = 5;
+/// `Sharers::n` of a spilled set.
+const SPILLED: u16 = u16::MAX;
+
+/// The CPUs holding a line shared: up to [`INLINE`] ids in place (most
+/// lines have a few), more as a mask in [`Spill`]. 12 bytes, so that a
+/// [`Line`] fits one host cache line: the model's working set is what
+/// bounds its speed.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sharers {
+    /// How many ids are inline, or [`SPILLED`].
+    n: u16,
+    /// The ids; when spilled, ids 0 and 1 hold the mask's slot.
+    ids: [u16; INLINE],
+}
+
+impl Sharers {
+    fn slot(&self) -> Option<usize> {
+        (self.n == SPILLED).then(|| (self.ids[0] as usize) | ((self.ids[1] as usize) << 16))
+    }
+    fn inline(&self) -> &[u16] {
+        if self.n == SPILLED {
+            &[]
+        } else {
+            &self.ids[..self.n as usize]
+        }
+    }
+}
+
+/// Spilled sharer masks, `nw` words each, and the free slots.
+#[derive(Default)]
+struct Spill {
+    nw: usize,
+    words: Vec<u64>,
+    free: Vec<usize>,
+}
+
+impl Spill {
+    fn mask(&self, slot: usize) -> &[u64] {
+        &self.words[slot * self.nw..(slot + 1) * self.nw]
+    }
+    fn mask_mut(&mut self, slot: usize) -> &mut [u64] {
+        &mut self.words[slot * self.nw..(slot + 1) * self.nw]
+    }
+    fn alloc(&mut self) -> usize {
+        if let Some(s) = self.free.pop() {
+            return s;
+        }
+        let s = self.words.len() / self.nw;
+        self.words.resize(self.words.len() + self.nw, 0);
+        s
+    }
+
+    fn has(&self, sh: &Sharers, c: u32) -> bool {
+        match sh.slot() {
+            Some(s) => self.mask(s)[c as usize / 64] & (1 << (c % 64)) != 0,
+            None => sh.inline().contains(&(c as u16)),
+        }
+    }
+
+    fn add(&mut self, sh: &mut Sharers, c: u32) {
+        if let Some(s) = sh.slot() {
+            self.mask_mut(s)[c as usize / 64] |= 1 << (c % 64);
+            return;
+        }
+        if sh.inline().contains(&(c as u16)) {
+            return;
+        }
+        if (sh.n as usize) < INLINE {
+            sh.ids[sh.n as usize] = c as u16;
+            sh.n += 1;
+            return;
+        }
+        let s = self.alloc();
+        let m = self.mask_mut(s);
+        for &i in sh.ids.iter().chain(std::iter::once(&(c as u16))) {
+            m[i as usize / 64] |= 1 << (i % 64);
+        }
+        *sh = Sharers {
+            n: SPILLED,
+            ids: [s as u16, (s >> 16) as u16, 0, 0, 0],
+        };
+    }
+
+    fn clear(&mut self, sh: &mut Sharers) {
+        if let Some(s) = sh.slot() {
+            self.mask_mut(s).fill(0);
+            self.free.push(s);
+        }
+        *sh = Sharers::default();
+    }
+}
+
+/// Coherence state of one line: one host cache line, so that an access
+/// touches one (lock words keep their state in a [`LockLine`] of their
+/// own).
+#[derive(Clone, Debug)]
+#[repr(align(64))]
 struct Line {
-    /// The CPU holding it modified/exclusive.
-    owner: Option<u32>,
+    /// The CPU holding it modified/exclusive, or [`NONE`].
+    owner: u32,
     /// CPUs holding it shared (empty when owned).
-    sharers: Mask,
+    sharers: Sharers,
     /// Ownership transfers booked on it: (start, end), sorted. Calls run
     /// one at a time, so a call can book a transfer later in virtual time
     /// than another CPU's call that runs after it; that one takes the
     /// first gap at or after its own time, as the hardware would have
     /// served it first.
     busy: Vec<(u64, u64)>,
-    /// Lock word: when its holder released it, and who.
-    released_at: u64,
-    last_holder: Option<u32>,
-    /// Its traffic and, as a lock word, its contention (kept here, not in
-    /// maps of their own: one lookup per access).
+    /// Its traffic (kept here, not in a map of its own: one lookup per
+    /// access).
     stat: LineStat,
-    lock: LockStat,
+}
+
+impl Default for Line {
+    fn default() -> Self {
+        Self {
+            owner: NONE,
+            sharers: Sharers::default(),
+            busy: Vec::new(),
+            stat: LineStat::default(),
+        }
+    }
+}
+
+/// A lock word's state besides its line's.
+#[derive(Clone, Copy, Debug)]
+struct LockLine {
+    /// When its holder released it, and who ([`NONE`]: never taken).
+    released_at: u64,
+    last_holder: u32,
+    /// Its contention.
+    stat: LockStat,
+}
+
+impl Default for LockLine {
+    fn default() -> Self {
+        Self {
+            released_at: 0,
+            last_holder: NONE,
+            stat: LockStat::default(),
+        }
+    }
 }
 
 /// A fast hasher for line numbers (u64 keys): one multiply. Deterministic;
@@ -86,19 +213,27 @@ pub type LineMap<V> = HashMap<u64, V, BuildHasherDefault<LineHasher>>;
 /// map (a region touched sparsely far from its start).
 const DENSE_LINES: u64 = 1 << 16;
 
-/// Every line's state. The simulator names lines as region number << 40
+/// Per-line records. The simulator names lines as region number << 40
 /// plus the line offset in the region (bit 63 set for a line in no
 /// region): region lines live in a vector per region, indexed by offset
 /// (no hashing, and neighbouring lines stay neighbours in memory, which
 /// halved the cost of an access); the rest in a map.
-#[derive(Default)]
-struct LineStore {
-    dense: Vec<Vec<Line>>,
-    sparse: LineMap<Line>,
+struct LineStore<T> {
+    dense: Vec<Vec<T>>,
+    sparse: LineMap<T>,
 }
 
-impl LineStore {
-    fn get(&mut self, line: u64) -> &mut Line {
+impl<T> Default for LineStore<T> {
+    fn default() -> Self {
+        Self {
+            dense: Vec::new(),
+            sparse: LineMap::default(),
+        }
+    }
+}
+
+impl<T: Default> LineStore<T> {
+    fn get(&mut self, line: u64) -> &mut T {
         let (region, off) = ((line >> 40) as usize, line & ((1 << 40) - 1));
         if line >> 63 != 0 || off >= DENSE_LINES {
             return self.sparse.entry(line).or_default();
@@ -108,13 +243,13 @@ impl LineStore {
         }
         let v = &mut self.dense[region];
         if off as usize >= v.len() {
-            v.resize_with(off as usize + 1, Line::default);
+            v.resize_with(off as usize + 1, T::default);
         }
         &mut v[off as usize]
     }
 
     /// Every line ever touched, with its name (any order).
-    fn iter(&self) -> impl Iterator<Item = (u64, &Line)> {
+    fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
         let dense = self.dense.iter().enumerate().flat_map(|(r, v)| {
             v.iter()
                 .enumerate()
@@ -136,33 +271,9 @@ impl Default for Mask {
     }
 }
 
-/// Mask operations look at the first `nw` words only: those that can hold
-/// one of the topology's CPUs (8 for 480 CPUs, not 16).
 impl Mask {
     fn set(&mut self, c: u32) {
         self.0[c as usize / 64] |= 1 << (c % 64);
-    }
-    fn unset(&mut self, c: u32) {
-        self.0[c as usize / 64] &= !(1 << (c % 64));
-    }
-    fn has(&self, c: u32) -> bool {
-        self.0[c as usize / 64] & (1 << (c % 64)) != 0
-    }
-    fn is_empty(&self, nw: usize) -> bool {
-        self.0[..nw].iter().all(|&w| w == 0)
-    }
-    fn intersects(&self, o: &Mask, nw: usize) -> bool {
-        self.0[..nw].iter().zip(&o.0[..nw]).any(|(a, b)| a & b != 0)
-    }
-    /// Whether some CPU of `self` is outside `o`.
-    fn outside(&self, o: &Mask, nw: usize) -> bool {
-        self.0[..nw]
-            .iter()
-            .zip(&o.0[..nw])
-            .any(|(a, b)| a & !b != 0)
-    }
-    fn clear(&mut self, nw: usize) {
-        self.0[..nw].fill(0);
     }
 }
 
@@ -190,20 +301,27 @@ pub struct LockStat {
 /// state.
 pub struct Coherence {
     cost: CostTable,
-    core: Vec<u32>,
-    l2: Vec<u32>,
-    llc: Vec<u32>,
-    die: Vec<u32>,
-    package: Vec<u32>,
+    /// Per CPU, its core, L2, LLC, die and package.
+    keys: Vec<[u32; 5]>,
     /// Per CPU, the CPUs at each level or nearer: itself, SMT core, L2,
-    /// LLC, die, package.
+    /// LLC, die, package (for spilled sharer sets).
     tiers: Vec<[Mask; 6]>,
-    /// Mask words that hold the topology's CPUs.
-    nw: usize,
-    lines: LineStore,
+    lines: LineStore<Line>,
+    locks: LineStore<LockLine>,
+    spill: Spill,
     /// No access starts before this (the event loop's time).
     floor: u64,
 }
+
+/// The levels of `Coherence::tiers` past `Same`, nearest first.
+const LEVELS: [Level; 6] = [
+    Level::Same,
+    Level::Smt,
+    Level::L2,
+    Level::Llc,
+    Level::Die,
+    Level::Package,
+];
 
 impl Coherence {
     /// A model of `topo` with `cost`.
@@ -233,14 +351,17 @@ impl Coherence {
             .collect();
         Self {
             tiers,
-            nw: c.len().div_ceil(64).max(1),
             cost,
-            core: c.iter().map(|l| l.core).collect(),
-            l2: c.iter().map(|l| l.l2).collect(),
-            llc: c.iter().map(|l| l.llc).collect(),
-            die: c.iter().map(|l| l.die).collect(),
-            package: c.iter().map(|l| l.package).collect(),
+            keys: c
+                .iter()
+                .map(|l| [l.core, l.l2, l.llc, l.die, l.package])
+                .collect(),
             lines: LineStore::default(),
+            locks: LineStore::default(),
+            spill: Spill {
+                nw: c.len().div_ceil(64).max(1),
+                ..Spill::default()
+            },
             floor: 0,
         }
     }
@@ -258,58 +379,45 @@ impl Coherence {
 
     /// The distance between two CPUs.
     pub fn level(&self, a: u32, b: u32) -> Level {
-        let (a, b) = (a as usize, b as usize);
-        if a == b {
-            Level::Same
-        } else if self.core[a] == self.core[b] {
-            Level::Smt
-        } else if self.l2[a] == self.l2[b] {
-            Level::L2
-        } else if self.llc[a] == self.llc[b] {
-            Level::Llc
-        } else if self.die[a] == self.die[b] {
-            Level::Die
-        } else if self.package[a] == self.package[b] {
-            Level::Package
-        } else {
-            Level::Remote
-        }
+        level_of(&self.keys, a, b)
     }
 
     /// One access by `cpu` starting at `now`; returns when it completes.
     pub fn access(&mut self, cpu: u32, line: u64, kind: Kind, now: u64) -> u64 {
         let mut now = now;
-        // The line is updated where it lies: one lookup, and a `Line`
-        // (some 200 bytes) is not moved out and back.
-        let l = self.lines.get(line);
         if kind == Kind::Lock {
             // Spin until the previous holder's release, in virtual time.
-            let st = &mut l.lock;
+            let l = self.locks.get(line);
+            let st = &mut l.stat;
             st.acquisitions += 1;
-            if l.released_at > now && l.last_holder.is_some_and(|h| h != cpu) {
+            if l.released_at > now && l.last_holder != NONE && l.last_holder != cpu {
                 st.contended += 1;
                 st.wait_ns += l.released_at - now;
                 now = l.released_at;
             }
         }
+        // The line is updated where it lies: one lookup, and a `Line` is
+        // not moved out and back.
+        let l = self.lines.get(line);
         let m = Model {
             cost: &self.cost,
+            keys: &self.keys,
             tiers: &self.tiers[cpu as usize],
-            nw: self.nw,
             floor: self.floor,
         };
-        let (done, transferred) = m.transfer(l, cpu, kind, now);
-        match kind {
-            Kind::Lock => l.last_holder = Some(cpu),
-            Kind::Unlock => {
-                l.released_at = done;
-                l.last_holder = Some(cpu);
-            }
-            _ => {}
-        }
+        let (done, transferred) = m.transfer(l, &mut self.spill, cpu, kind, now);
         if transferred {
             l.stat.transfers += 1;
             l.stat.cost_ns += done - now;
+        }
+        match kind {
+            Kind::Lock => self.locks.get(line).last_holder = cpu,
+            Kind::Unlock => {
+                let l = self.locks.get(line);
+                l.released_at = done;
+                l.last_holder = cpu;
+            }
+            _ => {}
         }
         done
     }
@@ -324,72 +432,97 @@ impl Coherence {
 
     /// Contention per lock word ever taken (any order).
     pub fn lock_stats(&self) -> impl Iterator<Item = (u64, &LockStat)> {
-        self.lines
+        self.locks
             .iter()
-            .filter(|(_, l)| l.lock.acquisitions > 0)
-            .map(|(k, l)| (k, &l.lock))
+            .filter(|(_, l)| l.stat.acquisitions > 0)
+            .map(|(k, l)| (k, &l.stat))
     }
 }
 
-/// What one access needs besides its line: the costs, the accessing
-/// CPU's tiers, the mask width and the floor.
+/// The distance between CPUs `a` and `b` given each CPU's core, L2, LLC,
+/// die and package.
+fn level_of(keys: &[[u32; 5]], a: u32, b: u32) -> Level {
+    if a == b {
+        return Level::Same;
+    }
+    let (ka, kb) = (&keys[a as usize], &keys[b as usize]);
+    (0..5)
+        .find(|&k| ka[k] == kb[k])
+        .map_or(Level::Remote, |k| LEVELS[k + 1])
+}
+
+/// What one access needs besides its line: the costs, the topology, the
+/// accessing CPU's tiers and the floor.
 struct Model<'a> {
     cost: &'a CostTable,
+    keys: &'a [[u32; 5]],
     tiers: &'a [Mask; 6],
-    nw: usize,
     floor: u64,
 }
 
 impl Model<'_> {
+    /// The nearest and the farthest of `sh` but `cpu`, if any: the nearest
+    /// serves a miss, the farthest bounds an invalidation.
+    fn near_far(&self, spill: &Spill, sh: &Sharers, cpu: u32) -> Option<(Level, Level)> {
+        match sh.slot() {
+            None => {
+                let mut it = sh
+                    .inline()
+                    .iter()
+                    .filter(|&&h| u32::from(h) != cpu)
+                    .map(|&h| level_of(self.keys, cpu, u32::from(h)));
+                let first = it.next()?;
+                Some(it.fold((first, first), |(n, f), l| (n.min(l), f.max(l))))
+            }
+            Some(slot) => {
+                let m = spill.mask(slot);
+                let (w, b) = (cpu as usize / 64, 1u64 << (cpu % 64));
+                let other = |i: usize| if i == w { m[i] & !b } else { m[i] };
+                if (0..m.len()).all(|i| other(i) == 0) {
+                    return None;
+                }
+                let t = self.tiers;
+                let near = (1..6)
+                    .find(|&k| (0..m.len()).any(|i| other(i) & t[k].0[i] != 0))
+                    .map_or(Level::Remote, |k| LEVELS[k]);
+                let far = (1..6)
+                    .find(|&k| (0..m.len()).all(|i| other(i) & !t[k].0[i] == 0))
+                    .map_or(Level::Remote, |k| LEVELS[k]);
+                Some((near, far))
+            }
+        }
+    }
+
     /// Serves an access of `cpu` to line `l` starting at `now`: when it
     /// completes, and whether another cache supplied the line.
-    fn transfer(&self, l: &mut Line, cpu: u32, kind: Kind, now: u64) -> (u64, bool) {
-        let nw = self.nw;
+    fn transfer(
+        &self,
+        l: &mut Line,
+        spill: &mut Spill,
+        cpu: u32,
+        kind: Kind,
+        now: u64,
+    ) -> (u64, bool) {
         let write = kind != Kind::Load;
-        let hit = if write {
-            l.owner == Some(cpu)
-        } else {
-            l.owner == Some(cpu) || l.sharers.has(cpu)
-        };
+        let hit = l.owner == cpu || (!write && spill.has(&l.sharers, cpu));
         if hit {
             return (now + self.cost.l1_hit_ns, false);
         }
-        // Everyone holding it but `cpu`.
-        let mut holders = l.sharers;
-        if let Some(o) = l.owner {
-            holders.set(o);
-        }
-        holders.unset(cpu);
-        const LEVELS: [Level; 6] = [
-            Level::Same,
-            Level::Smt,
-            Level::L2,
-            Level::Llc,
-            Level::Die,
-            Level::Package,
-        ];
-        let tiers = self.tiers;
-        // The nearest holder serves the miss; memory if nobody holds it.
-        let nearest = if holders.is_empty(nw) {
-            None
+        // A line is owned or shared, never both. The nearest holder serves
+        // the miss (memory if nobody holds it); a write also invalidates
+        // the other sharers, and the farthest bounds the upgrade.
+        let (nearest, far) = if l.owner != NONE {
+            let lv = level_of(self.keys, cpu, l.owner);
+            (Some(lv), None)
         } else {
-            Some(
-                (1..6)
-                    .find(|&k| holders.intersects(&tiers[k], nw))
-                    .map_or(Level::Remote, |k| LEVELS[k]),
-            )
+            match self.near_far(spill, &l.sharers, cpu) {
+                Some((n, f)) => (Some(n), write.then_some(f)),
+                None => (None, None),
+            }
         };
         let mut lat = nearest.map_or(self.cost.memory_ns, |lv| self.cost.transfer(lv));
-        if write && !l.sharers.is_empty(nw) {
-            // Invalidating the farthest other sharer bounds the upgrade.
-            let mut others = l.sharers;
-            others.unset(cpu);
-            if !others.is_empty(nw) {
-                let far = (1..6)
-                    .find(|&k| !others.outside(&tiers[k], nw))
-                    .map_or(Level::Remote, |k| LEVELS[k]);
-                lat = lat.max(self.cost.transfer(far));
-            }
+        if let Some(f) = far {
+            lat = lat.max(self.cost.transfer(f));
         }
         // Ownership transfers serialize on the line: a write takes the
         // first gap of `lat` at or after `now`. Read misses of a line
@@ -422,15 +555,14 @@ impl Model<'_> {
         if write {
             let at = l.busy.partition_point(|&(b, _)| b < start);
             l.busy.insert(at, (start, done));
-        }
-        if write {
-            l.owner = Some(cpu);
-            l.sharers.clear(nw);
+            l.owner = cpu;
+            spill.clear(&mut l.sharers);
         } else {
-            if let Some(o) = l.owner.take() {
-                l.sharers.set(o);
+            if l.owner != NONE {
+                spill.add(&mut l.sharers, l.owner);
+                l.owner = NONE;
             }
-            l.sharers.set(cpu);
+            spill.add(&mut l.sharers, cpu);
         }
         (done, nearest.is_some())
     }
@@ -479,6 +611,39 @@ mod tests {
         // the writer's next store invalidates three sharers: farthest is LLC
         let w = m.access(0, 1, Kind::Store, 5000);
         assert_eq!(w, 5000 + c.llc_ns);
+    }
+
+    #[test]
+    fn many_sharers_spill_and_keep_their_distances() {
+        // more sharers than fit inline: the nearest still serves a read and
+        // the farthest still bounds a write's invalidation
+        let c = CostTable::for_preset("test").unwrap();
+        let mut m = model();
+        m.access(0, 5, Kind::Store, 0);
+        let mut t = 1000;
+        for r in 1..8 {
+            t = m.access(r, 5, Kind::Load, t);
+        }
+        // CPUs 0-7 (socket 0) share it; CPU 9 (socket 1) reads it remotely
+        assert_eq!(m.access(9, 5, Kind::Load, 10_000), 10_000 + c.remote_ns);
+        // CPU 1 writes: its nearest holder is its SMT sibling, the farthest
+        // other sharer is on the other socket
+        assert_eq!(m.access(1, 5, Kind::Store, 20_000), 20_000 + c.remote_ns);
+        // the write left it owned by CPU 1 alone: CPU 0 reads from its sibling
+        assert_eq!(m.access(0, 5, Kind::Load, 30_000), 30_000 + c.smt_ns);
+        assert_eq!(m.access(1, 5, Kind::Load, 40_000), 40_000 + c.l1_hit_ns);
+        // sharers 0-7 again, then CPU 0 upgrades: the farthest is another
+        // LLC of its package (the die level here)
+        let mut t = 50_000;
+        for r in 2..8 {
+            t = m.access(r, 5, Kind::Load, t);
+        }
+        assert_eq!(m.access(0, 5, Kind::Rmw, 60_000), 60_000 + c.die_ns);
+        // a freed spill slot is reused and starts empty
+        for r in 8..16 {
+            m.access(r, 6, Kind::Load, 70_000);
+        }
+        assert_eq!(m.access(8, 6, Kind::Store, 80_000), 80_000 + c.die_ns);
     }
 
     #[test]
