@@ -18,6 +18,14 @@
 //! sized by the largest value seen. The exact sum is kept for the mean.
 //! Serialised, it is a summary (count, max, mean, p50..p999, overflowed)
 //! plus the recorded (value, count) pairs, from which it is rebuilt.
+//!
+//! A histogram can keep fewer digits ([`Histogram::with_digits`]): each
+//! task's wake-to-run histogram is recorded on every context switch, and
+//! at 3 digits a task's counters for latencies of 0.5-5 us span some 2,000
+//! slots (16 KiB); a few hundred tasks' histograms then evict the
+//! scheduler's own lines from the cache. At 2 digits they span a seventh of
+//! that. A merge keeps the fewer digits of the two, and quantiles are
+//! rounded to them, so a report never claims a digit it does not have.
 
 use serde::{Deserialize, Serialize};
 
@@ -27,17 +35,33 @@ pub const SIGNIFICANT_DIGITS: u8 = 3;
 type Hdr = hdrhistogram::Histogram<u64>;
 
 /// A histogram of nanosecond values (see the module docs).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(into = "Repr", from = "Repr")]
 pub struct Histogram {
     h: Option<Box<Hdr>>,
     sum: u128,
     overflowed: bool,
+    /// Significant digits kept (1..=[`SIGNIFICANT_DIGITS`]).
+    digits: u8,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self {
+            h: None,
+            sum: 0,
+            overflowed: false,
+            digits: SIGNIFICANT_DIGITS,
+        }
+    }
 }
 
 impl PartialEq for Histogram {
     fn eq(&self, o: &Self) -> bool {
-        self.overflowed == o.overflowed && self.sum == o.sum && self.pairs() == o.pairs()
+        self.overflowed == o.overflowed
+            && self.digits == o.digits
+            && self.sum == o.sum
+            && self.pairs() == o.pairs()
     }
 }
 
@@ -46,14 +70,29 @@ impl Histogram {
     /// are recorded as this and set [`overflowed`](Self::overflowed).
     pub const HIGHEST: u64 = 3_600_000_000_000;
 
-    /// Empty (allocates nothing).
+    /// Empty (allocates nothing), keeping [`SIGNIFICANT_DIGITS`] digits.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Empty, keeping `digits` significant digits (clamped to
+    /// 1..=[`SIGNIFICANT_DIGITS`]): a smaller, cheaper histogram.
+    pub fn with_digits(digits: u8) -> Self {
+        Self {
+            digits: digits.clamp(1, SIGNIFICANT_DIGITS),
+            ..Self::default()
+        }
+    }
+
+    /// Significant digits its values and quantiles have.
+    pub fn digits(&self) -> u8 {
+        self.digits
+    }
+
     fn hdr(&mut self) -> &mut Hdr {
+        let digits = self.digits;
         self.h.get_or_insert_with(|| {
-            let mut h = Hdr::new(SIGNIFICANT_DIGITS).expect("valid significant digits");
+            let mut h = Hdr::new(digits).expect("valid significant digits");
             h.auto(true);
             Box::new(h)
         })
@@ -77,9 +116,17 @@ impl Histogram {
         self.sum += v as u128 * n as u128;
     }
 
-    /// Adds every value of `o`.
+    /// Adds every value of `o`; the result keeps the fewer digits of the
+    /// two.
     pub fn merge(&mut self, o: &Histogram) {
         self.overflowed |= o.overflowed;
+        if o.h.is_some() && o.digits < self.digits {
+            self.digits = o.digits;
+            if let Some(mine) = self.h.take() {
+                // re-recorded at the coarser precision
+                let _ = self.hdr().add(&*mine);
+            }
+        }
         if let Some(oh) = &o.h {
             let _ = self.hdr().add(&**oh);
             self.sum += o.sum;
@@ -97,9 +144,11 @@ impl Histogram {
         self.h.as_ref().map_or(0, |h| h.len())
     }
 
-    /// Largest value, to [`SIGNIFICANT_DIGITS`] digits; 0 when empty.
+    /// Largest value, to [`digits`](Self::digits) digits; 0 when empty.
     pub fn max(&self) -> u64 {
-        self.h.as_ref().map_or(0, |h| round_sig(h.max()))
+        self.h
+            .as_ref()
+            .map_or(0, |h| round_to(h.max(), self.digits))
     }
 
     /// Mean of the recorded (clamped) values; 0 when empty.
@@ -110,13 +159,14 @@ impl Histogram {
         }
     }
 
-    /// The `q` quantile (0..=1), rounded to [`SIGNIFICANT_DIGITS`]
+    /// The `q` quantile (0..=1), rounded to [`digits`](Self::digits)
     /// significant digits (the precision it has); 0 when empty.
     pub fn quantile(&self, q: f64) -> u64 {
         match &self.h {
-            Some(h) if !h.is_empty() => {
-                round_sig(h.value_at_quantile(q.clamp(0.0, 1.0)).min(h.max()))
-            }
+            Some(h) if !h.is_empty() => round_to(
+                h.value_at_quantile(q.clamp(0.0, 1.0)).min(h.max()),
+                self.digits,
+            ),
             _ => 0,
         }
     }
@@ -141,8 +191,13 @@ impl Histogram {
 
 /// `v` rounded to [`SIGNIFICANT_DIGITS`] significant decimal digits.
 pub fn round_sig(v: u64) -> u64 {
+    round_to(v, SIGNIFICANT_DIGITS)
+}
+
+/// `v` rounded to `keep` significant decimal digits.
+pub fn round_to(v: u64, keep: u8) -> u64 {
     let digits = v.checked_ilog10().map_or(1, |d| d + 1);
-    let keep = SIGNIFICANT_DIGITS as u32;
+    let keep = u32::from(keep.max(1));
     if digits <= keep {
         return v;
     }
@@ -177,7 +232,7 @@ impl From<Histogram> for Repr {
             p99: h.quantile(0.99),
             p999: h.quantile(0.999),
             overflowed: h.overflowed,
-            significant_digits: SIGNIFICANT_DIGITS,
+            significant_digits: h.digits,
             values: h.pairs(),
         }
     }
@@ -185,7 +240,7 @@ impl From<Histogram> for Repr {
 
 impl From<Repr> for Histogram {
     fn from(r: Repr) -> Self {
-        let mut h = Histogram::new();
+        let mut h = Histogram::with_digits(r.significant_digits);
         for (v, n) in r.values {
             h.record_n(v, n);
         }
@@ -249,6 +304,36 @@ mod tests {
         let mut c = Histogram::new();
         c.record(u64::MAX);
         assert!(c.overflowed());
+    }
+
+    #[test]
+    fn fewer_digits_round_and_merge_to_the_coarser() {
+        let mut t = Histogram::with_digits(2);
+        for v in [1_234u64, 5_678, 91_011] {
+            t.record(v);
+        }
+        assert_eq!(t.digits(), 2);
+        assert_eq!(t.max(), 91_000);
+        assert_eq!(t.quantile(0.5), 5_700);
+        assert!((t.mean() - 32_641.0).abs() < 1e-6, "the sum stays exact");
+        // a 3-digit histogram with values merged with a 2-digit one
+        let mut all = Histogram::new();
+        all.record(123_456);
+        all.merge(&t);
+        assert_eq!((all.digits(), all.count()), (2, 4));
+        assert_eq!(all.max(), 120_000);
+        assert_eq!(all.quantile(0.5), 5_700);
+        // an empty coarse histogram does not coarsen
+        let mut fine = Histogram::new();
+        fine.record(1_234);
+        fine.merge(&Histogram::with_digits(1));
+        assert_eq!((fine.digits(), fine.max()), (3, 1_230));
+        let j = serde_json::to_value(&t).unwrap();
+        assert_eq!(j["significant_digits"], 2);
+        let back: Histogram = serde_json::from_value(j).unwrap();
+        assert_eq!((back.digits(), back.pairs()), (2, t.pairs()));
+        assert_eq!(Histogram::with_digits(9).digits(), SIGNIFICANT_DIGITS);
+        assert_eq!(round_to(1_250, 2), 1_300);
     }
 
     #[test]

@@ -43,6 +43,10 @@ pub(crate) fn state_of(code: u32) -> TaskState {
 
 pub(crate) use crate::sync::lock;
 
+/// Significant digits of a task's wake-to-run histogram (1%: see the
+/// histogram module's docs for why not 3).
+pub(crate) const TASK_DIGITS: u8 = 2;
+
 /// Per-task accounting, written by whoever handles the task at the time.
 pub(crate) struct TaskAcct {
     pub(crate) runs: AtomicU64,
@@ -55,7 +59,9 @@ pub(crate) struct TaskAcct {
     pub(crate) since: AtomicU64,
     /// When the pending wakeup happened (0: none).
     pub(crate) woken_at: AtomicU64,
-    /// Written by whoever runs the task (under its runqueue lock).
+    /// Written by whoever runs the task (under its runqueue lock), at
+    /// every switch to it: [`TASK_DIGITS`] digits keep it small enough that
+    /// hundreds of tasks' histograms do not evict the scheduler's lines.
     pub(crate) wake_to_run: Mutex<Histogram>,
 }
 
@@ -70,7 +76,7 @@ impl TaskAcct {
             acct_state: AtomicU32::new(ST_BLOCKED),
             since: AtomicU64::new(0),
             woken_at: AtomicU64::new(0),
-            wake_to_run: Mutex::new(Histogram::new()),
+            wake_to_run: Mutex::new(Histogram::with_digits(TASK_DIGITS)),
         }
     }
 
@@ -99,7 +105,7 @@ impl TaskAcct {
         self.acct_state.store(ST_BLOCKED, Ordering::Relaxed);
         self.since.store(now, Ordering::Relaxed);
         self.woken_at.store(0, Ordering::Relaxed);
-        *lock(&self.wake_to_run) = Histogram::new();
+        *lock(&self.wake_to_run) = Histogram::with_digits(TASK_DIGITS);
     }
 }
 
