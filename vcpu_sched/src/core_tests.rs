@@ -147,6 +147,49 @@ fn rt_pull_skips_a_source_with_nothing_more_urgent_without_its_lock() {
     }
 }
 
+/// RT pull leaves alone, without taking its lock, an overloaded CPU none
+/// of whose waiting tasks may run on the puller (their affinity folded
+/// onto 64 bits misses its bit): pinned RT vCPUs of other VMs. Without
+/// it, every CPU lowering its priority double-locked every overloaded CPU
+/// and found nothing (the simulator's 480-CPU transcode spent all its CPU
+/// time there). A task allowed on the puller is still pulled.
+#[test]
+fn rt_pull_skips_a_source_whose_waiting_tasks_may_not_run_here() {
+    for mit in all_sets() {
+        let mut sim = Sim::new(topo16(), mit);
+        let on0 = sim.fifo_tasks("a", 1, 50, CpuMask::single(0))[0];
+        let on2 = sim.fifo_tasks("b", 1, 60, CpuMask::single(2))[0];
+        let x = sim.fifo_tasks("x", 1, 50, CpuMask::from_cpus([0, 2]))[0];
+        for (t, by) in [(on0, 0), (on2, 2), (x, 0)] {
+            sim.s.wake(t, Some(by), sim.now).unwrap();
+            sim.settle();
+        }
+        assert_eq!(sim.s.task_state(x).unwrap(), TaskState::Queued, "{mit}");
+        let src = sim.s.task_cpu(x).unwrap();
+        assert!(src == 0 || src == 2, "{mit}: it waits on CPU {src}");
+        let (s, now) = (&sim.s, sim.now);
+        std::thread::scope(|sc| {
+            let held = s.lock_rq(src);
+            let (tx, rx) = std::sync::mpsc::channel();
+            sc.spawn(move || tx.send(s.pull_rt(1, now)).unwrap());
+            let r = rx.recv_timeout(std::time::Duration::from_secs(20));
+            drop(held);
+            assert_eq!(
+                r,
+                Ok(false),
+                "{mit}: CPU 1's pull waited for CPU {src}'s lock though x may not run on CPU 1"
+            );
+        });
+        // allowed on CPU 1 now: CPU 1 (idle) gets it
+        sim.s
+            .set_affinity(x, &CpuMask::from_cpus([0, 1, 2]), sim.now)
+            .unwrap();
+        sim.settle();
+        assert_eq!(sim.s.current(1).unwrap(), Some(x), "{mit}");
+        sim.strict("x on CPU 1");
+    }
+}
+
 #[test]
 fn prio_99_preempts_prio_1_on_one_cpu() {
     for mit in all_sets() {

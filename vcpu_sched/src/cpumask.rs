@@ -153,8 +153,14 @@ impl CpuMask {
         self.w.iter().zip(o.w.iter()).all(|(a, b)| a & !b == 0)
     }
 
+    /// The mask folded onto 64 bits: bit `i` is set when some CPU `c`
+    /// with `c % 64 == i` is in it. A clear bit proves a CPU absent
+    /// without the mask (a lock-free hint; a set bit proves nothing).
+    pub fn fold64(&self) -> u64 {
+        self.w.iter().fold(0, |a, w| a | w)
+    }
+
     /// Word `i` (CPUs `64 i .. 64 i + 63`).
-    #[inline]
     pub fn word(&self, i: usize) -> u64 {
         self.w[i]
     }

@@ -90,6 +90,11 @@ pub struct CpuHot {
     /// Linux's `rt.highest_prio.next`: pullers skip this CPU without its
     /// lock when it has nothing more urgent than what they run.
     pub(crate) rt_queued_pri: AtomicU32,
+    /// The waiting RT tasks' affinity masks, each folded onto 64 bits and
+    /// OR-ed ([`CpuMask::fold64`](crate::CpuMask::fold64)): a puller whose
+    /// bit is clear is allowed to run none of them and skips this CPU
+    /// without its lock (see `pull_rt`).
+    pub(crate) rt_queued_fold: AtomicU64,
     /// A CPU is pulling (RT) or stealing (fair) from this one: at most one
     /// at a time; the others pass it by instead of queueing on its
     /// runqueue lock.
@@ -124,6 +129,7 @@ impl CpuHot {
             nr_fair_queued: AtomicU32::new(0),
             nr_rt_queued: AtomicU32::new(0),
             rt_queued_pri: AtomicU32::new(0),
+            rt_queued_fold: AtomicU64::new(0),
             pull_busy: AtomicBool::new(false),
             push_request: AtomicBool::new(false),
             idle_set_stale: AtomicBool::new(false),

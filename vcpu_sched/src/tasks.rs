@@ -118,6 +118,9 @@ pub(crate) struct Task {
     pub(crate) policy: AtomicU64,
     pub(crate) group: AtomicU32,
     pub(crate) nr_allowed: AtomicU32,
+    /// The affinity mask folded onto 64 bits ([`CpuMask::fold64`]), kept
+    /// with it: a lock-free hint of where the task may not run.
+    pub(crate) aff_fold: AtomicU64,
     /// Absolute virtual runtime while on a runqueue; relative to the
     /// runqueue's `min_vruntime` (as i64 bits) while off one.
     pub(crate) vruntime: AtomicU64,
@@ -142,6 +145,7 @@ impl Task {
             policy: AtomicU64::new(Policy::default().encode()),
             group: AtomicU32::new(0),
             nr_allowed: AtomicU32::new(0),
+            aff_fold: AtomicU64::new(u64::MAX),
             vruntime: AtomicU64::new(0),
             pushable: AtomicBool::new(false),
             in_shared: AtomicBool::new(false),
@@ -239,6 +243,7 @@ impl TaskTable {
         t.policy.store(policy.encode(), Ordering::Relaxed);
         t.group.store(group, Ordering::Relaxed);
         t.nr_allowed.store(affinity.count(), Ordering::Relaxed);
+        t.aff_fold.store(affinity.fold64(), Ordering::Relaxed);
         t.vruntime.store(0, Ordering::Relaxed);
         t.pushable.store(false, Ordering::Relaxed);
         t.in_shared.store(false, Ordering::Relaxed);

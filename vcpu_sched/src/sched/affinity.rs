@@ -34,6 +34,7 @@ impl Scheduler {
                     } else {
                         *a = mask;
                         t.nr_allowed.store(mask.count(), Ordering::Relaxed);
+                        t.aff_fold.store(mask.fold64(), Ordering::Relaxed);
                         true
                     }
                 }
@@ -50,6 +51,7 @@ impl Scheduler {
         let mut a = lock(&t.affinity);
         *a = mask;
         t.nr_allowed.store(mask.count(), Ordering::Relaxed);
+        t.aff_fold.store(mask.fold64(), Ordering::Relaxed);
     }
 
     /// `set_affinity` of a task seen queued on `cpu`; false if it moved
@@ -82,6 +84,8 @@ impl Scheduler {
             }
         }
         if mask.contains(cpu) {
+            // it stays queued here: pullers' affinity hint includes it now
+            self.sync_hot(&rq);
             let push = rq.overloaded;
             drop(rq);
             if push {

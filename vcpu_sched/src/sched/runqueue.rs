@@ -64,6 +64,18 @@ impl Scheduler {
         if h.rt_queued_pri.load(Ordering::Relaxed) != best {
             h.rt_queued_pri.store(best, Ordering::Relaxed);
         }
+        // A long queue is summed up as "anyone may": the hint stays O(1)
+        // per change however many RT tasks wait.
+        let fold = if rq.rt.len() > 8 {
+            u64::MAX
+        } else {
+            rq.rt.iter_by_prio().fold(0, |a, (i, _)| {
+                a | self.t(i).aff_fold.load(Ordering::Relaxed)
+            })
+        };
+        if h.rt_queued_fold.load(Ordering::Relaxed) != fold {
+            h.rt_queued_fold.store(fold, Ordering::Relaxed);
+        }
     }
 
     /// Counts a migration of a task from `from` to `to` by distance, on
