@@ -15,7 +15,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{latency_extras, work, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult};
+use super::{
+    defs, latency_extras, work, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult,
+};
 use crate::error::Result;
 use crate::exec::ThreadsExecutor;
 use crate::stats::Histogram;
@@ -68,10 +70,10 @@ pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn 
     let tasks = p.tasks.unwrap_or(n.max(8));
     let period = p
         .period_us
-        .unwrap_or_else(|| 1000u64.max(tasks as u64 * 1000 / 16))
+        .unwrap_or_else(|| defs::CYCLIC_PERIOD_US.max(tasks as u64 * 1000 / 16))
         * 1000;
-    let burst = p.burst_us.unwrap_or(5);
-    let prio = p.prio.unwrap_or(99);
+    let burst = p.burst_us.unwrap_or(defs::CYCLIC_BURST_US);
+    let prio = p.prio.unwrap_or(defs::RT_PRIO);
     let me = Arc::new(Cyclic {
         w: Window::default(),
         t: Tally::default(),

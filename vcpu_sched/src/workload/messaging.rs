@@ -21,7 +21,7 @@ use crate::exec::{TaskCtx, ThreadsExecutor};
 use crate::task::{GroupId, TaskId, TaskSpec};
 use crate::tasks::lock;
 
-const PIPE: usize = 16;
+const PIPE: usize = super::defs::MESSAGING_PIPE;
 
 #[derive(Default)]
 struct PipeInner {

@@ -19,6 +19,7 @@
 //! CPU, a burst then takes as long as the CPU time it really gets.
 
 pub mod cyclic;
+pub mod defs;
 pub mod messaging;
 pub mod runq;
 pub mod stress;

@@ -72,7 +72,7 @@ pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn 
     let n = ex.scheduler().num_cpus();
     let teams = p.groups.unwrap_or((n / 8).max(1));
     let per = p.tasks.unwrap_or(8);
-    let burst = p.burst_us.unwrap_or(20);
+    let burst = p.burst_us.unwrap_or(super::defs::RUNQ_BURST_US);
     let me = Arc::new(Runq {
         w: Window::default(),
         t: Tally::default(),

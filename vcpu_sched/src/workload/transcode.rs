@@ -16,8 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use super::{work, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult};
-use crate::cpumask::CpuMask;
+use super::{defs, work, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult};
 use crate::error::Result;
 use crate::exec::ThreadsExecutor;
 use crate::task::{Policy, TaskId, TaskSpec};
@@ -56,27 +55,14 @@ struct Vm {
     ids: Vec<OnceLock<TaskId>>,
 }
 
-/// The CPUs of cores `4g .. 4g+3` (wrapping around the cores).
-pub fn vm_cpus(topo: &topology::HostTopology, g: usize, cores: usize) -> CpuMask {
-    let nc = topo.num_cores();
-    if nc <= cores {
-        return CpuMask::first_n(topo.num_cpus());
-    }
-    let mut m = CpuMask::empty();
-    for k in 0..cores {
-        for &c in topo.cpus_of_core(((g * cores + k) % nc) as u32) {
-            m.set(c);
-        }
-    }
-    m
-}
-
 pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn Running>> {
     let topo = ex.scheduler().topology().clone();
-    let vms = p.groups.unwrap_or((topo.num_cores() / 4).max(2));
-    let per = p.group_size.unwrap_or(8);
-    let burst = p.burst_us.unwrap_or(500);
-    let prio = p.prio.unwrap_or(99);
+    let vms = p
+        .groups
+        .unwrap_or((topo.num_cores() / defs::TRANSCODE_CORES).max(2));
+    let per = p.group_size.unwrap_or(defs::TRANSCODE_TASKS);
+    let burst = p.burst_us.unwrap_or(defs::TRANSCODE_BURST_US);
+    let prio = p.prio.unwrap_or(defs::RT_PRIO);
     let me = Arc::new(Transcode {
         w: Window::default(),
         t: Tally::default(),
@@ -84,7 +70,7 @@ pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn 
     });
     for g in 0..vms {
         let gid = ex.scheduler().create_group(&format!("vm{g}"))?;
-        let mask = vm_cpus(&topo, g, 4);
+        let mask = defs::transcode_cpus(&topo, g, defs::TRANSCODE_CORES);
         let vm = Arc::new(Vm {
             remaining: AtomicU32::new(per as u32),
             frame: AtomicU64::new(0),

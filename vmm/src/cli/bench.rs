@@ -329,7 +329,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     o.check = a.check;
     o.burst_us = a.burst_us;
     o.period_us = a.period_us;
-    o.prio = a.prio.unwrap_or(99);
+    o.prio = a.prio.unwrap_or(vcpu_sched::workload::defs::RT_PRIO);
     o.host_rt = !a.no_host_rt;
     o.breakdown = a.breakdown;
     o.pin = a.pin;

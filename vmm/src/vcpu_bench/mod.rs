@@ -180,7 +180,7 @@ impl BenchOptions {
             check: false,
             burst_us: None,
             period_us: None,
-            prio: 99,
+            prio: vcpu_sched::workload::defs::RT_PRIO,
             host_rt: true,
             require_measurement: true,
             breakdown: false,

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use vcpu_sched::bench::{RunReport, TaskSummary};
 use vcpu_sched::exec::{CheckConfig, CpuMapping};
 use vcpu_sched::stats::Histogram;
+use vcpu_sched::workload::defs;
 use vcpu_sched::workload::Metric;
 use vcpu_sched::{CpuMask, Policy, SchedConfig};
 use vm_memory::GuestMemoryMmap;
@@ -30,23 +31,15 @@ struct Built {
     memories: Vec<GuestMemoryMmap>,
 }
 
+/// The workload's compute per operation, us (`vcpu_sched::workload::defs`,
+/// shared with the thread workloads and the simulator).
 fn default_burst(w: Workload) -> u64 {
     match w {
-        Workload::Cyclic => 5,
-        Workload::Messaging => 1,
-        Workload::Runq => 20,
-        Workload::Transcode => 500,
+        Workload::Cyclic => defs::CYCLIC_BURST_US,
+        Workload::Messaging => defs::MESSAGING_BURST_US,
+        Workload::Runq => defs::RUNQ_BURST_US,
+        Workload::Transcode => defs::TRANSCODE_BURST_US,
     }
-}
-
-/// Logical CPUs of cores `first..first+n` (wrapping).
-fn cores_mask(topo: &topology::HostTopology, first: usize, n: usize) -> CpuMask {
-    let cores = topo.num_cores().max(1);
-    CpuMask::from_cpus((0..n).flat_map(|k| {
-        topo.cpus_of_core(((first + k) % cores) as u32)
-            .iter()
-            .copied()
-    }))
 }
 
 fn build(
@@ -141,11 +134,8 @@ fn placement(opts: &BenchOptions, topo: &topology::HostTopology, v: usize) -> Pl
         },
         Workload::Transcode => Placement {
             policy: Policy::Fifo(opts.prio),
-            affinity: Some(cores_mask(
-                topo,
-                v * opts.vcpus.div_ceil(2),
-                opts.vcpus.div_ceil(2),
-            )),
+            // as the seed's instances: half as many cores as vCPUs
+            affinity: Some(defs::transcode_cpus(topo, v, opts.vcpus.div_ceil(2))),
         },
         _ => Placement::default(),
     }

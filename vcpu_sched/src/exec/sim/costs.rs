@@ -136,9 +136,13 @@ impl CostTable {
 }
 
 /// Instruction time of the scheduler's entry points, ns, on top of their
-/// memory accesses, shared by every variant and every preset. An estimate
-/// of the single-threaded, all-hits time per call (see docs/simulator.md
-/// for how to recalibrate it with the criterion benches).
+/// memory accesses, shared by every variant and every preset: the
+/// single-threaded, all-hits time per call, calibrated once on the
+/// development machine with `cargo bench -p benches --features sim --bench
+/// calibrate` (2026-11-26, docs/data/sim/calibrate.txt): the measured time
+/// of a call less 2 ns per recorded access (its L1 hit and `per_access_ns`,
+/// which the simulator charges on top), the mean of the baseline's and all
+/// fixes' values. See docs/simulator.md, "Instruction costs".
 #[derive(Clone, Copy, Debug)]
 pub struct InstrCosts {
     /// `wake`.
@@ -153,8 +157,12 @@ pub struct InstrCosts {
 
 /// The one instruction-cost table.
 pub const INSTR: InstrCosts = InstrCosts {
-    wake_ns: 60,
-    schedule_ns: 90,
-    tick_ns: 20,
+    // measured 148 (none) and 154 ns (all), less 2 x 48.5 and 2 x 49.5
+    wake_ns: 53,
+    // measured 142 and 141 ns, less 2 x 50.1
+    schedule_ns: 42,
+    // measured 18 and 20 ns, less 2 x 11: its accesses, charged at 2 ns
+    // each, already cover the whole call (hits of a tight loop overlap)
+    tick_ns: 0,
     per_access_ns: 1,
 };

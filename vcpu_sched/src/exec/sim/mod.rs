@@ -29,6 +29,7 @@ use topology::HostTopology;
 use crate::check::InvariantChecker;
 use crate::rng::Rng;
 use crate::sync::recorder::{self, Access, Kind};
+use crate::workload::defs;
 use crate::{
     CpuId, KickCpu, Mitigations, Pick, Policy, Prev, SchedConfig, SchedError, Scheduler, TaskId,
     TaskSpec,
@@ -41,15 +42,22 @@ pub use costs::{CostTable, INSTR};
 #[serde(rename_all = "lowercase")]
 pub enum SimWorkload {
     /// hackbench-like: each VM's tasks pass messages round a ring; a task
-    /// computes, wakes the next and blocks. Messages/s.
+    /// computes ([`defs::MESSAGING_BURST_US`]), wakes the next and blocks.
+    /// Messages/s.
     Messaging,
-    /// cyclictest-like: one RT FIFO task per vCPU woken by a 1 ms timer.
-    /// Mean latency timer -> running (ns, lower is better).
+    /// cyclictest-like: one RT FIFO task ([`defs::RT_PRIO`]) per vCPU woken
+    /// by a timer every [`defs::CYCLIC_PERIOD_US`], computing
+    /// [`defs::CYCLIC_BURST_US`]. Mean latency timer -> running (ns, lower
+    /// is better).
     Cyclic,
-    /// Multi-instance transcode: per VM, fair workers compute a frame and
-    /// meet at a barrier. Frames/s.
+    /// Multi-instance transcode, as `vmm bench` and the thread workload run
+    /// it: per VM, RT FIFO workers ([`defs::RT_PRIO`]) pinned to half as
+    /// many cores as the VM has vCPUs ([`defs::transcode_cpus`]) compute a
+    /// frame ([`defs::TRANSCODE_BURST_US`]) and meet at a barrier.
+    /// Frames/s.
     Transcode,
-    /// UDP_RR-like ping-pong pairs. Transactions/s.
+    /// UDP_RR-like ping-pong pairs (no real bench defines it; 5 us per
+    /// transaction side). Transactions/s.
     Pingpong,
 }
 
@@ -85,13 +93,13 @@ impl SimWorkload {
         }
     }
 
-    /// Mean compute time of one step (ns): a workload parameter, the same
-    /// for every variant and topology.
+    /// Mean compute time of one step (ns): the workload's definition
+    /// ([`defs`]), the same for every variant and topology.
     fn work_ns(self) -> u64 {
         match self {
-            Self::Messaging => 2_000,
-            Self::Cyclic => 10_000,
-            Self::Transcode => 2_000_000,
+            Self::Messaging => defs::MESSAGING_BURST_US * 1000,
+            Self::Cyclic => defs::CYCLIC_BURST_US * 1000,
+            Self::Transcode => defs::TRANSCODE_BURST_US * 1000,
             Self::Pingpong => 5_000,
         }
     }
@@ -215,6 +223,8 @@ struct Task {
 }
 
 const TICK_NS: u64 = 1_000_000;
+/// cyclic's timer period.
+const PERIOD_NS: u64 = defs::CYCLIC_PERIOD_US * 1000;
 /// Slots of the `line_of` memo (a power of two; 1 MiB).
 const LINE_MEMO: usize = 1 << 16;
 const CHECK_NS: u64 = 10_000_000;
@@ -356,12 +366,17 @@ impl Sim<'_> {
             let g = self.s.create_group(&format!("vm{vm}"))?;
             for k in 0..self.cfg.vcpus {
                 let policy = match w {
-                    SimWorkload::Cyclic => Policy::Fifo(50),
+                    SimWorkload::Cyclic | SimWorkload::Transcode => Policy::Fifo(defs::RT_PRIO),
                     _ => Policy::Fair(1024),
                 };
-                let spec = TaskSpec::new(format!("vm{vm}/vcpu{k}"))
+                let mut spec = TaskSpec::new(format!("vm{vm}/vcpu{k}"))
                     .policy(policy)
                     .group(g);
+                if w == SimWorkload::Transcode {
+                    let topo = self.s.topology().clone();
+                    let cores = self.cfg.vcpus.div_ceil(2);
+                    spec = spec.affinity(defs::transcode_cpus(&topo, vm, cores));
+                }
                 let id = self.s.add_task(&spec, 0)?;
                 let n = self.tasks.len() as u32;
                 self.tasks.push(Task {
@@ -381,7 +396,7 @@ impl Sim<'_> {
             let t = self.tasks[n as usize];
             match w {
                 SimWorkload::Cyclic => {
-                    let off = self.rng.below(TICK_NS);
+                    let off = self.rng.below(PERIOD_NS);
                     self.push(off, Ev::Timer { task: n });
                 }
                 // one token per pair of tasks in a ring
@@ -631,7 +646,7 @@ impl Sim<'_> {
                 let waker = self.s.task_cpu(id).unwrap_or(0);
                 if self.cfg.workload == SimWorkload::Cyclic {
                     self.tasks[task as usize].fired_at = Some(t);
-                    self.push(t + TICK_NS, Ev::Timer { task });
+                    self.push(t + PERIOD_NS, Ev::Timer { task });
                 }
                 let (_, end) = self.call(waker, t, INSTR.wake_ns, |s, now| {
                     s.wake(id, Some(waker), now)
