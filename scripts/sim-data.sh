@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Reruns the simulator's committed outputs under docs/data/sim/: every file
+# whose first line is the command that made it ("$ vmm sim ..."; a file of
+# several runs has one such line before each run's output), and the
+# scaling curve (sweep-cyclic-gnr-2s.svg and .csv). A simulation is
+# deterministic, so on an unchanged core and model each file comes out byte
+# for byte the same; after a change to either, this regenerates them all.
+#
+#   scripts/sim-data.sh [-j N] [--check] [FILE...]
+#
+#   FILE...   only these files (default: all of them, except the one-off
+#             comparison in validation/calibrated-instr-check/, made by two
+#             builds with different instruction costs)
+#   -j N      N runs at a time (default 1; each run is single-threaded)
+#   --check   rerun and compare instead of rewriting: exit 1 and name the
+#             files that differ
+#
+# VMM_BIN=PATH uses that vmm binary instead of building one. The 100 ms and
+# 1 s validation rows take tens of minutes each on a 2-CPU machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+jobs=1
+check=0
+files=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        -j)
+            [ $# -ge 2 ] || { echo "error: -j needs a number" >&2; exit 2; }
+            jobs=$2
+            shift
+            ;;
+        --check) check=1 ;;
+        -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+        -*) echo "error: unknown option '$1' (see --help)" >&2; exit 2 ;;
+        *) files+=("$1") ;;
+    esac
+    shift
+done
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "error: -j wants a positive number, not '$jobs'" >&2; exit 2; }
+
+if [ -z "${VMM_BIN:-}" ]; then
+    cargo build --release -q -p vmm
+    VMM_BIN=$PWD/target/release/vmm
+fi
+[ -x "$VMM_BIN" ] || { echo "error: no vmm binary at $VMM_BIN" >&2; exit 2; }
+export VMM_BIN CHECK=$check
+
+sweep=docs/data/sim/sweep-cyclic-gnr-2s.svg
+if [ ${#files[@]} -eq 0 ]; then
+    while IFS= read -r f; do
+        files+=("$f")
+    done < <(grep -l -m1 '^\$ vmm sim ' -r docs/data/sim --include='*.txt' |
+        grep -v '/calibrated-instr-check/' | sort)
+    files+=("$sweep")
+fi
+for f in "${files[@]}"; do
+    [ -f "$f" ] || { echo "error: no file $f" >&2; exit 2; }
+    if [ "$f" != "$sweep" ] && ! head -1 "$f" | grep -q '^\$ vmm sim '; then
+        echo "error: $f does not start with the vmm sim command that made it" >&2
+        exit 2
+    fi
+done
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export TMPD=$tmp SWEEP=$sweep
+
+# One file: rerun its command, then rewrite or compare it.
+one() {
+    local f=$1 out
+    out=$TMPD/$(echo "$f" | tr '/' '_')
+    local t0=$SECONDS
+    if [ "$f" = "$SWEEP" ]; then
+        # the curve: its SVG and CSV (the CSV beside the SVG)
+        "$VMM_BIN" sim cyclic --topology gnr-2s --duration 10ms --compare "none;all" \
+            --sweep cpus=16,64,192,384,480 --plot "$out.svg" > "$out.log" 2>&1 || {
+            echo "FAILED $f"; cat "$out.log"; return 1; }
+        for ext in svg csv; do
+            local want=${f%.svg}.$ext
+            if [ "$CHECK" = 1 ]; then
+                cmp -s "$out.$ext" "$want" || { echo "DIFFERS $want"; return 1; }
+            else
+                cp "$out.$ext" "$want"
+            fi
+        done
+    else
+        # each "$ vmm sim" line of the file, as committed (quotes and all),
+        # then what it prints
+        local line
+        : > "$out"
+        while IFS= read -r line; do
+            { echo "$line"; eval "\"\$VMM_BIN\" ${line#\$ vmm }" 2>&1; } >> "$out" || {
+                echo "FAILED $f: $line"; tail -5 "$out"; return 1; }
+        done < <(grep '^\$ vmm sim ' "$f")
+        if [ "$CHECK" = 1 ]; then
+            cmp -s "$out" "$f" || { echo "DIFFERS $f"; return 1; }
+        else
+            cp "$out" "$f"
+        fi
+    fi
+    echo "ok $f ($((SECONDS - t0)) s)"
+}
+export -f one
+
+printf '%s\n' "${files[@]}" | xargs -P "$jobs" -I{} bash -c 'one "$@"' _ {}
