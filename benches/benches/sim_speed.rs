@@ -28,6 +28,7 @@ fn bench(c: &mut Criterion) {
                 vms: 60,
                 vcpus: 8,
                 duration_ns: 1_000_000,
+                work_ns: None,
                 seed: 1,
                 mitigations: mit,
                 cost,

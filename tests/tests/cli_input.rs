@@ -488,3 +488,34 @@ fn no_colour_in_pipes() {
         }
     }
 }
+
+/// A reader that goes away (`vmm ... | head -1`) ends `vmm` quietly with
+/// status 141, as SIGPIPE would end a C tool, not with a panic about a
+/// broken pipe.
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(integration_tests::vmm_bin())
+        // some 100 KB of JSON, more than a pipe holds
+        .args(["topology", "show", "-t", "gnr-2s", "--format", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // read one byte, then close the pipe: the rest cannot be written
+    let mut out = child.stdout.take().unwrap();
+    let mut b = [0u8; 1];
+    out.read_exact(&mut b).unwrap();
+    drop(out);
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let st = child.wait().unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(st.code(), Some(141), "{err}");
+}

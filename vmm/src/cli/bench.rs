@@ -10,7 +10,7 @@ use clap::Args;
 
 use vcpu_sched::Mitigations;
 
-use super::args::{self, ignored, mitigation_sets, progress_bar, InputError};
+use super::args::{self, ignored, mitigation_sets, out, outln, progress_bar, InputError};
 use crate::vcpu_bench::{
     compare, run as run_bench, BenchOptions, BenchReport, CompareOptions, VcpuRow, Workload,
 };
@@ -353,7 +353,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             )
             .map_err(anyhow::Error::new)?;
             bar.finish_and_clear();
-            println!(
+            outln!(
                 "{} VMs x {} vCPUs{}, scheduler rows on the {} executor",
                 c.vms,
                 c.vcpus,
@@ -364,7 +364,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 },
                 c.executor
             );
-            println!("{}", c.table.render_table());
+            outln!("{}", c.table.render_table());
             serde_json::to_string_pretty(&c).context("serialising the comparison")?
         }
         None => {
@@ -373,7 +373,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             let r = run_bench(&o, &mut |f| bar.set_position((f * 1000.0) as u64))
                 .map_err(anyhow::Error::new)?;
             bar.finish_and_clear();
-            print!("{}", render_report(&r, a.per_vcpu));
+            out!("{}", render_report(&r, a.per_vcpu));
             serde_json::to_string_pretty(&r).context("serialising the report")?
         }
     };

@@ -9,13 +9,15 @@
 use anyhow::Result;
 use topology::GuestTopology;
 
+use super::args::{out, outln};
+
 /// The embedded default: a Genoa-like host and a 2-socket guest on it.
 pub fn run() -> Result<()> {
     let host = topology::load("genoa-2s")?;
-    println!("== Host model: preset genoa-2s ==");
-    println!("{}", host.shape());
-    println!("hwloc synthetic: {}", host.synthetic()?);
-    println!();
+    outln!("== Host model: preset genoa-2s ==");
+    outln!("{}", host.shape());
+    outln!("hwloc synthetic: {}", host.synthetic()?);
+    outln!();
     // A guest mirroring 2 CCDs on each socket's first 2 cores: what `--pin
     // auto` would pick for 2 sockets x 2 LLCs x 2 cores x 2 threads.
     let mut slice = Vec::new();
@@ -26,10 +28,10 @@ pub fn run() -> Result<()> {
         }
     }
     let g = GuestTopology::from_host_cpus(&host, &slice)?;
-    println!(
+    outln!(
         "== A guest on host CPUs {} ==",
         topology::cpulist::format(&slice)
     );
-    print!("{}", topology::render::guest_table(&g));
+    out!("{}", topology::render::guest_table(&g));
     Ok(())
 }

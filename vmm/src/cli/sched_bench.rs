@@ -17,7 +17,7 @@ use vcpu_sched::bench::{compare, run_workload_with, CompareOptions, RunOptions};
 use vcpu_sched::workload::WorkloadKind;
 use vcpu_sched::{Mitigations, SchedError};
 
-use super::args::{self, ignored, mitigation_sets, progress_bar, InputError};
+use super::args::{self, ignored, mitigation_sets, outln, progress_bar, InputError};
 
 /// `vmm sched-bench WORKLOAD ...`.
 #[derive(Debug, Args)]
@@ -165,7 +165,7 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
                 },
             )?;
             bar.finish_and_clear();
-            println!("{}", c.render_table());
+            outln!("{}", c.render_table());
             c.to_json()
         }
         None => {
@@ -184,7 +184,7 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
                     r.duration_s
                 ));
             }
-            println!(
+            outln!(
                 "{} on {} [{}]: {} = {:.3} {} ({} tasks on {} CPUs, {:.1} s, {:.0} ns per schedule call, {} migrations{})",
                 r.workload,
                 r.topology,

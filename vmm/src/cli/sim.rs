@@ -22,7 +22,7 @@ use vcpu_sched::comparison::{cells, Comparison, ComparisonHeader, RowKind};
 use vcpu_sched::exec::sim::{self, CostTable, SimConfig, SimReport, SimWorkload};
 use vcpu_sched::{Mitigations, SchedError};
 
-use super::args::{self, ignored, mitigation_sets, progress_bar, InputError};
+use super::args::{self, ignored, mitigation_sets, out, outln, progress_bar, InputError};
 
 /// `vmm sim WORKLOAD ...`.
 #[derive(Debug, Args)]
@@ -46,6 +46,11 @@ pub struct SimArgs {
     /// vCPUs (tasks) per VM, 1..=4096 (default 8; 2 for pingpong).
     #[arg(long, value_name = "M", value_parser = args::count, allow_negative_numbers = true)]
     pub vcpus: Option<usize>,
+    /// Mean compute per step in microseconds, 1..=1000000 (default: the
+    /// workload's definition, `vcpu_sched::workload::defs`: messaging 1,
+    /// cyclic 5, transcode 500; pingpong 5).
+    #[arg(long, value_name = "US", value_parser = args::burst_us)]
+    pub burst_us: Option<u64>,
     /// Virtual time to simulate: 1s, 200ms, ...; 1ms to 1h.
     #[arg(long, short, default_value = "1s", value_name = "DURATION",
           value_parser = sim_duration, allow_hyphen_values = true)]
@@ -151,6 +156,7 @@ fn config(s: &Setup, cpus: usize, a: &SimArgs, seed: u64, mit: Mitigations) -> S
         vms: s.vms.unwrap_or((cpus * per / s.vcpus).max(1)),
         vcpus: s.vcpus,
         duration_ns: a.duration.as_nanos() as u64,
+        work_ns: a.burst_us.map(|us| us * 1000),
         seed,
         mitigations: mit,
         cost: s.cost,
@@ -262,7 +268,7 @@ pub fn run(a: SimArgs) -> Result<()> {
         }
         bar.finish_and_clear();
         if partial {
-            println!("PARTIAL: stopped by Ctrl-C; the table covers what finished");
+            outln!("PARTIAL: stopped by Ctrl-C; the table covers what finished");
             for v in values.iter_mut() {
                 if v.is_empty() {
                     v.push(f64::NAN);
@@ -284,8 +290,8 @@ pub fn run(a: SimArgs) -> Result<()> {
             cells.iter().map(|c| (c.label.clone(), c.kind)).collect();
         let c = Comparison::assemble(header, &labels, &values, &per_call)
             .context("assembling the comparison")?;
-        println!("{}", c.render_table());
-        println!("{}", share_table(&cells, &firsts));
+        outln!("{}", c.render_table());
+        outln!("{}", share_table(&cells, &firsts));
         for (cell, r) in cells.iter().zip(&firsts) {
             if let Some(r) = r {
                 print_views(&a, &cell.label, r);
@@ -302,7 +308,7 @@ pub fn run(a: SimArgs) -> Result<()> {
             bar.set_position(t * 1000 / cfg.duration_ns)
         })?;
         bar.finish_and_clear();
-        println!(
+        outln!(
             "{}sim {} on {} [{}]: {} = {:.1} {} ({} VMs x {} vCPUs on {} CPUs, {:.3} s virtual, \
              {:.1}% of CPU time in the scheduler, {:.0} ns per core call{})",
             if r.partial { "PARTIAL: " } else { "" },
@@ -331,7 +337,7 @@ pub fn run(a: SimArgs) -> Result<()> {
             .filter(|&(_, v)| v > 0)
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
-        println!("  counters: {}", counters.join(", "));
+        outln!("  counters: {}", counters.join(", "));
         print_views(&a, &r.mitigations, &r);
         if let Some(path) = &a.json {
             write(
@@ -378,13 +384,16 @@ fn share_table(cells: &[vcpu_sched::comparison::Cell], firsts: &[Option<SimRepor
 
 fn print_views(a: &SimArgs, label: &str, r: &SimReport) {
     if a.c2c {
-        println!("c2c [{label}]: cache-line transfers per structure, hottest first");
-        println!(
+        outln!("c2c [{label}]: cache-line transfers per structure, hottest first");
+        outln!(
             "  {:<40} {:>12} {:>14} {:>9}",
-            "structure.field", "transfers", "cost ms", "ns/xfer"
+            "structure.field",
+            "transfers",
+            "cost ms",
+            "ns/xfer"
         );
         for row in r.c2c.iter().take(12) {
-            println!(
+            outln!(
                 "  {:<40} {:>12} {:>14.3} {:>9.1}",
                 row.name,
                 row.transfers,
@@ -394,13 +403,16 @@ fn print_views(a: &SimArgs, label: &str, r: &SimReport) {
         }
     }
     if a.lockstat {
-        println!("lockstat [{label}]: per lock class, most waited first");
-        println!(
+        outln!("lockstat [{label}]: per lock class, most waited first");
+        outln!(
             "  {:<40} {:>12} {:>12} {:>14}",
-            "class", "acquisitions", "contended", "wait ms"
+            "class",
+            "acquisitions",
+            "contended",
+            "wait ms"
         );
         for row in &r.lockstat {
-            println!(
+            outln!(
                 "  {:<40} {:>12} {:>12} {:>14.3}",
                 row.name,
                 row.acquisitions,
@@ -453,9 +465,9 @@ fn sweep_run(
     }
     bar.finish_and_clear();
     if partial {
-        println!("PARTIAL: stopped by Ctrl-C");
+        outln!("PARTIAL: stopped by Ctrl-C");
     }
-    print!("{csv}");
+    out!("{csv}");
     if let Some(svg) = &a.plot {
         let (metric, unit, _) = setup.workload.metric();
         let title = format!(

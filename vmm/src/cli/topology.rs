@@ -11,6 +11,8 @@ use anyhow::{Context, Result};
 use clap::{Subcommand, ValueEnum};
 use topology::{GuestTopology, Vendor};
 
+use super::args::{out, outln};
+
 /// Output formats of `topology show`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ShowFormat {
@@ -94,17 +96,17 @@ pub fn run(cmd: TopologyCmd) -> Result<()> {
         } => {
             let t = topology::load(&spec)?;
             match format {
-                ShowFormat::Text => print!("{}", topology::render::host_tree(&t)),
-                ShowFormat::Json => println!("{}", serde_json::to_string_pretty(&t)?),
-                ShowFormat::Synthetic => println!("{}", t.synthetic()?),
+                ShowFormat::Text => out!("{}", topology::render::host_tree(&t)),
+                ShowFormat::Json => outln!("{}", serde_json::to_string_pretty(&t)?),
+                ShowFormat::Synthetic => outln!("{}", t.synthetic()?),
             }
         }
         TopologyCmd::Guest { guest, json } => {
             let g = GuestTopology::from_spec(&guest)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&g)?);
+                outln!("{}", serde_json::to_string_pretty(&g)?);
             } else {
-                print!("{}", topology::render::guest_table(&g));
+                out!("{}", topology::render::guest_table(&g));
             }
         }
         TopologyCmd::CpuidDump { guest, out, vendor } => {
@@ -114,7 +116,7 @@ pub fn run(cmd: TopologyCmd) -> Result<()> {
             let base = topology::cpuid::host_cpuid();
             topology::dump::write_cpuid_dump(&g, &base, vendor, &out)
                 .with_context(|| format!("writing the CPUID dump to {}", out.display()))?;
-            println!(
+            outln!(
                 "wrote {} CPUs ({vendor} encoding) to {}",
                 g.num_vcpus(),
                 out.display()
@@ -122,9 +124,11 @@ pub fn run(cmd: TopologyCmd) -> Result<()> {
         }
         TopologyCmd::Presets => {
             for p in topology::presets::PRESETS {
-                println!(
+                outln!(
                     "{:<10} {}\n           {}",
-                    p.name, p.description, p.synthetic
+                    p.name,
+                    p.description,
+                    p.synthetic
                 );
             }
         }

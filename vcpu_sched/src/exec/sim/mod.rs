@@ -116,6 +116,8 @@ pub struct SimConfig {
     pub vcpus: usize,
     /// Virtual time to simulate, ns.
     pub duration_ns: u64,
+    /// Mean compute per step, ns (`None`: the workload's definition).
+    pub work_ns: Option<u64>,
     /// The seed of the workload's jitter.
     pub seed: u64,
     /// The fixes.
@@ -531,7 +533,7 @@ impl Sim<'_> {
             self.lat_max = self.lat_max.max(lat);
         }
         if self.tasks[n].remaining == 0 {
-            let w = self.cfg.workload.work_ns();
+            let w = self.cfg.work_ns.unwrap_or(self.cfg.workload.work_ns());
             self.tasks[n].remaining = self.jitter(w);
         }
         let c = &mut self.cpus[cpu as usize];
@@ -740,6 +742,7 @@ mod tests {
             vms: 4,
             vcpus: 4,
             duration_ns: 20_000_000,
+            work_ns: None,
             seed,
             mitigations: mit,
             cost: CostTable::for_preset("icx-2s").unwrap(),
