@@ -458,6 +458,44 @@ pub fn progress_bar() -> indicatif::ProgressBar {
     bar
 }
 
+/// Writes to standard output. A reader that has gone away (`vmm sim ... |
+/// head`) ends the process quietly with status 141, as a shell reports one
+/// that SIGPIPE ended, where `print!` would panic; any other write error
+/// ends it with a one-line message and status 1.
+pub fn write_stdout(a: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let r = {
+        let mut o = std::io::stdout().lock();
+        o.write_fmt(a).and_then(|()| o.flush())
+    };
+    if let Err(e) = r {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        eprintln!("error: writing to standard output: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `print!` through [`write_stdout`].
+macro_rules! out {
+    ($($a:tt)*) => {
+        $crate::cli::args::write_stdout(format_args!($($a)*))
+    };
+}
+
+/// `println!` through [`write_stdout`].
+macro_rules! outln {
+    () => {
+        $crate::cli::args::write_stdout(format_args!("\n"))
+    };
+    ($($a:tt)*) => {
+        $crate::cli::args::write_stdout(format_args!("{}\n", format_args!($($a)*)))
+    };
+}
+
+pub(crate) use {out, outln};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -578,41 +616,3 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 }
-
-/// Writes to standard output. A reader that has gone away (`vmm sim ... |
-/// head`) ends the process quietly with status 141, as a shell reports one
-/// that SIGPIPE ended, where `print!` would panic; any other write error
-/// ends it with a one-line message and status 1.
-pub fn write_stdout(a: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let r = {
-        let mut o = std::io::stdout().lock();
-        o.write_fmt(a).and_then(|()| o.flush())
-    };
-    if let Err(e) = r {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(141);
-        }
-        eprintln!("error: writing to standard output: {e}");
-        std::process::exit(1);
-    }
-}
-
-/// `print!` through [`write_stdout`].
-macro_rules! out {
-    ($($a:tt)*) => {
-        $crate::cli::args::write_stdout(format_args!($($a)*))
-    };
-}
-
-/// `println!` through [`write_stdout`].
-macro_rules! outln {
-    () => {
-        $crate::cli::args::write_stdout(format_args!("\n"))
-    };
-    ($($a:tt)*) => {
-        $crate::cli::args::write_stdout(format_args!("{}\n", format_args!($($a)*)))
-    };
-}
-
-pub(crate) use {out, outln};
