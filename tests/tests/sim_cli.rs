@@ -51,6 +51,10 @@ fn bad_requests_name_the_problem() {
         ]),
         &["--latency-scale"],
     );
+    assert_input_error(
+        &run(&["sim", "cyclic", "--topology", "icx-2s", "--burst-us", "0"]),
+        &["--burst-us"],
+    );
 }
 
 #[test]
