@@ -338,6 +338,12 @@ pub fn run(a: SimArgs) -> Result<()> {
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         outln!("  counters: {}", counters.join(", "));
+        if r.absorbed_wakes > 0 {
+            outln!(
+                "  absorbed wakes: {} (the task was awake; their tokens merged)",
+                r.absorbed_wakes
+            );
+        }
         print_views(&a, &r.mitigations, &r);
         if let Some(path) = &a.json {
             write(
