@@ -104,6 +104,24 @@ fn all_sets() -> Vec<Mitigations> {
     Mitigations::seeds_variants()
 }
 
+/// `puller`'s RT pull while the test holds `held`'s runqueue lock: its
+/// result, or a timeout error after 20 s if it waited for that lock.
+fn pull_while_locked(
+    sim: &Sim,
+    puller: u32,
+    held: u32,
+) -> Result<bool, std::sync::mpsc::RecvTimeoutError> {
+    let (s, now) = (&sim.s, sim.now);
+    std::thread::scope(|sc| {
+        let guard = s.lock_rq(held);
+        let (tx, rx) = std::sync::mpsc::channel();
+        sc.spawn(move || tx.send(s.pull_rt(puller, now)).unwrap());
+        let r = rx.recv_timeout(std::time::Duration::from_secs(20));
+        drop(guard);
+        r
+    })
+}
+
 /// RT pull leaves alone, without taking its lock, an overloaded CPU whose
 /// waiting task is no more urgent than what the puller runs. Without that
 /// lockless check every CPU that schedules locked every overloaded CPU in
@@ -131,19 +149,11 @@ fn rt_pull_skips_a_source_with_nothing_more_urgent_without_its_lock() {
             0,
             "{mit}: it waits on CPU 0"
         );
-        let (s, now) = (&sim.s, sim.now);
-        std::thread::scope(|sc| {
-            let held = s.lock_rq(0);
-            let (tx, rx) = std::sync::mpsc::channel();
-            sc.spawn(move || tx.send(s.pull_rt(1, now)).unwrap());
-            let r = rx.recv_timeout(std::time::Duration::from_secs(20));
-            drop(held);
-            assert_eq!(
-                r,
-                Ok(false),
-                "{mit}: CPU 1's pull waited for CPU 0's lock (or pulled an equal task)"
-            );
-        });
+        assert_eq!(
+            pull_while_locked(&sim, 1, 0),
+            Ok(false),
+            "{mit}: CPU 1's pull waited for CPU 0's lock (or pulled an equal task)"
+        );
     }
 }
 
@@ -167,19 +177,11 @@ fn rt_pull_skips_a_source_whose_waiting_tasks_may_not_run_here() {
         assert_eq!(sim.s.task_state(x).unwrap(), TaskState::Queued, "{mit}");
         let src = sim.s.task_cpu(x).unwrap();
         assert!(src == 0 || src == 2, "{mit}: it waits on CPU {src}");
-        let (s, now) = (&sim.s, sim.now);
-        std::thread::scope(|sc| {
-            let held = s.lock_rq(src);
-            let (tx, rx) = std::sync::mpsc::channel();
-            sc.spawn(move || tx.send(s.pull_rt(1, now)).unwrap());
-            let r = rx.recv_timeout(std::time::Duration::from_secs(20));
-            drop(held);
-            assert_eq!(
-                r,
-                Ok(false),
-                "{mit}: CPU 1's pull waited for CPU {src}'s lock though x may not run on CPU 1"
-            );
-        });
+        assert_eq!(
+            pull_while_locked(&sim, 1, src),
+            Ok(false),
+            "{mit}: CPU 1's pull waited for CPU {src}'s lock though x may not run on CPU 1"
+        );
         // allowed on CPU 1 now: CPU 1 (idle) gets it
         sim.s
             .set_affinity(x, &CpuMask::from_cpus([0, 1, 2]), sim.now)
