@@ -395,6 +395,8 @@ impl Coherence {
                 st.wait_ns += l.released_at - now;
                 now = l.released_at;
             }
+            // the transfer below reads no lock state: record the holder now
+            l.last_holder = cpu;
         }
         // The line is updated where it lies: one lookup, and a `Line` is
         // not moved out and back.
@@ -410,14 +412,10 @@ impl Coherence {
             l.stat.transfers += 1;
             l.stat.cost_ns += done - now;
         }
-        match kind {
-            Kind::Lock => self.locks.get(line).last_holder = cpu,
-            Kind::Unlock => {
-                let l = self.locks.get(line);
-                l.released_at = done;
-                l.last_holder = cpu;
-            }
-            _ => {}
+        if kind == Kind::Unlock {
+            let l = self.locks.get(line);
+            l.released_at = done;
+            l.last_holder = cpu;
         }
         done
     }
