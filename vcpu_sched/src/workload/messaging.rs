@@ -5,7 +5,8 @@
 //! Each group has F senders and F receivers (fair tasks); every sender
 //! writes to every receiver's pipe in turn, a receiver reads its pipe. A
 //! full pipe blocks the sender, an empty one the receiver, and each side
-//! wakes the other: a wakeup per message or so, mostly between CPUs.
+//! wakes the other (a read wakes one waiting writer): a wakeup per message
+//! or so, mostly between CPUs.
 //! Defaults: F = 10, one group per 20 CPUs (at least one), pipes of 16
 //! messages.
 //!
@@ -27,7 +28,7 @@ const PIPE: usize = super::defs::MESSAGING_PIPE;
 struct PipeInner {
     buf: VecDeque<u64>,
     reader: Option<TaskId>,
-    writers: Vec<TaskId>,
+    writers: VecDeque<TaskId>,
 }
 
 /// A bounded pipe between task bodies.
@@ -54,7 +55,7 @@ impl Pipe {
                 return false;
             }
             if !p.writers.contains(&ctx.id()) {
-                p.writers.push(ctx.id());
+                p.writers.push_back(ctx.id());
             }
             drop(p);
             ctx.block();
@@ -66,9 +67,12 @@ impl Pipe {
         loop {
             let mut p = lock(&self.inner);
             if let Some(v) = p.buf.pop_front() {
-                let ws = std::mem::take(&mut p.writers);
+                // One freed slot wakes one writer, as Linux's pipes do
+                // since they wait exclusively (5.5): waking them all had
+                // every other writer find the pipe full again.
+                let w = p.writers.pop_front();
                 drop(p);
-                for w in ws {
+                if let Some(w) = w {
                     ctx.wake(w);
                 }
                 return Some(v);
