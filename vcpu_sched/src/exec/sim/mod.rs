@@ -224,14 +224,15 @@ enum Ev {
 const EV_IDX_BITS: u32 = 24;
 /// Bits of the sequence number in an event's queue key.
 const EV_SEQ_BITS: u32 = 59;
+/// Where a key's time starts.
+const EV_TIME_SHIFT: u32 = EV_SEQ_BITS + EV_IDX_BITS + 3;
 /// Virtual time fits the key's top 42 bits (73 minutes).
-const EV_T_MAX: u64 = (1 << (128 - EV_SEQ_BITS - EV_IDX_BITS - 3)) - 1;
+const EV_T_MAX: u64 = (1 << (128 - EV_TIME_SHIFT)) - 1;
 
 impl Ev {
     /// The queue's key: (time, sequence number, event) packed in one
     /// u128, so that the heap orders events by time, then by push order,
-    /// with one comparison and moves 16 bytes (its pops were a fifth of a
-    /// messaging run with 32-byte tuples).
+    /// with one comparison, and moves 16 bytes instead of 32.
     fn key(self, t: u64, seq: u64) -> u128 {
         let (kind, idx) = match self {
             Ev::BurstEnd { cpu } => (0, cpu),
@@ -241,7 +242,7 @@ impl Ev {
             Ev::Check => (4, 0),
         };
         debug_assert!(idx < 1 << EV_IDX_BITS && seq < 1 << EV_SEQ_BITS);
-        ((t.min(EV_T_MAX) as u128) << (EV_SEQ_BITS + EV_IDX_BITS + 3))
+        ((t.min(EV_T_MAX) as u128) << EV_TIME_SHIFT)
             | ((seq as u128) << (EV_IDX_BITS + 3))
             | ((idx as u128) << 3)
             | kind
@@ -249,7 +250,7 @@ impl Ev {
 
     /// (time, sequence number, event) of a key.
     fn unkey(k: u128) -> (u64, u64, Ev) {
-        let t = (k >> (EV_SEQ_BITS + EV_IDX_BITS + 3)) as u64;
+        let t = (k >> EV_TIME_SHIFT) as u64;
         let seq = ((k >> (EV_IDX_BITS + 3)) & ((1 << EV_SEQ_BITS) - 1)) as u64;
         let idx = ((k >> 3) & ((1 << EV_IDX_BITS) - 1)) as u32;
         let ev = match k & 7 {
@@ -387,7 +388,8 @@ pub fn run_with_progress(
         ..SchedConfig::default()
     };
     let kicks = Arc::new(Kicks::default());
-    let s = Scheduler::new(topo.clone(), cfg.mitigations, sc, kicks.clone())?;
+    let mut s = Scheduler::new(topo.clone(), cfg.mitigations, sc, kicks.clone())?;
+    s.sim_skip_wake_tables();
     let mut sim = Sim {
         coh: Coherence::new(&topo, cfg.cost),
         cpus: vec![Cpu::default(); s.num_cpus()],
