@@ -634,6 +634,46 @@ fn l2_rule_decides_direct_or_queued() {
     }
 }
 
+/// A task woken onto an idle CPU waits there for that CPU's kick: another
+/// CPU that goes idle meanwhile must not steal it (Linux's balancer passes
+/// a runqueue with one runnable task by). The simulator found the cost:
+/// with 2-task ping-pong VMs on spr-2s, every wakeup was stolen by the
+/// waker's CPU as it went idle, the robbed CPU went looking for work in
+/// turn, and runqueue-lock waits took 45% of CPU time.
+#[test]
+fn an_idle_cpu_does_not_steal_the_one_task_queued_on_another_idle_cpu() {
+    for mit in all_sets() {
+        let mut sim = Sim::new(topo16(), mit);
+        let all: CpuMask = "0-15".parse().unwrap();
+        let ids: Vec<TaskId> = (0..2)
+            .map(|i| {
+                let spec = TaskSpec::new(format!("f{i}")).affinity(all);
+                sim.s.add_task(&spec, 0).unwrap()
+            })
+            .collect();
+        // both run; f0 blocks, so its CPU is idle and its previous one
+        for &t in &ids {
+            sim.s.wake(t, None, sim.now).unwrap();
+        }
+        sim.settle();
+        let cpu_of = |sim: &Sim, t: TaskId| sim.running().iter().find(|r| r.1 == t).unwrap().0;
+        let (home, other) = (cpu_of(&sim, ids[0]), cpu_of(&sim, ids[1]));
+        sim.now += 1_000;
+        sim.s.schedule(home, Prev::Block, sim.now).unwrap();
+        sim.settle();
+        // f1 wakes f0 (queued on its idle previous CPU, which has not
+        // answered the kick yet) and blocks: its CPU looks for work
+        sim.now += 1_000;
+        sim.s.wake(ids[0], Some(other), sim.now).unwrap();
+        sim.s.schedule(other, Prev::Block, sim.now).unwrap();
+        assert_eq!(sim.s.current(other).unwrap(), None, "{mit}: stolen");
+        assert_eq!(sim.s.counters().steals, 0, "{mit}");
+        sim.settle();
+        assert_eq!(sim.running(), vec![(home, ids[0])], "{mit}");
+        sim.strict("one queued task");
+    }
+}
+
 #[test]
 fn idle_balance_and_shared_runqueue_spread_fair_work() {
     for mit in [Mitigations::none(), Mitigations::all()] {

@@ -284,12 +284,14 @@ impl Scheduler {
                     return false;
                 }
                 budget -= 1;
-                if self.cpus[src as usize]
-                    .hot
-                    .nr_fair_queued
-                    .load(Ordering::Relaxed)
-                    == 0
-                {
+                // An idle source with one waiting task is about to run
+                // it (it was kicked when the task was queued): taking it
+                // moves the task for nothing and sends the source looking
+                // for work in turn. Linux's balancer passes a runqueue
+                // with one runnable task by for the same reason.
+                let h = &self.cpus[src as usize].hot;
+                let queued = h.nr_fair_queued.load(Ordering::Relaxed);
+                if queued == 0 || (queued == 1 && h.idle.load(Ordering::Relaxed)) {
                     continue;
                 }
                 // one balancer per source (see pull_rt): a busy one is
