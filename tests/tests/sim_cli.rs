@@ -55,6 +55,14 @@ fn bad_requests_name_the_problem() {
         &run(&["sim", "cyclic", "--topology", "icx-2s", "--burst-us", "0"]),
         &["--burst-us"],
     );
+    assert_input_error(
+        &run(&["sim", "pingpong", "--topology", "icx-2s", "--vcpus", "3"]),
+        &["--vcpus 3", "even"],
+    );
+    assert_input_error(
+        &run(&["sim", "messaging", "--topology", "icx-2s", "--vcpus", "1"]),
+        &["--vcpus 1", "sender"],
+    );
 }
 
 #[test]

@@ -43,7 +43,8 @@ pub struct SimArgs {
     /// messaging); 1..=4096.
     #[arg(long, value_name = "N", value_parser = args::count, allow_negative_numbers = true)]
     pub vms: Option<usize>,
-    /// vCPUs (tasks) per VM, 1..=4096 (default 8; 2 for pingpong).
+    /// vCPUs (tasks) per VM, 1..=4096 (default 8; 2 for pingpong, which
+    /// pairs them and needs an even number; messaging needs 2 or more).
     #[arg(long, value_name = "M", value_parser = args::count, allow_negative_numbers = true)]
     pub vcpus: Option<usize>,
     /// Mean compute per step in microseconds, 1..=1000000 (default: the
@@ -222,6 +223,19 @@ pub fn run(a: SimArgs) -> Result<()> {
         }),
         vms: a.vms,
     };
+    if workload == SimWorkload::Pingpong && setup.vcpus % 2 != 0 {
+        return Err(InputError(format!(
+            "--vcpus {}: pingpong pairs a VM's vCPUs (2p with 2p+1); give an even number",
+            setup.vcpus
+        ))
+        .into());
+    }
+    if workload == SimWorkload::Messaging && setup.vcpus < 2 {
+        return Err(InputError(
+            "--vcpus 1: messaging needs a sender and a receiver per VM; give 2 or more".into(),
+        )
+        .into());
+    }
     catch_ctrl_c();
     if let Some(sweep) = &a.sweep {
         let sizes = parse_sweep(sweep)?;

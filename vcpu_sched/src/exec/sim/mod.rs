@@ -61,8 +61,10 @@ pub enum SimWorkload {
     /// frame ([`defs::TRANSCODE_BURST_US`]) and meet at a barrier.
     /// Frames/s.
     Transcode,
-    /// UDP_RR-like ping-pong pairs (no real bench defines it; 5 us per
-    /// transaction side). Transactions/s.
+    /// UDP_RR-like ping-pong pairs: a VM's tasks 2p and 2p+1 hand one
+    /// request back and forth (no real bench defines it; 5 us per
+    /// transaction side). `--vcpus 2` gives a VM per pair; one VM of many
+    /// pairs is a benchmark run in one cgroup. Transactions/s.
     Pingpong,
 }
 
@@ -372,6 +374,12 @@ pub fn run_with_progress(
         return Err(SchedError::Workload(
             "messaging needs at least 2 vCPUs per VM (a sender and a receiver)".into(),
         ));
+    }
+    if cfg.workload == SimWorkload::Pingpong && cfg.vcpus % 2 != 0 {
+        return Err(SchedError::Workload(format!(
+            "pingpong pairs a VM's vCPUs: give an even number (not {})",
+            cfg.vcpus
+        )));
     }
     let ntasks = cfg.vms.saturating_mul(cfg.vcpus);
     if ntasks >= 1 << EV_IDX_BITS || cfg.duration_ns > EV_T_MAX / 2 {
@@ -753,7 +761,8 @@ impl Sim<'_> {
                         None => Prev::Block,
                     },
                     SimWorkload::Pingpong => {
-                        let next = vm[(task.idx as usize + 1) % vm.len()];
+                        // the partner: tasks 2p and 2p+1 of a VM
+                        let next = vm[task.idx as usize ^ 1];
                         now = self.wake(next, cpu, now);
                         Prev::Block
                     }
@@ -938,18 +947,22 @@ mod tests {
     }
 
     /// The workloads wake only tasks that wait: pingpong's partner, a
-    /// pipe's blocked reader or writer. At 1 us per message (where the
+    /// pipe's blocked reader or writer; a pingpong VM's vCPUs must pair. At 1 us per message (where the
     /// old token ring merged messages), no wake finds its task awake, and
     /// every message read was written: reads <= writes <= reads plus what
     /// the pipes hold.
     #[test]
     fn messages_are_never_merged_or_lost() {
         let stop = AtomicBool::new(false);
-        let mut one = cfg(SimWorkload::Pingpong, 1, Mitigations::all());
-        one.vcpus = 2;
-        let r = run(topo(), &one, &stop).unwrap();
+        // four pairs in one VM (a ring of eight with four tokens merged)
+        let mut pairs = cfg(SimWorkload::Pingpong, 1, Mitigations::all());
+        pairs.vcpus = 8;
+        let r = run(topo(), &pairs, &stop).unwrap();
         assert!(r.metric > 0.0);
         assert_eq!(r.absorbed_wakes, 0);
+        pairs.vcpus = 3;
+        let err = run(topo(), &pairs, &stop).unwrap_err();
+        assert!(err.to_string().contains("even"), "{err}");
         for mit in [Mitigations::none(), Mitigations::all()] {
             let mut m = cfg(SimWorkload::Messaging, 1, mit);
             m.work_ns = Some(1_000);
