@@ -754,7 +754,9 @@ impl Sim<'_> {
                         Some(t) => {
                             // the pipe took or gave a message: the task
                             // goes on computing; a preemption its wake
-                            // caused arrives as a kick
+                            // caused arrives as a kick, after the wake's
+                            // core call
+                            self.cpus[cpu as usize].free_at = t;
                             self.start(cpu, id, t);
                             return;
                         }
