@@ -17,9 +17,9 @@
 
 pub mod coherence;
 pub mod costs;
+mod queue;
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -36,6 +36,7 @@ use crate::{
 };
 pub use coherence::{Coherence, Level};
 pub use costs::{CostTable, INSTR};
+use queue::{Ev, Queue, EV_IDX_BITS, EV_T_MAX};
 
 /// The workloads, shaped like the seeds' benchmarks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -213,59 +214,6 @@ impl KickCpu for Kicks {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ev {
-    BurstEnd { cpu: u32 },
-    Kick { cpu: u32 },
-    Tick { cpu: u32 },
-    Timer { task: u32 },
-    Check,
-}
-
-/// Bits of an event's CPU or task number in its queue key.
-const EV_IDX_BITS: u32 = 24;
-/// Bits of the sequence number in an event's queue key.
-const EV_SEQ_BITS: u32 = 59;
-/// Where a key's time starts.
-const EV_TIME_SHIFT: u32 = EV_SEQ_BITS + EV_IDX_BITS + 3;
-/// Virtual time fits the key's top 42 bits (73 minutes).
-const EV_T_MAX: u64 = (1 << (128 - EV_TIME_SHIFT)) - 1;
-
-impl Ev {
-    /// The queue's key: (time, sequence number, event) packed in one
-    /// u128, so that the heap orders events by time, then by push order,
-    /// with one comparison, and moves 16 bytes instead of 32.
-    fn key(self, t: u64, seq: u64) -> u128 {
-        let (kind, idx) = match self {
-            Ev::BurstEnd { cpu } => (0, cpu),
-            Ev::Kick { cpu } => (1, cpu),
-            Ev::Tick { cpu } => (2, cpu),
-            Ev::Timer { task } => (3, task),
-            Ev::Check => (4, 0),
-        };
-        debug_assert!(idx < 1 << EV_IDX_BITS && seq < 1 << EV_SEQ_BITS);
-        ((t.min(EV_T_MAX) as u128) << EV_TIME_SHIFT)
-            | ((seq as u128) << (EV_IDX_BITS + 3))
-            | ((idx as u128) << 3)
-            | kind
-    }
-
-    /// (time, sequence number, event) of a key.
-    fn unkey(k: u128) -> (u64, u64, Ev) {
-        let t = (k >> EV_TIME_SHIFT) as u64;
-        let seq = ((k >> (EV_IDX_BITS + 3)) & ((1 << EV_SEQ_BITS) - 1)) as u64;
-        let idx = ((k >> 3) & ((1 << EV_IDX_BITS) - 1)) as u32;
-        let ev = match k & 7 {
-            0 => Ev::BurstEnd { cpu: idx },
-            1 => Ev::Kick { cpu: idx },
-            2 => Ev::Tick { cpu: idx },
-            3 => Ev::Timer { task: idx },
-            _ => Ev::Check,
-        };
-        (t, seq, ev)
-    }
-}
-
 #[derive(Clone, Copy, Default)]
 struct Cpu {
     curr: Option<TaskId>,
@@ -315,7 +263,7 @@ struct Sim<'a> {
     cfg: &'a SimConfig,
     kicks: Arc<Kicks>,
     coh: Coherence,
-    q: BinaryHeap<Reverse<u128>>,
+    q: Queue,
     seq: u64,
     cpus: Vec<Cpu>,
     tasks: Vec<Task>,
@@ -404,7 +352,7 @@ pub fn run_with_progress(
         s,
         cfg,
         kicks,
-        q: BinaryHeap::new(),
+        q: Queue::new(topo.num_cpus()),
         seq: 0,
         tasks: Vec::new(),
         ids: Vec::new(),
@@ -439,7 +387,7 @@ pub fn run_with_progress(
     let end = cfg.duration_ns;
     let mut partial = false;
     let mut reached = 0;
-    while let Some(Reverse(k)) = sim.q.pop() {
+    while let Some(k) = sim.q.pop() {
         let (t, seq, ev) = Ev::unkey(k);
         if t >= end {
             reached = end;
@@ -463,7 +411,7 @@ impl Sim<'_> {
     /// Queues `ev` at `t`; returns its sequence number.
     fn push(&mut self, t: u64, ev: Ev) -> u64 {
         self.seq += 1;
-        self.q.push(Reverse(ev.key(t, self.seq)));
+        self.q.push(ev.key(t, self.seq));
         self.seq
     }
 
