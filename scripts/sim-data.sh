@@ -9,8 +9,9 @@
 #   scripts/sim-data.sh [-j N] [--check] [FILE...]
 #
 #   FILE...   only these files (default: all of them, except the one-off
-#             comparison in validation/calibrated-instr-check/, made by two
-#             builds with different instruction costs)
+#             comparisons made by other builds, each with its patch or
+#             README: validation/calibrated-instr-check/, validation/
+#             grpload-linux-writes/ and validation/guarded-lines-8/)
 #   -j N      N runs at a time (default 1; each run is single-threaded)
 #   --check   rerun and compare instead of rewriting: exit 1 and name the
 #             files that differ
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
             shift
             ;;
         --check) check=1 ;;
-        -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
         -*) echo "error: unknown option '$1' (see --help)" >&2; exit 2 ;;
         *) files+=("$1") ;;
     esac
@@ -51,7 +52,8 @@ if [ ${#files[@]} -eq 0 ]; then
     while IFS= read -r f; do
         files+=("$f")
     done < <(grep -l -m1 '^\$ vmm sim ' -r docs/data/sim --include='*.txt' |
-        grep -v '/calibrated-instr-check/' | sort)
+        grep -v -e '/calibrated-instr-check/' -e '/grpload-linux-writes/' \
+            -e '/guarded-lines-8/' | sort)
     files+=("$sweep")
 fi
 for f in "${files[@]}"; do
