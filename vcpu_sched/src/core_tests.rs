@@ -192,6 +192,41 @@ fn rt_pull_skips_a_source_whose_waiting_tasks_may_not_run_here() {
     }
 }
 
+/// The same above 64 CPUs, where the fold must group CPUs: folded by
+/// `cpu % 64`, CPU 64 shared CPU 0's bit and locked the source for a task
+/// pinned to CPUs 0 and 2 (on the simulator's 480-CPU transcode at 20 us
+/// per frame, about a million such futile double locks per 20 ms, one in
+/// nine sources scanned). Folded by neighbourhood it passes it by, while
+/// CPU 1, next to the task's CPUs, still gets it.
+#[test]
+fn rt_pull_above_64_cpus_skips_a_source_whose_tasks_are_pinned_far_away() {
+    for mit in [Mitigations::none(), Mitigations::all()] {
+        // 2 packages x 4 LLCs x 8 L2s x 2 threads: 128 CPUs
+        let mut sim = Sim::new(hand_topo(2, 4, 8, 2), mit);
+        let on0 = sim.fifo_tasks("a", 1, 50, CpuMask::single(0))[0];
+        let on2 = sim.fifo_tasks("b", 1, 60, CpuMask::single(2))[0];
+        let x = sim.fifo_tasks("x", 1, 50, CpuMask::from_cpus([0, 2]))[0];
+        for (t, by) in [(on0, 0), (on2, 2), (x, 0)] {
+            sim.s.wake(t, Some(by), sim.now).unwrap();
+            sim.settle();
+        }
+        assert_eq!(sim.s.task_state(x).unwrap(), TaskState::Queued, "{mit}");
+        let src = sim.s.task_cpu(x).unwrap();
+        assert!(src == 0 || src == 2, "{mit}: it waits on CPU {src}");
+        assert_eq!(
+            pull_while_locked(&sim, 64, src),
+            Ok(false),
+            "{mit}: CPU 64's pull waited for CPU {src}'s lock though x may not run on CPU 64"
+        );
+        sim.s
+            .set_affinity(x, &CpuMask::from_cpus([0, 1, 2]), sim.now)
+            .unwrap();
+        sim.settle();
+        assert_eq!(sim.s.current(1).unwrap(), Some(x), "{mit}");
+        sim.strict("x on CPU 1");
+    }
+}
+
 #[test]
 fn prio_99_preempts_prio_1_on_one_cpu() {
     for mit in all_sets() {

@@ -154,10 +154,35 @@ impl CpuMask {
     }
 
     /// The mask folded onto 64 bits: bit `i` is set when some CPU `c`
-    /// with `c % 64 == i` is in it. A clear bit proves a CPU absent
-    /// without the mask (a lock-free hint; a set bit proves nothing).
-    pub fn fold64(&self) -> u64 {
-        self.w.iter().fold(0, |a, w| a | w)
+    /// with `(c >> shift) % 64 == i` is in it ([`CpuMask::fold_bit`]). A
+    /// clear bit proves a CPU absent without the mask (a lock-free hint; a
+    /// set bit proves nothing). With `shift` from [`CpuMask::fold_shift`]
+    /// every bit stands for `2^shift` consecutive CPUs and no two of them
+    /// share a bit otherwise, so the hint is exact up to 64 CPUs, and above
+    /// that a mask of neighbouring CPUs (a pinned VM's cores) sets few bits.
+    /// Folding `c % 64` instead made every 64th CPU share a bit: on 480
+    /// CPUs a VM pinned to 8 CPUs set 8 bits, each shared by 7 other CPUs.
+    pub fn fold64(&self, shift: u32) -> u64 {
+        if shift == 0 {
+            return self.w.iter().fold(0, |a, w| a | w);
+        }
+        self.iter().fold(0, |a, c| a | Self::fold_bit(c, shift))
+    }
+
+    /// The bit of `cpu` in a [`CpuMask::fold64`] by `shift`.
+    #[inline]
+    pub fn fold_bit(cpu: u32, shift: u32) -> u64 {
+        1 << ((cpu >> shift) % 64)
+    }
+
+    /// The smallest shift that gives each of `ncpus` CPUs (numbered from 0)
+    /// a bit of its own group: `ncpus <= 64 << shift`.
+    pub fn fold_shift(ncpus: usize) -> u32 {
+        let mut s = 0;
+        while ncpus > 64usize << s {
+            s += 1;
+        }
+        s
     }
 
     /// Word `i` (CPUs `64 i .. 64 i + 63`).
@@ -383,6 +408,30 @@ impl CpuMaskList {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fold_groups_neighbours_and_is_exact_up_to_64_cpus() {
+        assert_eq!(CpuMask::fold_shift(1), 0);
+        assert_eq!(CpuMask::fold_shift(64), 0);
+        assert_eq!(CpuMask::fold_shift(65), 1);
+        assert_eq!(CpuMask::fold_shift(480), 3);
+        let m = CpuMask::from_cpus([3, 40]);
+        // up to 64 CPUs a bit is a CPU
+        assert_eq!(m.fold64(0), 1 << 3 | 1 << 40);
+        // on 480 CPUs a pinned VM of 8 neighbours sets one bit, which CPU
+        // 64 (the same bit under `c % 64`) does not share
+        let vm = CpuMask::from_cpus(0..8);
+        assert_eq!(vm.fold64(3), 1);
+        assert_eq!(vm.fold64(3) & CpuMask::fold_bit(64, 3), 0);
+        assert_ne!(vm.fold64(3) & CpuMask::fold_bit(7, 3), 0);
+        // a clear bit still proves absence for every CPU
+        let far = CpuMask::from_cpus([5, 130, 479]);
+        for c in 0..480 {
+            if far.fold64(3) & CpuMask::fold_bit(c, 3) == 0 {
+                assert!(!far.contains(c), "{c}");
+            }
+        }
+    }
 
     #[test]
     fn mask_list_from_a_start_keeps_mask_order_and_wraps_inside_each() {

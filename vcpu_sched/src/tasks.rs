@@ -217,13 +217,17 @@ impl Task {
 pub(crate) struct TaskTable {
     pub(crate) slots: Box<[Task]>,
     free: Mutex<Vec<u32>>,
+    /// How affinity masks fold onto `aff_fold` ([`CpuMask::fold_shift`]
+    /// of the number of CPUs).
+    pub(crate) fold_shift: u32,
 }
 
 impl TaskTable {
-    pub(crate) fn new(cap: usize) -> Self {
+    pub(crate) fn new(cap: usize, ncpus: usize) -> Self {
         Self {
             slots: (0..cap).map(|_| Task::new()).collect(),
             free: Mutex::new((0..cap as u32).rev().collect()),
+            fold_shift: CpuMask::fold_shift(ncpus),
         }
     }
 
@@ -243,7 +247,8 @@ impl TaskTable {
         t.policy.store(policy.encode(), Ordering::Relaxed);
         t.group.store(group, Ordering::Relaxed);
         t.nr_allowed.store(affinity.count(), Ordering::Relaxed);
-        t.aff_fold.store(affinity.fold64(), Ordering::Relaxed);
+        t.aff_fold
+            .store(affinity.fold64(self.fold_shift), Ordering::Relaxed);
         t.vruntime.store(0, Ordering::Relaxed);
         t.pushable.store(false, Ordering::Relaxed);
         t.in_shared.store(false, Ordering::Relaxed);

@@ -34,7 +34,8 @@ impl Scheduler {
                     } else {
                         *a = mask;
                         t.nr_allowed.store(mask.count(), Ordering::Relaxed);
-                        t.aff_fold.store(mask.fold64(), Ordering::Relaxed);
+                        t.aff_fold
+                            .store(mask.fold64(self.tasks.fold_shift), Ordering::Relaxed);
                         true
                     }
                 }
@@ -47,11 +48,12 @@ impl Scheduler {
 
     /// Stores `mask` as `t`'s affinity (the caller holds the lock that
     /// keeps the task where it was seen).
-    fn store_affinity(t: &Task, mask: CpuMask) {
+    fn store_affinity(&self, t: &Task, mask: CpuMask) {
         let mut a = lock(&t.affinity);
         *a = mask;
         t.nr_allowed.store(mask.count(), Ordering::Relaxed);
-        t.aff_fold.store(mask.fold64(), Ordering::Relaxed);
+        t.aff_fold
+            .store(mask.fold64(self.tasks.fold_shift), Ordering::Relaxed);
     }
 
     /// `set_affinity` of a task seen queued on `cpu`; false if it moved
@@ -71,7 +73,7 @@ impl Scheduler {
         if t.code() != ST_QUEUED || t.cpu.load(Ordering::Acquire) != cpu {
             return false;
         }
-        Self::store_affinity(t, mask);
+        self.store_affinity(t, mask);
         if t.policy().is_rt() {
             let want = mask.count() > 1;
             if t.pushable.swap(want, Ordering::Relaxed) != want {
@@ -110,7 +112,7 @@ impl Scheduler {
         if rq.curr != Some(id.0) {
             return false;
         }
-        Self::store_affinity(t, mask);
+        self.store_affinity(t, mask);
         if !mask.contains(cpu) {
             // Its CPU moves it on when it reschedules.
             self.cpus[cpu as usize]

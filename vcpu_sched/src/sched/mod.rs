@@ -176,7 +176,7 @@ impl Scheduler {
         names[0] = Some("root".to_string());
         Ok(Self {
             cpus: (0..n as u32).map(PerCpu::new).collect(),
-            tasks: TaskTable::new(cfg.max_tasks),
+            tasks: TaskTable::new(cfg.max_tasks, n),
             groups: Groups {
                 names: Mutex::new(names),
                 ntasks: (0..cfg.max_groups).map(|_| AtomicU32::new(0)).collect(),
