@@ -63,6 +63,14 @@ fn bad_requests_name_the_problem() {
         &run(&["sim", "messaging", "--topology", "icx-2s", "--vcpus", "1"]),
         &["--vcpus 1", "sender"],
     );
+    assert_input_error(
+        &run(&["sim", "runq", "--topology", "icx-2s", "--vcpus", "1"]),
+        &["--vcpus 1", "message task"],
+    );
+    assert_input_error(
+        &run(&["sim", "schbenchx", "--topology", "icx-2s"]),
+        &["schbenchx", "runq"],
+    );
 }
 
 #[test]

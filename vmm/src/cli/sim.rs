@@ -27,7 +27,7 @@ use super::args::{self, ignored, mitigation_sets, out, outln, progress_bar, Inpu
 /// `vmm sim WORKLOAD ...`.
 #[derive(Debug, Args)]
 pub struct SimArgs {
-    /// messaging, cyclic, transcode or pingpong.
+    /// messaging, cyclic, transcode, pingpong or runq.
     pub workload: String,
     /// Topology: a preset (gnr-2s, spr-2s, icx-2s, clx-2s, genoa-2s,
     /// milan-2s) or an hwloc synthetic string (then give --costs).
@@ -40,16 +40,17 @@ pub struct SimArgs {
     #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = latency_scale)]
     pub latency_scale: f64,
     /// VMs (task groups); default: enough to fill the CPUs (twice for
-    /// messaging); 1..=4096.
+    /// messaging; one per 8 CPUs for runq, as `sched-bench runq`); 1..=4096.
     #[arg(long, value_name = "N", value_parser = args::count, allow_negative_numbers = true)]
     pub vms: Option<usize>,
     /// vCPUs (tasks) per VM, 1..=4096 (default 8; 2 for pingpong, which
-    /// pairs them and needs an even number; messaging needs 2 or more).
+    /// pairs them and needs an even number; 9 for runq, a message task and
+    /// 8 workers; messaging and runq need 2 or more).
     #[arg(long, value_name = "M", value_parser = args::count, allow_negative_numbers = true)]
     pub vcpus: Option<usize>,
     /// Mean compute per step in microseconds, 1..=1000000 (default: the
     /// workload's definition, `vcpu_sched::workload::defs`: messaging 1,
-    /// cyclic 5, transcode 500; pingpong 5).
+    /// cyclic 5, transcode 500, runq 20; pingpong 5).
     #[arg(long, value_name = "US", value_parser = args::burst_us)]
     pub burst_us: Option<u64>,
     /// Virtual time to simulate: 1s, 200ms, ...; 1ms to 1h.
@@ -152,9 +153,15 @@ fn config(s: &Setup, cpus: usize, a: &SimArgs, seed: u64, mit: Mitigations) -> S
     } else {
         1
     };
+    let fill = if s.workload == SimWorkload::Runq {
+        // one team per 8 CPUs, as the thread workload's default
+        (cpus / 8).max(1)
+    } else {
+        (cpus * per / s.vcpus).max(1)
+    };
     SimConfig {
         workload: s.workload,
-        vms: s.vms.unwrap_or((cpus * per / s.vcpus).max(1)),
+        vms: s.vms.unwrap_or(fill),
         vcpus: s.vcpus,
         duration_ns: a.duration.as_nanos() as u64,
         work_ns: a.burst_us.map(|us| us * 1000),
@@ -176,7 +183,7 @@ fn load(spec: &str) -> Result<Arc<topology::HostTopology>> {
 pub fn run(a: SimArgs) -> Result<()> {
     let workload = SimWorkload::parse(&a.workload).ok_or_else(|| {
         InputError(format!(
-            "workload {:?}: give messaging, cyclic, transcode or pingpong",
+            "workload {:?}: give messaging, cyclic, transcode, pingpong or runq",
             a.workload
         ))
     })?;
@@ -216,10 +223,10 @@ pub fn run(a: SimArgs) -> Result<()> {
     let setup = Setup {
         workload,
         cost,
-        vcpus: a.vcpus.unwrap_or(if workload == SimWorkload::Pingpong {
-            2
-        } else {
-            8
+        vcpus: a.vcpus.unwrap_or(match workload {
+            SimWorkload::Pingpong => 2,
+            SimWorkload::Runq => 9,
+            _ => 8,
         }),
         vms: a.vms,
     };
@@ -233,6 +240,12 @@ pub fn run(a: SimArgs) -> Result<()> {
     if workload == SimWorkload::Messaging && setup.vcpus < 2 {
         return Err(InputError(
             "--vcpus 1: messaging needs a sender and a receiver per VM; give 2 or more".into(),
+        )
+        .into());
+    }
+    if workload == SimWorkload::Runq && setup.vcpus < 2 {
+        return Err(InputError(
+            "--vcpus 1: runq needs a message task and a worker per VM; give 2 or more".into(),
         )
         .into());
     }

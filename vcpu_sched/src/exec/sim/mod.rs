@@ -67,6 +67,14 @@ pub enum SimWorkload {
     /// transaction side). `--vcpus 2` gives a VM per pair; one VM of many
     /// pairs is a benchmark run in one cgroup. Transactions/s.
     Pingpong,
+    /// schbench-like, as the thread workload (`workload::runq`) runs it:
+    /// per VM, vCPU 0 is a message task and the others its workers. The
+    /// message task stamps a request for every worker and wakes it, then
+    /// waits; a worker computes the request ([`defs::RUNQ_BURST_US`]) and
+    /// answers, and the last answer wakes the message task, which does no
+    /// compute of its own besides its wakeups. Requests (worker answers)
+    /// per second; the report's maximum latency is request to running.
+    Runq,
 }
 
 impl SimWorkload {
@@ -77,6 +85,7 @@ impl SimWorkload {
             "cyclic" => Self::Cyclic,
             "transcode" => Self::Transcode,
             "pingpong" | "udp_rr" => Self::Pingpong,
+            "runq" | "schbench" => Self::Runq,
             _ => return None,
         })
     }
@@ -88,6 +97,7 @@ impl SimWorkload {
             Self::Cyclic => "cyclic",
             Self::Transcode => "transcode",
             Self::Pingpong => "pingpong",
+            Self::Runq => "runq",
         }
     }
 
@@ -98,6 +108,7 @@ impl SimWorkload {
             Self::Cyclic => ("mean wakeup latency", "ns", false),
             Self::Transcode => ("frames/s", "frames/s", true),
             Self::Pingpong => ("transactions/s", "trans/s", true),
+            Self::Runq => ("requests/s", "req/s", true),
         }
     }
 
@@ -109,6 +120,7 @@ impl SimWorkload {
             Self::Cyclic => defs::CYCLIC_BURST_US * 1000,
             Self::Transcode => defs::TRANSCODE_BURST_US * 1000,
             Self::Pingpong => 5_000,
+            Self::Runq => defs::RUNQ_BURST_US * 1000,
         }
     }
 }
@@ -323,6 +335,11 @@ pub fn run_with_progress(
             "messaging needs at least 2 vCPUs per VM (a sender and a receiver)".into(),
         ));
     }
+    if cfg.workload == SimWorkload::Runq && cfg.vcpus < 2 {
+        return Err(SchedError::Workload(
+            "runq needs at least 2 vCPUs per VM (a message task and a worker)".into(),
+        ));
+    }
     if cfg.workload == SimWorkload::Pingpong && cfg.vcpus % 2 != 0 {
         return Err(SchedError::Workload(format!(
             "pingpong pairs a VM's vCPUs: give an even number (not {})",
@@ -473,6 +490,8 @@ impl Sim<'_> {
                 SimWorkload::Messaging if t.idx as usize >= senders(self.cfg.vcpus) => {}
                 // one token per pair of tasks
                 SimWorkload::Pingpong if t.idx % 2 == 1 => {}
+                // workers wait for their first request
+                SimWorkload::Runq if t.idx > 0 => {}
                 _ => {
                     let at = 1 + n as u64;
                     self.push(at, Ev::Timer { task: n });
@@ -641,7 +660,9 @@ impl Sim<'_> {
             self.lat_n += 1;
             self.lat_max = self.lat_max.max(lat);
         }
-        if self.tasks[n].remaining == 0 {
+        // runq's message task computes nothing between its wakeups
+        let idle_step = self.cfg.workload == SimWorkload::Runq && self.tasks[n].idx == 0;
+        if self.tasks[n].remaining == 0 && !idle_step {
             let w = self.cfg.work_ns.unwrap_or(self.cfg.workload.work_ns());
             self.tasks[n].remaining = self.jitter(w);
         }
@@ -717,6 +738,27 @@ impl Sim<'_> {
                         Prev::Block
                     }
                     SimWorkload::Cyclic => Prev::Block,
+                    SimWorkload::Runq => {
+                        let v = task.vm as usize;
+                        if task.idx == 0 {
+                            // a request for every worker, then wait for
+                            // all the answers
+                            self.barrier[v] = 0;
+                            let workers = self.vms[v][1..].to_vec();
+                            for w in workers {
+                                self.tasks[w as usize].fired_at = Some(now);
+                                now = self.wake(w, cpu, now);
+                            }
+                        } else {
+                            self.done += 1;
+                            self.barrier[v] += 1;
+                            if self.barrier[v] as usize == self.vms[v].len() - 1 {
+                                let m = self.vms[v][0];
+                                now = self.wake(m, cpu, now);
+                            }
+                        }
+                        Prev::Block
+                    }
                     SimWorkload::Transcode => {
                         let v = task.vm as usize;
                         self.barrier[v] += 1;
@@ -815,6 +857,7 @@ impl Sim<'_> {
                 }
             }
             SimWorkload::Pingpong => self.done as f64 / 2.0 / secs,
+            // messages read, frames, requests answered
             _ => self.done as f64 / secs,
         };
         let name = |l: u64| self.region_name(l);
@@ -925,6 +968,34 @@ mod tests {
             // receivers keep up, so most of ~160 k messages are read
             assert!(read > 50_000, "{mit}: {read} read");
         }
+    }
+
+    /// runq: every request a message task sends is answered once, by a
+    /// worker that waited for it (no wake finds its task awake), and the
+    /// rate is bounded by the workers' compute: 4 VMs x 3 workers, 20 us
+    /// per request (15-25 us with the jitter), at most 3 requests per
+    /// worker per round trip. The message task must have a worker.
+    #[test]
+    fn runq_answers_every_request_once() {
+        let stop = AtomicBool::new(false);
+        let mut c = cfg(SimWorkload::Runq, 5, Mitigations::all());
+        let r = run(topo(), &c, &stop).unwrap();
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(r.absorbed_wakes, 0);
+        let secs = r.simulated_ns as f64 / 1e9;
+        let answered = (r.metric * secs).round() as u64;
+        // a round lasts at least the shortest burst (15 us) and, with 16
+        // CPUs for 16 tasks, well under 40 us (the longest burst, 25 us,
+        // plus the wakeups)
+        let (most, least) = ((12.0 * secs / 15e-6) as u64, (12.0 * secs / 40e-6) as u64);
+        assert!(
+            answered >= least && answered <= most,
+            "{answered} not in {least}..={most}"
+        );
+        assert!(r.max_latency_ns > 0);
+        c.vcpus = 1;
+        let err = run(topo(), &c, &stop).unwrap_err();
+        assert!(err.to_string().contains("message task"), "{err}");
     }
 
     /// More receivers than senders, so that pipes run empty and readers
