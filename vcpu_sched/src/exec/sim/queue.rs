@@ -21,11 +21,23 @@ use std::collections::BinaryHeap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Ev {
-    BurstEnd { cpu: u32 },
-    Kick { cpu: u32 },
-    Tick { cpu: u32 },
-    Timer { task: u32 },
+    BurstEnd {
+        cpu: u32,
+    },
+    Kick {
+        cpu: u32,
+    },
+    Tick {
+        cpu: u32,
+    },
+    Timer {
+        task: u32,
+    },
     Check,
+    /// A CPU's next wakeup of a sequence (see `Sim::step`).
+    Step {
+        cpu: u32,
+    },
 }
 
 /// Bits of an event's CPU or task number in its queue key.
@@ -48,6 +60,7 @@ impl Ev {
             Ev::Tick { cpu } => (2, cpu),
             Ev::Timer { task } => (3, task),
             Ev::Check => (4, 0),
+            Ev::Step { cpu } => (5, cpu),
         };
         debug_assert!(idx < 1 << EV_IDX_BITS && seq < 1 << EV_SEQ_BITS);
         ((t.min(EV_T_MAX) as u128) << EV_TIME_SHIFT)
@@ -66,6 +79,7 @@ impl Ev {
             1 => Ev::Kick { cpu: idx },
             2 => Ev::Tick { cpu: idx },
             3 => Ev::Timer { task: idx },
+            5 => Ev::Step { cpu: idx },
             _ => Ev::Check,
         };
         (t, seq, ev)
