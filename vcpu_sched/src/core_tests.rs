@@ -166,29 +166,7 @@ fn rt_pull_skips_a_source_with_nothing_more_urgent_without_its_lock() {
 #[test]
 fn rt_pull_skips_a_source_whose_waiting_tasks_may_not_run_here() {
     for mit in all_sets() {
-        let mut sim = Sim::new(topo16(), mit);
-        let on0 = sim.fifo_tasks("a", 1, 50, CpuMask::single(0))[0];
-        let on2 = sim.fifo_tasks("b", 1, 60, CpuMask::single(2))[0];
-        let x = sim.fifo_tasks("x", 1, 50, CpuMask::from_cpus([0, 2]))[0];
-        for (t, by) in [(on0, 0), (on2, 2), (x, 0)] {
-            sim.s.wake(t, Some(by), sim.now).unwrap();
-            sim.settle();
-        }
-        assert_eq!(sim.s.task_state(x).unwrap(), TaskState::Queued, "{mit}");
-        let src = sim.s.task_cpu(x).unwrap();
-        assert!(src == 0 || src == 2, "{mit}: it waits on CPU {src}");
-        assert_eq!(
-            pull_while_locked(&sim, 1, src),
-            Ok(false),
-            "{mit}: CPU 1's pull waited for CPU {src}'s lock though x may not run on CPU 1"
-        );
-        // allowed on CPU 1 now: CPU 1 (idle) gets it
-        sim.s
-            .set_affinity(x, &CpuMask::from_cpus([0, 1, 2]), sim.now)
-            .unwrap();
-        sim.settle();
-        assert_eq!(sim.s.current(1).unwrap(), Some(x), "{mit}");
-        sim.strict("x on CPU 1");
+        pinned_source_is_passed_by(topo16(), mit, 1);
     }
 }
 
@@ -202,29 +180,37 @@ fn rt_pull_skips_a_source_whose_waiting_tasks_may_not_run_here() {
 fn rt_pull_above_64_cpus_skips_a_source_whose_tasks_are_pinned_far_away() {
     for mit in [Mitigations::none(), Mitigations::all()] {
         // 2 packages x 4 LLCs x 8 L2s x 2 threads: 128 CPUs
-        let mut sim = Sim::new(hand_topo(2, 4, 8, 2), mit);
-        let on0 = sim.fifo_tasks("a", 1, 50, CpuMask::single(0))[0];
-        let on2 = sim.fifo_tasks("b", 1, 60, CpuMask::single(2))[0];
-        let x = sim.fifo_tasks("x", 1, 50, CpuMask::from_cpus([0, 2]))[0];
-        for (t, by) in [(on0, 0), (on2, 2), (x, 0)] {
-            sim.s.wake(t, Some(by), sim.now).unwrap();
-            sim.settle();
-        }
-        assert_eq!(sim.s.task_state(x).unwrap(), TaskState::Queued, "{mit}");
-        let src = sim.s.task_cpu(x).unwrap();
-        assert!(src == 0 || src == 2, "{mit}: it waits on CPU {src}");
-        assert_eq!(
-            pull_while_locked(&sim, 64, src),
-            Ok(false),
-            "{mit}: CPU 64's pull waited for CPU {src}'s lock though x may not run on CPU 64"
-        );
-        sim.s
-            .set_affinity(x, &CpuMask::from_cpus([0, 1, 2]), sim.now)
-            .unwrap();
-        sim.settle();
-        assert_eq!(sim.s.current(1).unwrap(), Some(x), "{mit}");
-        sim.strict("x on CPU 1");
+        pinned_source_is_passed_by(hand_topo(2, 4, 8, 2), mit, 64);
     }
+}
+
+/// A FIFO task `x` allowed on CPUs 0 and 2 waits behind pinned tasks
+/// there: `puller`'s pull must come back without the source's lock (the
+/// test holds it). Once `x` may run on CPU 1 too, idle CPU 1 gets it.
+fn pinned_source_is_passed_by(t: HostTopology, mit: Mitigations, puller: u32) {
+    let mut sim = Sim::new(t, mit);
+    let on0 = sim.fifo_tasks("a", 1, 50, CpuMask::single(0))[0];
+    let on2 = sim.fifo_tasks("b", 1, 60, CpuMask::single(2))[0];
+    let x = sim.fifo_tasks("x", 1, 50, CpuMask::from_cpus([0, 2]))[0];
+    for (t, by) in [(on0, 0), (on2, 2), (x, 0)] {
+        sim.s.wake(t, Some(by), sim.now).unwrap();
+        sim.settle();
+    }
+    assert_eq!(sim.s.task_state(x).unwrap(), TaskState::Queued, "{mit}");
+    let src = sim.s.task_cpu(x).unwrap();
+    assert!(src == 0 || src == 2, "{mit}: it waits on CPU {src}");
+    assert_eq!(
+        pull_while_locked(&sim, puller, src),
+        Ok(false),
+        "{mit}: CPU {puller}'s pull waited for CPU {src}'s lock though x may not run there"
+    );
+    // allowed on CPU 1 now: CPU 1 (idle) gets it
+    sim.s
+        .set_affinity(x, &CpuMask::from_cpus([0, 1, 2]), sim.now)
+        .unwrap();
+    sim.settle();
+    assert_eq!(sim.s.current(1).unwrap(), Some(x), "{mit}");
+    sim.strict("x on CPU 1");
 }
 
 #[test]
