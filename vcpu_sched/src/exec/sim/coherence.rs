@@ -17,26 +17,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use topology::HostTopology;
 
 use super::costs::CostTable;
+pub use super::costs::Level;
 use crate::sync::recorder::Kind;
-
-/// How far apart two CPUs are, nearest first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    /// The same CPU.
-    Same,
-    /// SMT siblings.
-    Smt,
-    /// Sharing an L2.
-    L2,
-    /// Sharing an LLC (CCX on AMD, the mesh of a die on Intel).
-    Llc,
-    /// The same die, another LLC.
-    Die,
-    /// The same package, another die.
-    Package,
-    /// The other socket.
-    Remote,
-}
 
 /// No CPU (an owner or a lock holder).
 const NONE: u32 = u32::MAX;

@@ -8,7 +8,24 @@
 //! have (a shared L2 on these parts, a die level on monolithic Intel
 //! meshes) take the next level's figure.
 
-use super::coherence::Level;
+/// How far apart two CPUs are, nearest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// The same CPU.
+    Same,
+    /// SMT siblings.
+    Smt,
+    /// Sharing an L2.
+    L2,
+    /// Sharing an LLC (CCX on AMD, the mesh of a die on Intel).
+    Llc,
+    /// The same die, another LLC.
+    Die,
+    /// The same package, another die.
+    Package,
+    /// The other socket.
+    Remote,
+}
 
 /// Transfer latencies of one machine, in ns.
 #[derive(Clone, Copy, Debug, PartialEq)]

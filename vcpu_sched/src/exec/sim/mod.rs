@@ -34,8 +34,8 @@ use crate::{
     CpuId, KickCpu, Mitigations, Pick, Policy, Prev, SchedConfig, SchedError, Scheduler, TaskId,
     TaskSpec,
 };
-pub use coherence::{Coherence, Level};
-pub use costs::{CostTable, INSTR};
+pub use coherence::Coherence;
+pub use costs::{CostTable, Level, INSTR};
 use queue::{Ev, Queue, EV_IDX_BITS, EV_T_MAX};
 
 /// The workloads, shaped like the seeds' benchmarks.
