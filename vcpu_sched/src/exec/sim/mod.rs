@@ -229,9 +229,6 @@ impl KickCpu for Kicks {
 #[derive(Clone, Copy, Default)]
 struct Cpu {
     curr: Option<TaskId>,
-    /// It is waking tasks one after another (`Sim::plans`): its burst is
-    /// over, and what remains is those wakeups and then a `schedule`.
-    stepping: bool,
     /// The sequence number of its running burst's end event; 0 when none
     /// is live (an event whose number differs is stale).
     burst: u64,
@@ -701,11 +698,15 @@ impl Sim<'_> {
     /// and go idle before any of them was seen anywhere.
     fn plan(&mut self, cpu: u32, mut tasks: Vec<u32>, then: Prev, now: u64) {
         tasks.reverse();
-        let c = &mut self.cpus[cpu as usize];
-        c.burst = 0;
-        c.stepping = true;
+        self.cpus[cpu as usize].burst = 0;
         self.plans[cpu as usize] = (tasks, then);
         self.step(cpu, now);
+    }
+
+    /// `cpu` is waking tasks one after another: its burst is over, and
+    /// what remains is those wakeups and then a `schedule`.
+    fn stepping(&self, cpu: u32) -> bool {
+        !self.plans[cpu as usize].0.is_empty()
     }
 
     /// The next wakeup of `cpu`'s plan; after the last, its `schedule`.
@@ -723,7 +724,6 @@ impl Sim<'_> {
                 return;
             }
         }
-        self.cpus[cpu as usize].stepping = false;
         let then = self.plans[cpu as usize].1;
         self.schedule(cpu, then, now);
     }
@@ -822,7 +822,7 @@ impl Sim<'_> {
                 self.schedule(cpu, prev, now);
             }
             Ev::Kick { cpu } => {
-                if self.cpus[cpu as usize].stepping {
+                if self.stepping(cpu) {
                     // the `schedule` that ends its wakeups does what the
                     // kick asks (drain the wake list, pick again)
                     return;
@@ -835,7 +835,7 @@ impl Sim<'_> {
                 let at = t.max(self.cpus[cpu as usize].free_at);
                 let (_, end) = self.call(cpu, at, INSTR.tick_ns, |s, now| s.tick(cpu, now));
                 self.cpus[cpu as usize].free_at = end;
-                if self.cpus[cpu as usize].curr.is_some() && !self.cpus[cpu as usize].stepping {
+                if self.cpus[cpu as usize].curr.is_some() && !self.stepping(cpu) {
                     // the tick's time delays the running task
                     let c = self.cpus[cpu as usize];
                     let n = self.task_of(c.curr.expect("checked"));

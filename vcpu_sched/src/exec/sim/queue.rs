@@ -10,10 +10,9 @@
 //! known before any comparison, so the loads overlap, where a binary
 //! heap's sift-down waits on each level's comparison to find the next.
 //! The tree compares 64-bit keys (see [`Queue`]), with no branch to
-//! mispredict. Everything else (kicks, ticks, timers, checks) goes to a
-//! binary heap;
-//! popping takes the smaller of the two tops, so the order is exactly the
-//! keys' order. A new burst end of a CPU replaces its old one, which the
+//! mispredict. Everything else (kicks, ticks, timers, checks, steps) goes
+//! to a binary heap; popping takes the smaller of the two tops, so the
+//! order is exactly the keys' order. A new burst end of a CPU replaces its old one, which the
 //! simulator would have dropped as stale anyway.
 
 use std::cmp::Reverse;
