@@ -457,7 +457,7 @@ impl GuestTopology {
     /// core x 2 threads, 2 nodes`.
     pub fn describe(&self) -> String {
         let c = &self.counts;
-        use crate::render::plural;
+        use crate::text::plural;
         let n = |v: u32| u64::from(v);
         format!(
             "{}: {} x {} x {} x {} x {} x {}, {}",

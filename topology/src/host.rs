@@ -568,7 +568,7 @@ pub struct ShapeCounts {
 
 impl std::fmt::Display for ShapeCounts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use crate::render::plural;
+        use crate::text::plural;
         let n = |v: usize| v as u64;
         write!(
             f,

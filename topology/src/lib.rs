@@ -39,6 +39,7 @@ pub mod limits;
 pub mod load;
 pub mod presets;
 pub mod render;
+pub mod text;
 
 pub use cpuid::{CpuidEntry, CpuidSet, Vendor};
 pub use error::{Result, TopologyError};

@@ -25,7 +25,7 @@
 use std::io::Read as _;
 use std::path::Path;
 
-use crate::render::plural;
+use crate::text::{human_bytes, plural};
 
 /// The most logical CPUs (PUs) a loaded topology may have.
 pub const MAX_CPUS: usize = 4096;
@@ -324,7 +324,7 @@ pub fn read_capped(path: &Path, max: u64) -> Result<Vec<u8>, String> {
         return Err(format!(
             "it is {} bytes; the limit is {max} ({})",
             meta.len(),
-            crate::render::human_bytes(max)
+            human_bytes(max)
         ));
     }
     let f = std::fs::File::open(path).map_err(|e| format!("cannot open it: {e}"))?;
@@ -337,7 +337,7 @@ pub fn read_capped(path: &Path, max: u64) -> Result<Vec<u8>, String> {
     if buf.len() as u64 > max {
         return Err(format!(
             "it holds more than {max} bytes ({}), the limit",
-            crate::render::human_bytes(max)
+            human_bytes(max)
         ));
     }
     Ok(buf)

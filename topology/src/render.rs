@@ -6,32 +6,8 @@ use std::fmt::Write as _;
 use crate::cpulist;
 use crate::guest::GuestTopology;
 use crate::host::HostTopology;
-
-/// `1 core`, `2 cores`: a count with its noun in the right number.
-pub fn plural(n: impl Into<u64>, one: &str, many: &str) -> String {
-    let n = n.into();
-    if n == 1 {
-        format!("1 {one}")
-    } else {
-        format!("{n} {many}")
-    }
-}
-
-/// Formats a byte count with a binary unit (`32 MiB`, `1.5 GiB`).
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if (v - v.round()).abs() < 1e-9 {
-        format!("{} {}", v.round() as u64, UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
+// Once defined here; kept under these paths for callers outside the crate.
+pub use crate::text::{human_bytes, plural};
 
 /// An `lstopo`-like tree.
 pub fn host_tree(t: &HostTopology) -> String {
@@ -233,13 +209,6 @@ pub fn guest_table(g: &GuestTopology) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bytes() {
-        assert_eq!(human_bytes(32 << 20), "32 MiB");
-        assert_eq!(human_bytes(1310720), "1.2 MiB");
-        assert_eq!(human_bytes(512), "512 B");
-    }
 
     #[test]
     fn tree_mentions_every_level() {
