@@ -141,6 +141,133 @@ fn group(cpus: &[CpuLocation], n: usize, key: impl Fn(&CpuLocation) -> u32) -> V
     out
 }
 
+/// How many cores, L2s, LLCs, dies and packages the dense numbering made.
+#[derive(Clone, Copy, Debug)]
+struct LevelCounts {
+    cores: usize,
+    l2s: usize,
+    llcs: usize,
+    dies: usize,
+    packages: usize,
+}
+
+/// Renumbers the raw CPUs' keys densely, level by level, in order of first
+/// appearance. Fails on a CPU listed twice or a node index out of range.
+fn densify(raw: &[RawCpu], n_nodes: usize) -> Result<(Vec<CpuLocation>, LevelCounts)> {
+    let (mut dc, mut dl2, mut dllc, mut ddie, mut dpkg) = (
+        Densifier::new(),
+        Densifier::new(),
+        Densifier::new(),
+        Densifier::new(),
+        Densifier::new(),
+    );
+    let mut seen_os = std::collections::HashSet::new();
+    let mut cpus = Vec::with_capacity(raw.len());
+    for r in raw {
+        if !seen_os.insert(r.os_index) {
+            return Err(TopologyError::Unsupported(format!(
+                "CPU {} appears twice",
+                r.os_index
+            )));
+        }
+        if r.node as usize >= n_nodes {
+            return Err(TopologyError::Unsupported(format!(
+                "CPU {} refers to NUMA node {} of {}",
+                r.os_index, r.node, n_nodes
+            )));
+        }
+        cpus.push(CpuLocation {
+            os_index: r.os_index,
+            core: dc.get(r.core),
+            l2: dl2.get(r.l2),
+            llc: dllc.get(r.llc),
+            die: ddie.get(r.die),
+            node: r.node,
+            package: dpkg.get(r.package),
+        });
+    }
+    let counts = LevelCounts {
+        cores: dc.len(),
+        l2s: dl2.len(),
+        llcs: dllc.len(),
+        dies: ddie.len(),
+        packages: dpkg.len(),
+    };
+    Ok((cpus, counts))
+}
+
+/// Checks that each of `n_child` children (keyed by `child`) has exactly
+/// one parent (keyed by `parent`); `what` words the failure.
+fn check_nesting(
+    cpus: &[CpuLocation],
+    n_child: usize,
+    child: impl Fn(&CpuLocation) -> u32,
+    parent: impl Fn(&CpuLocation) -> u32,
+    what: &str,
+) -> Result<()> {
+    let mut owner = vec![u32::MAX; n_child];
+    for c in cpus {
+        let slot = &mut owner[child(c) as usize];
+        if *slot == u32::MAX {
+            *slot = parent(c);
+        } else if *slot != parent(c) {
+            return Err(TopologyError::Unsupported(format!(
+                "{what} (CPU {} crosses the boundary)",
+                c.os_index
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The levels nest: core inside L2 inside LLC inside die inside package,
+/// and each core inside one NUMA node.
+fn check_levels_nest(cpus: &[CpuLocation], n: &LevelCounts) -> Result<()> {
+    type Key = fn(&CpuLocation) -> u32;
+    let levels: [(usize, Key, Key, &str); 5] = [
+        (n.cores, |c| c.core, |c| c.l2, "a core spans two L2 caches"),
+        (n.l2s, |c| c.l2, |c| c.llc, "an L2 spans two LLCs"),
+        (n.llcs, |c| c.llc, |c| c.die, "an LLC spans two dies"),
+        (n.dies, |c| c.die, |c| c.package, "a die spans two packages"),
+        (
+            n.cores,
+            |c| c.core,
+            |c| c.node,
+            "a core spans two NUMA nodes",
+        ),
+    ];
+    for (n_child, child, parent, what) in levels {
+        check_nesting(cpus, n_child, child, parent, what)?;
+    }
+    Ok(())
+}
+
+/// The distance matrix as given (checked to be `n_nodes` squared), or the
+/// default one.
+fn distance_matrix(distances: Option<Vec<u32>>, n_nodes: usize) -> Result<Vec<u32>> {
+    match distances {
+        Some(d) if d.len() != n_nodes * n_nodes => Err(TopologyError::Unsupported(format!(
+            "distance matrix has {} entries for {} nodes",
+            d.len(),
+            n_nodes
+        ))),
+        Some(d) => Ok(d),
+        None => Ok(default_distances(n_nodes)),
+    }
+}
+
+/// Per node, the LLCs with at least one CPU on it, in order of appearance.
+fn llcs_per_node(cpus: &[CpuLocation], n_nodes: usize) -> Vec<Vec<u32>> {
+    let mut node_llcs = vec![Vec::new(); n_nodes];
+    for c in cpus {
+        let v: &mut Vec<u32> = &mut node_llcs[c.node as usize];
+        if !v.contains(&c.llc) {
+            v.push(c.llc);
+        }
+    }
+    node_llcs
+}
+
 impl HostTopology {
     /// Builds the model from CPUs in logical order (SMT siblings and cache
     /// neighbours adjacent, as hwloc orders them).
@@ -165,135 +292,20 @@ impl HostTopology {
                 "the topology has no NUMA node".into(),
             ));
         }
-        let (mut dc, mut dl2, mut dllc, mut ddie, mut dpkg) = (
-            Densifier::new(),
-            Densifier::new(),
-            Densifier::new(),
-            Densifier::new(),
-            Densifier::new(),
-        );
-        let mut seen_os = std::collections::HashSet::new();
-        let mut cpus = Vec::with_capacity(raw.len());
-        for r in raw {
-            if !seen_os.insert(r.os_index) {
-                return Err(TopologyError::Unsupported(format!(
-                    "CPU {} appears twice",
-                    r.os_index
-                )));
-            }
-            if r.node as usize >= nodes.len() {
-                return Err(TopologyError::Unsupported(format!(
-                    "CPU {} refers to NUMA node {} of {}",
-                    r.os_index,
-                    r.node,
-                    nodes.len()
-                )));
-            }
-            cpus.push(CpuLocation {
-                os_index: r.os_index,
-                core: dc.get(r.core),
-                l2: dl2.get(r.l2),
-                llc: dllc.get(r.llc),
-                die: ddie.get(r.die),
-                node: r.node,
-                package: dpkg.get(r.package),
-            });
-        }
-        // Nesting: each child belongs to exactly one parent.
-        fn check_nesting(
-            cpus: &[CpuLocation],
-            n_child: usize,
-            child: impl Fn(&CpuLocation) -> u32,
-            parent: impl Fn(&CpuLocation) -> u32,
-            what: &str,
-        ) -> Result<()> {
-            let mut owner = vec![u32::MAX; n_child];
-            for c in cpus {
-                let slot = &mut owner[child(c) as usize];
-                if *slot == u32::MAX {
-                    *slot = parent(c);
-                } else if *slot != parent(c) {
-                    return Err(TopologyError::Unsupported(format!(
-                        "{what} (CPU {} crosses the boundary)",
-                        c.os_index
-                    )));
-                }
-            }
-            Ok(())
-        }
-        check_nesting(
-            &cpus,
-            dc.len(),
-            |c| c.core,
-            |c| c.l2,
-            "a core spans two L2 caches",
-        )?;
-        check_nesting(
-            &cpus,
-            dl2.len(),
-            |c| c.l2,
-            |c| c.llc,
-            "an L2 spans two LLCs",
-        )?;
-        check_nesting(
-            &cpus,
-            dllc.len(),
-            |c| c.llc,
-            |c| c.die,
-            "an LLC spans two dies",
-        )?;
-        check_nesting(
-            &cpus,
-            ddie.len(),
-            |c| c.die,
-            |c| c.package,
-            "a die spans two packages",
-        )?;
-        check_nesting(
-            &cpus,
-            dc.len(),
-            |c| c.core,
-            |c| c.node,
-            "a core spans two NUMA nodes",
-        )?;
-
         let n_nodes = nodes.len();
-        let distances = match distances {
-            Some(d) => {
-                if d.len() != n_nodes * n_nodes {
-                    return Err(TopologyError::Unsupported(format!(
-                        "distance matrix has {} entries for {} nodes",
-                        d.len(),
-                        n_nodes
-                    )));
-                }
-                d
-            }
-            None => default_distances(n_nodes),
-        };
-        let core_cpus = group(&cpus, dc.len(), |c| c.core);
-        let l2_cpus = group(&cpus, dl2.len(), |c| c.l2);
-        let llc_cpus = group(&cpus, dllc.len(), |c| c.llc);
-        let die_cpus = group(&cpus, ddie.len(), |c| c.die);
-        let node_cpus = group(&cpus, n_nodes, |c| c.node);
-        let package_cpus = group(&cpus, dpkg.len(), |c| c.package);
-        let mut node_llcs = vec![Vec::new(); n_nodes];
-        for c in &cpus {
-            let v: &mut Vec<u32> = &mut node_llcs[c.node as usize];
-            if !v.contains(&c.llc) {
-                v.push(c.llc);
-            }
-        }
+        let (cpus, n) = densify(raw, n_nodes)?;
+        check_levels_nest(&cpus, &n)?;
+        let distances = distance_matrix(distances, n_nodes)?;
         Ok(Self {
             source: source.into(),
+            core_cpus: group(&cpus, n.cores, |c| c.core),
+            l2_cpus: group(&cpus, n.l2s, |c| c.l2),
+            llc_cpus: group(&cpus, n.llcs, |c| c.llc),
+            die_cpus: group(&cpus, n.dies, |c| c.die),
+            node_cpus: group(&cpus, n_nodes, |c| c.node),
+            package_cpus: group(&cpus, n.packages, |c| c.package),
+            node_llcs: llcs_per_node(&cpus, n_nodes),
             cpus,
-            core_cpus,
-            l2_cpus,
-            llc_cpus,
-            die_cpus,
-            node_cpus,
-            package_cpus,
-            node_llcs,
             nodes,
             distances,
             caches,
