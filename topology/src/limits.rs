@@ -203,6 +203,121 @@ fn is_numa_type(ty: &str) -> bool {
     t.starts_with("numa") || t == "node"
 }
 
+/// One `type:count(attrs)` item of a synthetic description, split up.
+struct LevelItem<'a> {
+    ty: &'a str,
+    count: u64,
+    attrs: &'a str,
+}
+
+/// Splits a `type:count` item, with optional `(attributes)`, checking its
+/// syntax. A count too large for `u64` reads as `u64::MAX` (and then fails
+/// the CPU limit).
+fn parse_level_item(item: &str) -> Result<LevelItem<'_>, String> {
+    let (ty, rest) = item
+        .split_once(':')
+        .ok_or_else(|| format!("item `{item}` is not of the form type:count (e.g. core:8)"))?;
+    let digits_end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    let (count, after) = rest.split_at(digits_end);
+    if count.is_empty() {
+        return Err(format!(
+            "item `{item}` has no count after `:`; give a whole number above 0"
+        ));
+    }
+    let attrs = if after.is_empty() {
+        ""
+    } else if let Some(a) = after.strip_prefix('(').and_then(|a| a.strip_suffix(')')) {
+        a
+    } else {
+        return Err(format!(
+            "item `{item}`: the count must be a whole number, optionally followed by \
+             attributes in parentheses, as in l3:2(size=32MiB)"
+        ));
+    };
+    let count: u64 = count.parse().unwrap_or(u64::MAX);
+    if count == 0 {
+        return Err(format!("item `{item}` has a count of 0; counts start at 1"));
+    }
+    Ok(LevelItem { ty, count, attrs })
+}
+
+/// A bracketed item (`[numa]`, `[numa(indexes=0,1)]`): checks that it is a
+/// NUMA node and returns its `indexes=` value, if any.
+fn parse_attached_item(item: &str) -> Result<Option<&str>, String> {
+    let inner = item.strip_prefix('[').unwrap_or(item);
+    let inner = inner
+        .strip_suffix(']')
+        .ok_or_else(|| format!("item `{item}` must end with `]`, as in [numa]"))?;
+    let (ty, attrs) = match inner.split_once('(') {
+        Some((t, a)) => (t, a.strip_suffix(')').unwrap_or(a)),
+        None => (inner, ""),
+    };
+    if !is_numa_type(ty) {
+        return Err(format!(
+            "item `{item}`: only NUMA nodes can be attached in brackets, as in [numa]"
+        ));
+    }
+    Ok(indexes_attr(attrs))
+}
+
+/// Counts gathered while walking a synthetic description's items.
+#[derive(Default)]
+struct Walk<'a> {
+    /// Objects at the current level.
+    width: u64,
+    /// `type:count` levels seen.
+    levels: usize,
+    /// NUMA nodes so far.
+    nodes: u64,
+    /// `[numa(indexes=..)]` items share one index list over all of them.
+    numa_indexes: Option<(&'a str, &'a str)>,
+}
+
+impl<'a> Walk<'a> {
+    /// Takes one `type:count` level: checks the level and CPU limits, and
+    /// its `indexes=` list against the level's width.
+    fn level(&mut self, item: &'a str) -> Result<(), String> {
+        let LevelItem { ty, count, attrs } = parse_level_item(item)?;
+        self.levels += 1;
+        if self.levels > MAX_LEVELS {
+            return Err(format!("it has more than {MAX_LEVELS} levels"));
+        }
+        self.width = match self.width.checked_mul(count) {
+            Some(w) if w <= MAX_CPUS as u64 => w,
+            _ => {
+                return Err(format!(
+                    "it has more than {MAX_CPUS} CPUs (the counts multiply past that \
+                     at `{item}`); the limit is {MAX_CPUS} CPUs"
+                ))
+            }
+        };
+        if is_numa_type(ty) {
+            self.nodes += self.width;
+        }
+        if let Some(v) = indexes_attr(attrs) {
+            let limit = if is_numa_type(ty) {
+                MAX_NODE_OS_INDEX
+            } else {
+                MAX_OS_INDEX
+            };
+            check_indexes(item, v, self.width, limit)?;
+        }
+        Ok(())
+    }
+
+    /// Takes one bracketed item: a NUMA node under each object of the
+    /// current level.
+    fn attached(&mut self, item: &'a str) -> Result<(), String> {
+        self.nodes += self.width;
+        if let Some(v) = parse_attached_item(item)? {
+            self.numa_indexes = Some((item, v));
+        }
+        Ok(())
+    }
+}
+
 /// Checks a synthetic description against the limits and counts its CPUs
 /// and NUMA nodes, without building anything.
 pub fn check_synthetic(spec: &str) -> Result<SyntheticCounts, String> {
@@ -216,99 +331,34 @@ pub fn check_synthetic(spec: &str) -> Result<SyntheticCounts, String> {
     if items.is_empty() {
         return Err("it is empty".into());
     }
-    let mut width = 1u64; // objects at the current level
-    let mut levels = 0usize;
-    let mut nodes = 0u64;
-    // `[numa(indexes=..)]` items share one index list over all of them.
-    let mut numa_indexes: Option<(&str, &str)> = None;
-    for (i, item) in items.iter().enumerate() {
-        if let Some(inner) = item.strip_prefix('[') {
-            let inner = inner
-                .strip_suffix(']')
-                .ok_or_else(|| format!("item `{item}` must end with `]`, as in [numa]"))?;
-            let (ty, attrs) = match inner.split_once('(') {
-                Some((t, a)) => (t, a.strip_suffix(')').unwrap_or(a)),
-                None => (inner, ""),
-            };
-            if !is_numa_type(ty) {
-                return Err(format!(
-                    "item `{item}`: only NUMA nodes can be attached in brackets, as in [numa]"
-                ));
-            }
-            nodes += width;
-            if let Some(v) = indexes_attr(attrs) {
-                numa_indexes = Some((item, v));
-            }
-            continue;
-        }
-        if i == 0 && item.starts_with('(') {
-            continue; // attributes of the machine
-        }
-        let (ty, rest) = item
-            .split_once(':')
-            .ok_or_else(|| format!("item `{item}` is not of the form type:count (e.g. core:8)"))?;
-        let digits_end = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let (count, after) = rest.split_at(digits_end);
-        if count.is_empty() {
-            return Err(format!(
-                "item `{item}` has no count after `:`; give a whole number above 0"
-            ));
-        }
-        let attrs = if after.is_empty() {
-            ""
-        } else if let Some(a) = after.strip_prefix('(').and_then(|a| a.strip_suffix(')')) {
-            a
+    let mut walk = Walk {
+        width: 1,
+        ..Walk::default()
+    };
+    for (i, &item) in items.iter().enumerate() {
+        if item.starts_with('[') {
+            walk.attached(item)?;
+        } else if i == 0 && item.starts_with('(') {
+            // attributes of the machine
         } else {
-            return Err(format!(
-                "item `{item}`: the count must be a whole number, optionally followed by \
-                 attributes in parentheses, as in l3:2(size=32MiB)"
-            ));
-        };
-        let count: u64 = count.parse().unwrap_or(u64::MAX);
-        if count == 0 {
-            return Err(format!("item `{item}` has a count of 0; counts start at 1"));
-        }
-        levels += 1;
-        if levels > MAX_LEVELS {
-            return Err(format!("it has more than {MAX_LEVELS} levels"));
-        }
-        width = match width.checked_mul(count) {
-            Some(w) if w <= MAX_CPUS as u64 => w,
-            _ => {
-                return Err(format!(
-                    "it has more than {MAX_CPUS} CPUs (the counts multiply past that \
-                     at `{item}`); the limit is {MAX_CPUS} CPUs"
-                ))
-            }
-        };
-        if is_numa_type(ty) {
-            nodes += width;
-        }
-        if let Some(v) = indexes_attr(attrs) {
-            let limit = if is_numa_type(ty) {
-                MAX_NODE_OS_INDEX
-            } else {
-                MAX_OS_INDEX
-            };
-            check_indexes(item, v, width, limit)?;
+            walk.level(item)?;
         }
     }
-    if levels == 0 {
+    if walk.levels == 0 {
         return Err("it has no type:count item; end it with the CPUs, e.g. pu:2".into());
     }
-    if nodes > MAX_NODES as u64 {
+    if walk.nodes > MAX_NODES as u64 {
         return Err(format!(
-            "it has {nodes} NUMA nodes; the limit is {MAX_NODES}"
+            "it has {} NUMA nodes; the limit is {MAX_NODES}",
+            walk.nodes
         ));
     }
-    if let Some((item, v)) = numa_indexes {
-        check_indexes(item, v, nodes, MAX_NODE_OS_INDEX)?;
+    if let Some((item, v)) = walk.numa_indexes {
+        check_indexes(item, v, walk.nodes, MAX_NODE_OS_INDEX)?;
     }
     Ok(SyntheticCounts {
-        cpus: width,
-        nodes: nodes.max(1),
+        cpus: walk.width,
+        nodes: walk.nodes.max(1),
     })
 }
 
