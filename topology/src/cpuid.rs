@@ -24,7 +24,7 @@
 
 use serde::Serialize;
 
-use crate::guest::GuestTopology;
+use crate::guest::{ApicLayout, GuestCounts, GuestTopology};
 use crate::host::CacheInfo;
 
 /// KVM's `KVM_CPUID_FLAG_SIGNIFCANT_INDEX`: the entry depends on ECX.
@@ -257,6 +257,29 @@ fn cache_regs(
     (eax, ebx, ecx, edx)
 }
 
+/// One cache as the descriptor leaves (Intel 4, AMD 0x8000_001D) list it:
+/// level, type (1 data, 2 instruction, 3 unified), geometry, the APIC shift
+/// of the CPUs that share it, and whether it is inclusive.
+type CacheDesc = (u32, u32, CacheInfo, u32, bool);
+
+/// What one vCPU's rewritten leaves are computed from.
+struct LeafInputs {
+    /// The vCPU's x2APIC ID.
+    apic: u32,
+    /// The vCPU's die within its package.
+    die: u32,
+    layout: ApicLayout,
+    counts: GuestCounts,
+    /// Largest number of vCPUs in one package.
+    per_pkg: u32,
+    /// Largest number of vCPUs in one die.
+    per_die: u32,
+    /// Threads of this vCPU's own core (at least 1).
+    core_threads: u32,
+    /// L1d, L1i, L2 and L3, in the order the descriptor leaves list them.
+    caches: [CacheDesc; 4],
+}
+
 impl GuestTopology {
     /// CPUID for vCPU `vcpu`: `base` with the topology and cache leaves
     /// rewritten in `vendor`'s encoding (see the module docs). If `vendor`
@@ -264,201 +287,47 @@ impl GuestTopology {
     /// brand string are replaced so that software takes the right code path.
     pub fn cpuid(&self, vcpu: usize, base: &CpuidSet, vendor: Vendor) -> CpuidSet {
         let mut s = base.clone();
-        let me = self.cpu(vcpu);
-        let apic = me.apic_id;
-        let l = *self.layout();
-        let c = *self.counts();
-        let per_pkg = self.max_cpus_per_package();
-        let per_die = self.max_cpus_per_die();
-        let dies = c.dies_per_package;
-
+        let inp = self.leaf_inputs(vcpu);
         if s.vendor() != Some(vendor) {
-            let (regs, signature, brand) = match vendor {
-                // Family 6 model 0x8F (Sapphire Rapids), family 0x19 model
-                // 0x11 (Genoa): families that take the modern topology paths.
-                Vendor::Intel => (INTEL, 0x0008_06F8, "Intel(R) Xeon(R) CPU (vmm guest)"),
-                Vendor::Amd => (AMD, 0x00A1_0F11, "AMD EPYC Processor (vmm guest)"),
-            };
-            let l0 = s.entry(0, 0);
-            l0.ebx = regs[0];
-            l0.ecx = regs[1];
-            l0.edx = regs[2];
-            s.entry(1, 0).eax = signature;
-            let mut bytes = [0u8; 48];
-            bytes[..brand.len()].copy_from_slice(brand.as_bytes());
-            for (k, f) in (0x8000_0002u32..=0x8000_0004).enumerate() {
-                let w = |j: usize| {
-                    let o = k * 16 + j * 4;
-                    u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]])
-                };
-                s.put(CpuidEntry {
-                    function: f,
-                    index: 0,
-                    flags: 0,
-                    eax: w(0),
-                    ebx: w(1),
-                    ecx: w(2),
-                    edx: w(3),
-                });
-            }
+            set_vendor_identity(&mut s, vendor);
         }
-
-        // Highest leaves.
-        let need_basic = match vendor {
-            Vendor::Intel => 0x1F,
-            Vendor::Amd => 0xB,
-        };
-        let l0 = s.entry(0, 0);
-        l0.eax = l0.eax.max(need_basic);
-        let need_ext = match vendor {
-            Vendor::Intel => 0x8000_0008,
-            Vendor::Amd => 0x8000_001E,
-        };
-        let e0 = s.entry(0x8000_0000, 0);
-        e0.eax = e0.eax.max(need_ext);
-
-        // Leaf 1: initial APIC ID, addressable logical CPUs, HTT, x2APIC.
-        let addressable = (1u32 << l.package_shift()).min(255);
-        let l1 = s.entry(1, 0);
-        l1.ebx = (l1.ebx & 0x0000_ffff) | ((apic & 0xff) << 24) | (addressable << 16);
-        if addressable > 1 {
-            l1.edx |= 1 << 28;
-        } else {
-            l1.edx &= !(1 << 28);
-        }
-        l1.ecx |= 1 << 21;
-
-        // Leaf 0xB (both vendors) and 0x1F (Intel).
-        let ext_levels = |with_die: bool| -> Vec<(u32, u32, u32)> {
-            let mut v = vec![(1, l.smt_shift(), c.threads_per_core)];
-            if with_die {
-                v.push((2, l.die_shift(), per_die));
-                v.push((5, l.package_shift(), per_pkg));
-            } else {
-                v.push((2, l.package_shift(), per_pkg));
-            }
-            v
-        };
-        let put_ext = |s: &mut CpuidSet, leaf: u32, levels: Vec<(u32, u32, u32)>| {
-            s.remove(leaf);
-            for (i, &(ty, shift, count)) in levels.iter().enumerate() {
-                s.put(CpuidEntry {
-                    function: leaf,
-                    index: i as u32,
-                    flags: FLAG_INDEX,
-                    eax: shift,
-                    ebx: count & 0xffff,
-                    ecx: (ty << 8) | i as u32,
-                    edx: apic,
-                });
-            }
-            let n = levels.len() as u32;
-            s.put(CpuidEntry {
-                function: leaf,
-                index: n,
-                flags: FLAG_INDEX,
-                eax: 0,
-                ebx: 0,
-                ecx: n,
-                edx: apic,
-            });
-        };
-
-        let caches = *self.caches();
-        let l3 = caches
-            .l3
-            .unwrap_or(crate::guest::DEFAULT_CACHES.l3.unwrap());
-        let descs = [
-            (1, 1, caches.l1d.unwrap(), l.smt_shift(), false),
-            (1, 2, caches.l1i.unwrap(), l.smt_shift(), false),
-            (2, 3, caches.l2.unwrap(), l.l2_shift(), false),
-            (3, 3, l3, l.llc_shift(), true),
-        ];
-
+        raise_max_leaves(&mut s, vendor);
+        set_leaf1(&mut s, &inp);
         match vendor {
-            Vendor::Intel => {
-                put_ext(&mut s, 0xB, ext_levels(false));
-                put_ext(&mut s, 0x1F, ext_levels(dies > 1));
-                s.remove(4);
-                let cores = ((1u32 << (l.package_shift() - l.smt_shift())) - 1).min(63);
-                for (i, &(level, kind, info, shift, incl)) in descs.iter().enumerate() {
-                    let (eax, ebx, ecx, edx) = cache_regs(level, kind, info, shift, incl);
-                    s.put(CpuidEntry {
-                        function: 4,
-                        index: i as u32,
-                        flags: FLAG_INDEX,
-                        eax: eax | (cores << 26),
-                        ebx,
-                        ecx,
-                        edx,
-                    });
-                }
-                s.put(CpuidEntry {
-                    function: 4,
-                    index: descs.len() as u32,
-                    flags: FLAG_INDEX,
-                    ..Default::default()
-                });
-                // AMD-only leaves and bits off.
-                s.remove(0x8000_001D);
-                s.remove(0x8000_001E);
-                s.remove(0x8000_0026);
-                if let Some(e) = s.entries.iter_mut().find(|e| e.function == 0x8000_0001) {
-                    e.ecx &= !((1 << 22) | (1 << 1));
-                }
-            }
-            Vendor::Amd => {
-                put_ext(&mut s, 0xB, ext_levels(dies > 1));
-                s.remove(0x1F);
-                s.remove(4);
-                s.remove(0x8000_0026);
-                let e = s.entry(0x8000_0001, 0);
-                e.ecx |= 1 << 22; // TopologyExtensions
-                if per_pkg > 1 {
-                    e.ecx |= 1 << 1; // CmpLegacy
-                } else {
-                    e.ecx &= !(1 << 1);
-                }
-                let e = s.entry(0x8000_0008, 0);
-                e.ecx =
-                    (e.ecx & !0xf0ff) | (l.package_shift().min(15) << 12) | (per_pkg - 1).min(255);
-                s.remove(0x8000_001D);
-                for (i, &(level, kind, info, shift, incl)) in descs.iter().enumerate() {
-                    let (eax, ebx, ecx, edx) = cache_regs(level, kind, info, shift, incl);
-                    s.put(CpuidEntry {
-                        function: 0x8000_001D,
-                        index: i as u32,
-                        flags: FLAG_INDEX,
-                        eax,
-                        ebx,
-                        ecx,
-                        edx,
-                    });
-                }
-                s.put(CpuidEntry {
-                    function: 0x8000_001D,
-                    index: descs.len() as u32,
-                    flags: FLAG_INDEX,
-                    ..Default::default()
-                });
-                s.put(CpuidEntry {
-                    function: 0x8000_001E,
-                    index: 0,
-                    flags: 0,
-                    eax: apic,
-                    // ThreadsPerComputeUnit of this vCPU's own core: a
-                    // guest of a host whose cores differ in threads (a
-                    // hybrid part, or what an XML file says) has cores of
-                    // more than one size
-                    ebx: ((self.smt_siblings(vcpu).len().max(1) as u32 - 1) << 8)
-                        | ((apic >> l.smt_shift()) & 0xff),
-                    ecx: (((dies - 1).min(7)) << 8) | (me.die & 0xff),
-                    edx: 0,
-                });
-            }
+            Vendor::Intel => intel_leaves(&mut s, &inp),
+            Vendor::Amd => amd_leaves(&mut s, &inp),
         }
         s.sort();
         s
+    }
+
+    /// Gathers what vCPU `vcpu`'s leaves need from the guest.
+    fn leaf_inputs(&self, vcpu: usize) -> LeafInputs {
+        let l = *self.layout();
+        let caches = *self.caches();
+        // A guest's caches are filled from DEFAULT_CACHES where its source
+        // has none, so only the L3 can be missing (never, in practice).
+        let l3 = caches
+            .l3
+            .unwrap_or(crate::guest::DEFAULT_CACHES.l3.unwrap());
+        LeafInputs {
+            apic: self.cpu(vcpu).apic_id,
+            die: self.cpu(vcpu).die,
+            layout: l,
+            counts: *self.counts(),
+            per_pkg: self.max_cpus_per_package(),
+            per_die: self.max_cpus_per_die(),
+            // ThreadsPerComputeUnit of this vCPU's own core: a guest of a
+            // host whose cores differ in threads (a hybrid part, or what an
+            // XML file says) has cores of more than one size
+            core_threads: self.smt_siblings(vcpu).len().max(1) as u32,
+            caches: [
+                (1, 1, caches.l1d.unwrap(), l.smt_shift(), false),
+                (1, 2, caches.l1i.unwrap(), l.smt_shift(), false),
+                (2, 3, caches.l2.unwrap(), l.l2_shift(), false),
+                (3, 3, l3, l.llc_shift(), true),
+            ],
+        }
     }
 
     /// Largest number of vCPUs in one die.
@@ -469,6 +338,188 @@ impl GuestTopology {
         }
         counts.values().copied().max().unwrap_or(1)
     }
+}
+
+/// Makes `s` claim `vendor`: the vendor string of leaf 0, a family/model
+/// signature in leaf 1 and a brand string in 0x8000_0002..4.
+fn set_vendor_identity(s: &mut CpuidSet, vendor: Vendor) {
+    let (regs, signature, brand) = match vendor {
+        // Family 6 model 0x8F (Sapphire Rapids), family 0x19 model
+        // 0x11 (Genoa): families that take the modern topology paths.
+        Vendor::Intel => (INTEL, 0x0008_06F8, "Intel(R) Xeon(R) CPU (vmm guest)"),
+        Vendor::Amd => (AMD, 0x00A1_0F11, "AMD EPYC Processor (vmm guest)"),
+    };
+    let l0 = s.entry(0, 0);
+    l0.ebx = regs[0];
+    l0.ecx = regs[1];
+    l0.edx = regs[2];
+    s.entry(1, 0).eax = signature;
+    let mut bytes = [0u8; 48];
+    bytes[..brand.len()].copy_from_slice(brand.as_bytes());
+    for (k, f) in (0x8000_0002u32..=0x8000_0004).enumerate() {
+        let w = |j: usize| {
+            let o = k * 16 + j * 4;
+            u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]])
+        };
+        s.put(CpuidEntry {
+            function: f,
+            index: 0,
+            flags: 0,
+            eax: w(0),
+            ebx: w(1),
+            ecx: w(2),
+            edx: w(3),
+        });
+    }
+}
+
+/// Raises the highest basic and extended leaves (leaf 0 and 0x8000_0000
+/// EAX) so that the leaves written below are in range.
+fn raise_max_leaves(s: &mut CpuidSet, vendor: Vendor) {
+    let need_basic = match vendor {
+        Vendor::Intel => 0x1F,
+        Vendor::Amd => 0xB,
+    };
+    let l0 = s.entry(0, 0);
+    l0.eax = l0.eax.max(need_basic);
+    let need_ext = match vendor {
+        Vendor::Intel => 0x8000_0008,
+        Vendor::Amd => 0x8000_001E,
+    };
+    let e0 = s.entry(0x8000_0000, 0);
+    e0.eax = e0.eax.max(need_ext);
+}
+
+/// Leaf 1: initial APIC ID, addressable logical CPUs, HTT, x2APIC.
+fn set_leaf1(s: &mut CpuidSet, inp: &LeafInputs) {
+    let addressable = (1u32 << inp.layout.package_shift()).min(255);
+    let l1 = s.entry(1, 0);
+    l1.ebx = (l1.ebx & 0x0000_ffff) | ((inp.apic & 0xff) << 24) | (addressable << 16);
+    if addressable > 1 {
+        l1.edx |= 1 << 28;
+    } else {
+        l1.edx &= !(1 << 28);
+    }
+    l1.ecx |= 1 << 21;
+}
+
+/// The levels of an extended topology leaf (0xB, 0x1F) as (type, shift,
+/// CPU count): SMT, then core up to the die and die up to the package
+/// (`with_die`), or core up to the package.
+fn ext_levels(inp: &LeafInputs, with_die: bool) -> Vec<(u32, u32, u32)> {
+    let l = &inp.layout;
+    let mut v = vec![(1, l.smt_shift(), inp.counts.threads_per_core)];
+    if with_die {
+        v.push((2, l.die_shift(), inp.per_die));
+        v.push((5, l.package_shift(), inp.per_pkg));
+    } else {
+        v.push((2, l.package_shift(), inp.per_pkg));
+    }
+    v
+}
+
+/// Replaces extended topology leaf `leaf` (0xB or 0x1F) with `levels` and
+/// the invalid level that ends the list.
+fn put_ext_topology(s: &mut CpuidSet, leaf: u32, levels: Vec<(u32, u32, u32)>, apic: u32) {
+    s.remove(leaf);
+    for (i, &(ty, shift, count)) in levels.iter().enumerate() {
+        s.put(CpuidEntry {
+            function: leaf,
+            index: i as u32,
+            flags: FLAG_INDEX,
+            eax: shift,
+            ebx: count & 0xffff,
+            ecx: (ty << 8) | i as u32,
+            edx: apic,
+        });
+    }
+    let n = levels.len() as u32;
+    s.put(CpuidEntry {
+        function: leaf,
+        index: n,
+        flags: FLAG_INDEX,
+        eax: 0,
+        ebx: 0,
+        ecx: n,
+        edx: apic,
+    });
+}
+
+/// Replaces cache descriptor leaf `leaf` (Intel 4, AMD 0x8000_001D) with
+/// `descs` and the null descriptor that ends the list. `eax_high` is OR-ed
+/// into each descriptor's EAX (Intel's cores-per-package field).
+fn put_cache_leaf(s: &mut CpuidSet, leaf: u32, descs: &[CacheDesc], eax_high: u32) {
+    s.remove(leaf);
+    for (i, &(level, kind, info, shift, incl)) in descs.iter().enumerate() {
+        let (eax, ebx, ecx, edx) = cache_regs(level, kind, info, shift, incl);
+        s.put(CpuidEntry {
+            function: leaf,
+            index: i as u32,
+            flags: FLAG_INDEX,
+            eax: eax | eax_high,
+            ebx,
+            ecx,
+            edx,
+        });
+    }
+    s.put(CpuidEntry {
+        function: leaf,
+        index: descs.len() as u32,
+        flags: FLAG_INDEX,
+        ..Default::default()
+    });
+}
+
+/// Intel's encoding: 0xB without dies, 0x1F with them, caches in leaf 4;
+/// AMD-only leaves and bits off.
+fn intel_leaves(s: &mut CpuidSet, inp: &LeafInputs) {
+    let l = &inp.layout;
+    put_ext_topology(s, 0xB, ext_levels(inp, false), inp.apic);
+    put_ext_topology(
+        s,
+        0x1F,
+        ext_levels(inp, inp.counts.dies_per_package > 1),
+        inp.apic,
+    );
+    let cores = ((1u32 << (l.package_shift() - l.smt_shift())) - 1).min(63);
+    put_cache_leaf(s, 4, &inp.caches, cores << 26);
+    s.remove(0x8000_001D);
+    s.remove(0x8000_001E);
+    s.remove(0x8000_0026);
+    if let Some(e) = s.entries.iter_mut().find(|e| e.function == 0x8000_0001) {
+        e.ecx &= !((1 << 22) | (1 << 1));
+    }
+}
+
+/// AMD's encoding: 0xB (with a die level when there are several),
+/// TopologyExtensions and CmpLegacy, 0x8000_0008 ECX, caches in
+/// 0x8000_001D and the core/die IDs in 0x8000_001E; Intel-only leaves off.
+fn amd_leaves(s: &mut CpuidSet, inp: &LeafInputs) {
+    let l = &inp.layout;
+    let dies = inp.counts.dies_per_package;
+    put_ext_topology(s, 0xB, ext_levels(inp, dies > 1), inp.apic);
+    s.remove(0x1F);
+    s.remove(4);
+    s.remove(0x8000_0026);
+    let e = s.entry(0x8000_0001, 0);
+    e.ecx |= 1 << 22; // TopologyExtensions
+    if inp.per_pkg > 1 {
+        e.ecx |= 1 << 1; // CmpLegacy
+    } else {
+        e.ecx &= !(1 << 1);
+    }
+    let e = s.entry(0x8000_0008, 0);
+    e.ecx = (e.ecx & !0xf0ff) | (l.package_shift().min(15) << 12) | (inp.per_pkg - 1).min(255);
+    put_cache_leaf(s, 0x8000_001D, &inp.caches, 0);
+    s.put(CpuidEntry {
+        function: 0x8000_001E,
+        index: 0,
+        flags: 0,
+        eax: inp.apic,
+        ebx: ((inp.core_threads - 1) << 8) | ((inp.apic >> l.smt_shift()) & 0xff),
+        ecx: (((dies - 1).min(7)) << 8) | (inp.die & 0xff),
+        edx: 0,
+    });
 }
 
 #[cfg(test)]
