@@ -80,6 +80,13 @@ pub enum TopologyError {
 }
 
 impl TopologyError {
+    /// Whether a different request would work: a description, file or
+    /// guest shape the user gave. Reading this host (`Host`) or a file
+    /// that exists but cannot be read or written (`Io`) is not.
+    pub fn is_user_error(&self) -> bool {
+        !matches!(self, TopologyError::Host(_) | TopologyError::Io { .. })
+    }
+
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
         TopologyError::Io {
             context: context.into(),

@@ -112,5 +112,30 @@ pub enum SchedError {
     },
 }
 
+impl SchedError {
+    /// Whether a different request would work: a topology, mitigation
+    /// set, policy, configuration or workload the caller gave, or more
+    /// tasks, groups or CPUs than it was built for. A broken invariant, an
+    /// OS call or a task in the wrong state is not.
+    pub fn is_user_error(&self) -> bool {
+        match self {
+            SchedError::Topology(t) => t.is_user_error(),
+            SchedError::Workload(_)
+            | SchedError::Config(_)
+            | SchedError::Mitigations { .. }
+            | SchedError::Policy(_)
+            | SchedError::TooManyTasks(_)
+            | SchedError::TooManyGroups(_)
+            | SchedError::TooManyCpus { .. } => true,
+            SchedError::Affinity { .. }
+            | SchedError::NoSuch { .. }
+            | SchedError::NoSuchCpu { .. }
+            | SchedError::BadState { .. }
+            | SchedError::Os { .. }
+            | SchedError::Invariant { .. } => false,
+        }
+    }
+}
+
 /// Result alias for this crate.
 pub type Result<T, E = SchedError> = std::result::Result<T, E>;

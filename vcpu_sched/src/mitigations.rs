@@ -184,6 +184,28 @@ impl Mitigations {
         v.push(Self::all());
         v
     }
+
+    /// Parses a comparison's list of sets: `seeds` ([`Self::seeds_variants`])
+    /// or sets joined by `;` (`none;all`), the first the baseline, each as
+    /// [`FromStr`] reads it; empty entries are skipped. A list that names no
+    /// set is an error.
+    pub fn parse_sets(list: &str) -> Result<Vec<Self>, SchedError> {
+        if list.trim() == "seeds" {
+            return Ok(Self::seeds_variants());
+        }
+        let sets = list
+            .split(';')
+            .filter(|s| !s.trim().is_empty())
+            .map(str::parse)
+            .collect::<Result<Vec<Self>, _>>()?;
+        if sets.is_empty() {
+            return Err(parse_error(
+                list,
+                "it names no set: give seeds or sets such as \"none;all\"",
+            ));
+        }
+        Ok(sets)
+    }
 }
 
 /// The error for a mitigation string `input` that does not parse, naming
@@ -235,7 +257,9 @@ impl FromStr for Mitigations {
                 })
                 .collect()
         };
-        if t.eq_ignore_ascii_case("none") {
+        if t.is_empty() {
+            Err(parse_error(s, "it is empty"))
+        } else if t.eq_ignore_ascii_case("none") {
             Ok(Self::none())
         } else if t.eq_ignore_ascii_case("all") {
             Ok(Self::all())
@@ -368,6 +392,29 @@ mod tests {
             .contains("\"foo\""));
         assert!("x".parse::<Fix>().is_err());
         assert_eq!("rto".parse::<Fix>().unwrap(), Fix::Rto);
+        assert!(" "
+            .parse::<Mitigations>()
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
+    }
+
+    #[test]
+    fn comparison_lists() {
+        assert_eq!(
+            Mitigations::parse_sets("seeds").unwrap(),
+            Mitigations::seeds_variants()
+        );
+        assert_eq!(
+            Mitigations::parse_sets("none; ;all;").unwrap(),
+            vec![Mitigations::none(), Mitigations::all()]
+        );
+        let e = Mitigations::parse_sets(";;").unwrap_err().to_string();
+        assert!(e.contains("names no set") && e.contains("seeds"), "{e}");
+        let e = Mitigations::parse_sets("none;bogus")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"bogus\""), "{e}");
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! HOW: [`status_for_error`] walks an [`anyhow::Error`]'s chain, outermost
 //! first, and the first error of a type listed here decides ([`fault`]);
 //! an error of no listed type is a runtime failure. [`for_stop`] maps why
-//! a `vmm run` guest stopped.
+//! a `vmm run` guest stopped. The statuses, [`InputError`] and
+//! [`one_line`] are `cli_common`'s, shared with `vmm-sim`, which `vmm sim`
+//! runs and whose status it hands through.
 //!
 //! | status | meaning | examples |
 //! |---|---|---|
@@ -24,38 +26,10 @@ use crate::micro::MicroError;
 use crate::vcpu_task::TaskError;
 use crate::vm::StopReason;
 
-/// Success.
-pub const SUCCESS: u8 = 0;
-/// A runtime failure (the host, KVM, the guest, a bug).
-pub const FAILURE: u8 = 1;
-/// The user's fault: bad input (also what clap exits with on usage errors).
-pub const INPUT: u8 = 2;
+pub use cli_common::exit::{one_line, Fault, InputError, FAILURE, INPUT, SUCCESS};
+
 /// `vmm run --timeout` expired.
 pub const TIMEOUT: u8 = 124;
-
-/// A user-input problem that fits no typed error: exits with [`INPUT`].
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct InputError(pub String);
-
-/// Whose fault an error is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    /// The user's: a different request would work (exit 2).
-    User,
-    /// The run's: the host, KVM, the guest or a bug (exit 1).
-    Runtime,
-}
-
-impl Fault {
-    /// Its exit status.
-    pub fn status(self) -> u8 {
-        match self {
-            Fault::User => INPUT,
-            Fault::Runtime => FAILURE,
-        }
-    }
-}
 
 /// The exit status of a `vmm run` whose guest stopped for `reason`.
 pub fn for_stop(reason: &StopReason) -> u8 {
@@ -73,7 +47,7 @@ pub fn for_stop(reason: &StopReason) -> u8 {
 
 /// The exit status of a command that failed with `e`.
 pub fn status_for_error(e: &anyhow::Error) -> u8 {
-    e.chain().find_map(fault).unwrap_or(Fault::Runtime).status()
+    cli_common::exit::status_with(e, fault)
 }
 
 /// Whose fault `e` is, if it is of a type this module knows; `None`
@@ -153,29 +127,17 @@ pub fn of_memory(e: &MemoryError) -> Fault {
     }
 }
 
-/// Topologies: a spec is the user's; reading this host's is not.
+/// Topologies: a spec is the user's; reading this host's is not
+/// ([`topology::TopologyError::is_user_error`]).
 pub fn of_topology(e: &topology::TopologyError) -> Fault {
-    match e {
-        topology::TopologyError::Io { .. } | topology::TopologyError::Host(_) => Fault::Runtime,
-        _ => Fault::User,
-    }
+    Fault::user_if(e.is_user_error())
 }
 
 /// The scheduler: a request it cannot take is the user's; a broken
-/// invariant, an OS call or a bad state is not.
+/// invariant, an OS call or a bad state is not
+/// ([`vcpu_sched::SchedError::is_user_error`]).
 pub fn of_sched(e: &vcpu_sched::SchedError) -> Fault {
-    use vcpu_sched::SchedError;
-    match e {
-        SchedError::Topology(t) => of_topology(t),
-        SchedError::Workload(_)
-        | SchedError::Config(_)
-        | SchedError::Mitigations { .. }
-        | SchedError::Policy(_)
-        | SchedError::TooManyTasks(_)
-        | SchedError::TooManyGroups(_)
-        | SchedError::TooManyCpus { .. } => Fault::User,
-        _ => Fault::Runtime,
-    }
+    Fault::user_if(e.is_user_error())
 }
 
 /// The executors.
@@ -268,49 +230,5 @@ mod tests {
             status(crate::vcpu_bench::BenchError::Input("x".into())),
             INPUT
         );
-    }
-}
-
-/// The one line printed for an error: its chain of contexts and causes,
-/// outermost first, joined by ": ", leaving out a cause whose text the
-/// line already holds (typed errors often print their source inside their
-/// own message, and the chain would repeat it).
-pub fn one_line(e: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if text.is_empty() || line.contains(&text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&text);
-    }
-    line
-}
-
-#[cfg(test)]
-mod one_line_tests {
-    use super::one_line;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("cannot read /x: {source}")]
-    struct Read {
-        source: std::io::Error,
-    }
-
-    #[test]
-    fn a_cause_already_in_the_message_is_not_repeated() {
-        let e = anyhow::Error::new(Read {
-            source: std::io::Error::other("it is a directory"),
-        })
-        .context("--initrd /x");
-        assert_eq!(
-            one_line(&e),
-            "--initrd /x: cannot read /x: it is a directory"
-        );
-        let e = anyhow::anyhow!("inner").context("outer");
-        assert_eq!(one_line(&e), "outer: inner");
     }
 }

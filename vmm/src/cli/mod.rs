@@ -78,19 +78,7 @@ pub enum Command {
 /// Sets up `tracing` on stderr, coloured only when
 /// [`args::stderr_styled`] (a terminal, `NO_COLOR` unset).
 pub fn init_tracing(verbose: u8) {
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        2 => "debug",
-        _ => "trace",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(args::stderr_styled())
-        .try_init();
+    cli_common::term::init_tracing(verbose)
 }
 
 /// Parses the command line. A flag value its parser refuses (the
@@ -98,22 +86,7 @@ pub fn init_tracing(verbose: u8) {
 /// give`, and exit status 2, like every other bad input; other usage
 /// errors, `--help` and `--version` are clap's own.
 pub fn parse() -> std::result::Result<Cli, ExitCode> {
-    use clap::error::{ContextKind, ContextValue, ErrorKind};
-    let e = match Cli::try_parse() {
-        Ok(c) => return Ok(c),
-        Err(e) => e,
-    };
-    if e.kind() == ErrorKind::ValueValidation {
-        let why = std::error::Error::source(&e).map(|s| s.to_string());
-        if let (Some(ContextValue::String(arg)), Some(why)) = (e.get(ContextKind::InvalidArg), why)
-        {
-            // "--duration <DURATION>" -> "--duration"
-            let flag = arg.split_whitespace().next().unwrap_or(arg);
-            eprintln!("error: {flag}: {why}");
-            return Err(ExitCode::from(crate::exit::INPUT));
-        }
-    }
-    e.exit()
+    cli_common::term::parse()
 }
 
 /// Runs a parsed command line.
