@@ -12,8 +12,8 @@
 //! schedules 32 times with `Prev::Block` (each blocks the running task
 //! and picks the next queued one); `tick` runs with a task current, once
 //! per 1 ms of virtual time as in the simulator. Virtual `now` advances
-//! 1 us per wake or schedule. Needs feature `sim` (the
-//! recorder): `cargo bench -p benches --features sim --bench calibrate`.
+//! 1 us per wake or schedule. It links `vcpu_sched_sim`, the scheduler
+//! built with the recorder: `cargo bench -p benches --bench calibrate`.
 //! The criterion groups time each call kind; the table printed at the end
 //! (medians of 200 rounds of the same calls) is what docs/simulator.md
 //! quotes.
@@ -23,9 +23,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion};
-use vcpu_sched::exec::sim::{CostTable, INSTR};
-use vcpu_sched::sync::recorder;
-use vcpu_sched::{CpuMask, Mitigations, NoKick, Prev, SchedConfig, Scheduler, TaskId, TaskSpec};
+use vcpu_sched_sim::exec::sim::{CostTable, INSTR};
+use vcpu_sched_sim::sync::recorder;
+use vcpu_sched_sim::{
+    CpuMask, Mitigations, NoKick, Prev, SchedConfig, Scheduler, TaskId, TaskSpec,
+};
 
 const POOL: usize = 32;
 const TOPO: &str = "package:1 l3:1 l2:8 core:1 pu:1";

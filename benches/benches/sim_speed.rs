@@ -1,17 +1,17 @@
 //! The simulator's own speed: wall time to simulate a fixed stretch of
 //! virtual time on the real core, at the scale the simulator is for.
 //!
-//! Needs the `sim` feature (`cargo bench -p benches --features sim --bench
-//! sim_speed`); it is off by default so that the hot-path benches above
-//! measure the production sync layer (plain atomics and locks), not the
-//! reporting one.
+//! `cargo bench -p benches --bench sim_speed`. It links `vcpu_sched_sim`,
+//! the scheduler built with the reporting sync layer; the per-fix benches
+//! beside it link the plain `vcpu_sched` (plain atomics and locks), as
+//! `vmm` does.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion};
-use vcpu_sched::exec::sim::{run, CostTable, SimConfig, SimWorkload};
-use vcpu_sched::Mitigations;
+use vcpu_sched_sim::exec::sim::{run, CostTable, SimConfig, SimWorkload};
+use vcpu_sched_sim::Mitigations;
 
 fn bench(c: &mut Criterion) {
     let topo = Arc::new(topology::load("gnr-2s").expect("preset gnr-2s"));

@@ -399,7 +399,7 @@ pub fn compare(
     Ok(WorkloadComparison { table, runs })
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod tests {
     use super::*;
 

@@ -79,7 +79,7 @@ pub(crate) fn scale_delta(delta_ns: u64, weight: u32) -> u64 {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod tests {
     use super::*;
 

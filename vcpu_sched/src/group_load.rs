@@ -127,7 +127,7 @@ impl GroupLoad {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod tests {
     use super::*;
     use crate::topo::tests::hand_topo;
@@ -158,7 +158,7 @@ mod tests {
     }
 }
 
-#[cfg(all(not(loom), feature = "sim"))]
+#[cfg(all(not(loom), sim))]
 impl GroupLoad {
     pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
         use crate::sync::recorder::slice;

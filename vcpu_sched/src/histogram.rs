@@ -249,7 +249,7 @@ impl From<Repr> for Histogram {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod tests {
     use super::*;
 

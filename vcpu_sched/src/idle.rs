@@ -213,7 +213,7 @@ impl IdleTracker {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod tests {
     use super::*;
     use crate::topo::tests::hand_topo;
@@ -347,7 +347,7 @@ mod tests {
     }
 }
 
-#[cfg(all(not(loom), feature = "sim"))]
+#[cfg(all(not(loom), sim))]
 impl IdleTracker {
     pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
         use crate::sync::recorder::one;

@@ -21,6 +21,15 @@
 //!   list and the idle accounting (`RUSTFLAGS="--cfg loom" cargo test -p
 //!   vcpu_sched --release --lib loom`), and the stress tests in `tests/`.
 //!
+//! Two crates compile these sources. `vcpu_sched` is the production form:
+//! every shared atomic and lock is the `std` one. `vcpu_sched_sim`
+//! (`vcpu_sched/sim/`) builds them with `--cfg sim`: the sync layer
+//! reports every shared access and `exec::sim`, the deterministic
+//! simulator, exists. Only the simulator's binary (`vmm-sim`) links it,
+//! so no Cargo feature can switch the production form's layer on. The
+//! core's unit tests run in `vcpu_sched`, the simulator's in
+//! `vcpu_sched_sim`.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use vcpu_sched::*;
@@ -64,19 +73,19 @@ pub mod workload;
 
 mod fair_rq;
 mod rt_rq;
-#[cfg(not(all(not(loom), feature = "sim")))]
+#[cfg(not(all(not(loom), sim)))]
 mod sync;
-#[cfg(all(not(loom), feature = "sim"))]
+#[cfg(all(not(loom), sim))]
 pub mod sync;
 mod tasks;
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod core_tests;
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod layout_tests;
 #[cfg(all(test, loom))]
 mod loom_tests;
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod wiring_tests;
 
 pub use check::{InvariantChecker, Liveness, RtWait, SnapshotReport};

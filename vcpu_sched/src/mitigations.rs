@@ -277,7 +277,7 @@ impl FromStr for Mitigations {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod tests {
     use super::*;
 

@@ -217,7 +217,7 @@ pub fn pin_current_thread(cpu: u32) -> Result<()> {
     })
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod tests {
     use super::*;
 

@@ -39,7 +39,7 @@ impl Rng {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod tests {
     use super::Rng;
 

@@ -84,7 +84,7 @@ impl RtRq {
     }
 
     /// Removes and returns the first task of the highest priority.
-    #[cfg(all(test, not(loom)))]
+    #[cfg(all(test, not(loom), not(sim)))]
     pub(crate) fn pop(&mut self) -> Option<(u32, u8)> {
         let (t, p) = self.peek()?;
         self.dequeue(t, p);
@@ -110,7 +110,7 @@ impl RtRq {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod tests {
     use super::*;
 

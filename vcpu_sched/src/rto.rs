@@ -134,7 +134,7 @@ impl RtOverload {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod tests {
     use super::*;
     use crate::topo::tests::hand_topo;
@@ -191,7 +191,7 @@ mod tests {
     }
 }
 
-#[cfg(all(not(loom), feature = "sim"))]
+#[cfg(all(not(loom), sim))]
 impl RtOverload {
     pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
         use crate::sync::recorder::one;

@@ -125,7 +125,7 @@ impl SharedRq {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod tests {
     use super::*;
     use crate::topo::tests::hand_topo;
@@ -176,7 +176,7 @@ mod tests {
     }
 }
 
-#[cfg(all(not(loom), feature = "sim"))]
+#[cfg(all(not(loom), sim))]
 impl SharedRq {
     pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
         out.push(crate::sync::recorder::slice(

@@ -1,11 +1,14 @@
 //! The atomics and locks of every field that more than one CPU touches.
 //!
 //! Three builds of the same names:
-//! * normal: plain `std` atomics and `std::sync::Mutex` (re-exported, so
-//!   there is no wrapper at all and no cost);
+//! * normal (the `vcpu_sched` crate, the one `vmm` links): plain `std`
+//!   atomics and `std::sync::Mutex` (re-exported, so there is no wrapper at
+//!   all and no cost);
 //! * `--cfg loom`: loom's atomics, so the loom tests can model the
 //!   lock-free parts;
-//! * feature `sim`: `#[repr(transparent)]` wrappers around the `std` types
+//! * `--cfg sim` (the `vcpu_sched_sim` crate: these sources built for the
+//!   simulator, by its build script; no feature of `vcpu_sched` turns it
+//!   on): `#[repr(transparent)]` wrappers around the `std` types
 //!   that report every access (cache line = address / 64, kind) to a
 //!   thread-local [recorder](recorder) before doing it. The simulator
 //!   (`exec::sim`) turns the reports into coherence traffic. Because the
@@ -20,27 +23,27 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
-#[cfg(all(not(loom), feature = "sim"))]
+#[cfg(all(not(loom), sim))]
 pub(crate) use std::sync::atomic::Ordering;
-#[cfg(all(not(loom), not(feature = "sim")))]
+#[cfg(all(not(loom), not(sim)))]
 pub(crate) use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
-#[cfg(all(not(loom), feature = "sim"))]
+#[cfg(all(not(loom), sim))]
 pub(crate) use wrapped::{AtomicI32, AtomicU32, AtomicU64};
 
 /// The shared fields that loom does not model (cpupri, RT overload, group
 /// load, runqueue locks, shard locks, per-CPU hot fields, task state):
 /// `std` normally and under loom, reporting wrappers in a simulator build.
 pub(crate) mod shared {
-    #[cfg(any(loom, not(feature = "sim")))]
+    #[cfg(any(loom, not(sim)))]
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
-    #[cfg(any(loom, not(feature = "sim")))]
+    #[cfg(any(loom, not(sim)))]
     pub(crate) use std::sync::{Mutex, MutexGuard};
 
-    #[cfg(all(not(loom), feature = "sim"))]
+    #[cfg(all(not(loom), sim))]
     pub(crate) use super::wrapped::{
         AtomicBool, AtomicI64, AtomicU32, AtomicU64, Mutex, MutexGuard,
     };
-    #[cfg(all(not(loom), feature = "sim"))]
+    #[cfg(all(not(loom), sim))]
     pub(crate) use std::sync::atomic::Ordering;
 }
 
@@ -85,7 +88,7 @@ impl<L: Lockable> Lockable for std::sync::Arc<L> {
     }
 }
 
-#[cfg(all(not(loom), feature = "sim"))]
+#[cfg(all(not(loom), sim))]
 impl<T> Lockable for shared::Mutex<T> {
     type Guard<'a>
         = shared::MutexGuard<'a, T>
@@ -98,7 +101,7 @@ impl<T> Lockable for shared::Mutex<T> {
 }
 
 /// The thread-local access recorder a simulator installs.
-#[cfg(all(not(loom), feature = "sim"))]
+#[cfg(all(not(loom), sim))]
 pub mod recorder {
     use std::cell::{Cell, RefCell};
 
@@ -132,7 +135,7 @@ pub mod recorder {
     }
 
     /// Set, for good, the first time any thread starts recording. Until
-    /// then (in `vmm bench`, `vmm serve`, any process that never
+    /// then (a bench that links the simulator's build and never
     /// simulates) every access's check is one relaxed load of this
     /// read-only line, which every core keeps in its cache, instead of a
     /// thread-local lookup: measured, the thread-local check alone cost
@@ -226,7 +229,7 @@ pub mod recorder {
     }
 }
 
-#[cfg(all(not(loom), feature = "sim"))]
+#[cfg(all(not(loom), sim))]
 mod wrapped {
     use std::cell::Cell;
     use std::ops::{Deref, DerefMut};

@@ -159,7 +159,7 @@ impl TopoMap {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 pub(crate) mod tests {
     use super::*;
     use topology::host::{Caches, NodeInfo, RawCpu};

@@ -133,7 +133,7 @@ where
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod tests {
     use super::*;
     use std::sync::Arc;

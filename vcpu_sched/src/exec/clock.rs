@@ -260,7 +260,7 @@ pub fn runnable_thread(tid: u32) -> Liveness {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod tests {
     use super::*;
 

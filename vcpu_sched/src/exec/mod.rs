@@ -15,7 +15,7 @@
 pub const CPU_OK: &str = "an executor's CPU ids are its scheduler's own";
 
 pub mod clock;
-#[cfg(all(not(loom), feature = "sim"))]
+#[cfg(all(not(loom), sim))]
 pub mod sim;
 pub mod threads;
 

@@ -36,7 +36,7 @@ pub fn direct_wakeup_allowed(map: &TopoMap, l2_rule: bool, waker: CpuId, target:
         }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod tests {
     use super::*;
     use crate::topo::tests::hand_topo;

@@ -212,7 +212,7 @@ impl LlcIdleSet {
     }
 }
 
-#[cfg(all(not(loom), feature = "sim"))]
+#[cfg(all(not(loom), sim))]
 impl LlcIdleSet {
     pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
         use crate::sync::recorder::{one, slice};

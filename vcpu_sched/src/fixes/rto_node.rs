@@ -160,7 +160,7 @@ impl NodeRto {
     }
 }
 
-#[cfg(all(not(loom), feature = "sim"))]
+#[cfg(all(not(loom), sim))]
 impl NodeRto {
     pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
         use crate::sync::recorder::{one, slice};

@@ -25,7 +25,7 @@ pub fn shard_layout(ncpus: usize, shard_size: usize) -> (usize, impl Fn(usize) -
     (n, move |pos: usize| (pos / size).min(n - 1))
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod tests {
     use super::*;
 

@@ -227,7 +227,7 @@ impl Scheduler {
     /// tenth of a messaging run. [`TaskStats::wake_to_run`] stays empty.
     ///
     /// [`TaskStats::wake_to_run`]: crate::TaskStats::wake_to_run
-    #[cfg(feature = "sim")]
+    #[cfg(sim)]
     pub fn sim_skip_wake_tables(&mut self) {
         self.skip_wake_tables = true;
     }
@@ -560,7 +560,7 @@ impl Scheduler {
     }
 }
 
-#[cfg(all(not(loom), feature = "sim"))]
+#[cfg(all(not(loom), sim))]
 impl Scheduler {
     /// The named address ranges of the shared structures, for the
     /// simulator's per-structure report (`vmm sim --c2c`).

@@ -314,7 +314,7 @@ pub(crate) fn latency_extras(h: &Histogram, prefix: &str, out: &mut BTreeMap<Str
     out.insert(format!("{prefix}samples"), h.count() as f64);
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), not(sim)))]
 mod tests {
     use super::*;
 

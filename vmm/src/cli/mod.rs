@@ -19,7 +19,6 @@ pub mod plan;
 pub mod run;
 pub mod sched_bench;
 pub mod serve;
-#[cfg(feature = "sim")]
 pub mod sim;
 pub mod topology;
 
@@ -71,8 +70,8 @@ pub enum Command {
     /// Simulate the scheduler core on a big topology in deterministic
     /// virtual time, with cited cache-line transfer costs
     /// (`--compare seeds`, `--c2c`, `--lockstat`, `--sweep`).
-    #[cfg(feature = "sim")]
-    Sim(Box<sim::SimArgs>),
+    #[command(disable_help_flag = true)]
+    Sim(sim::SimArgs),
 }
 
 /// Sets up `tracing` on stderr, coloured only when
@@ -91,6 +90,7 @@ pub fn parse() -> std::result::Result<Cli, ExitCode> {
 
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
+    let verbose = cli.verbose;
     match cli.command {
         Command::Topology(cmd) => self::topology::run(cmd)?,
         Command::Demo => demo::run()?,
@@ -99,8 +99,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Bench(args) => bench::run(*args)?,
         Command::Plan(args) => plan::run(args)?,
         Command::Serve(args) => serve::run(args)?,
-        #[cfg(feature = "sim")]
-        Command::Sim(args) => sim::run(*args)?,
+        Command::Sim(args) => return sim::run(args, verbose),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,8 @@
 //! The deterministic simulator: the real scheduler core driven in virtual
-//! time on a topology much larger than the host (feature `sim`).
+//! time on a topology much larger than the host. It exists in the
+//! `vcpu_sched_sim` build of these sources (`--cfg sim`), whose sync layer
+//! reports every shared access; `vcpu_sched`, the one `vmm` links, has
+//! neither.
 //!
 //! One thread, one event queue ordered by (virtual ns, sequence number),
 //! one simulated CPU per topology CPU. Each event calls the same

@@ -1,0 +1,292 @@
+//! The simulator's flags, and what they resolve to before any run: the
+//! workload, the topology, the cost table, the mitigation sets and the
+//! shape of the VMs ([`Plan`]). Every check on user input happens here,
+//! before the first simulated nanosecond.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::Args;
+use cli_common::args::{self as common, ignored};
+use cli_common::exit::InputError;
+use topology::HostTopology;
+use vcpu_sched_sim::exec::sim::{CostTable, SimConfig, SimWorkload};
+use vcpu_sched_sim::{Mitigations, SchedError};
+
+/// `vmm sim WORKLOAD ...`.
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// messaging, cyclic, transcode, pingpong or runq.
+    pub workload: String,
+    /// Topology: a preset (gnr-2s, spr-2s, icx-2s, clx-2s, genoa-2s,
+    /// milan-2s) or an hwloc synthetic string (then give --costs).
+    #[arg(long, short, value_name = "PRESET|SPEC")]
+    pub topology: String,
+    /// The preset whose latency table to use (default: --topology's).
+    #[arg(long, value_name = "PRESET")]
+    pub costs: Option<String>,
+    /// Scale every latency of the table (sensitivity: 0.5, 1.5); 0.1..=10.
+    #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = latency_scale)]
+    pub latency_scale: f64,
+    /// VMs (task groups); default: enough to fill the CPUs (twice for
+    /// messaging; one per 8 CPUs for runq, as `sched-bench runq`); 1..=4096.
+    #[arg(long, value_name = "N", value_parser = common::count, allow_negative_numbers = true)]
+    pub vms: Option<usize>,
+    /// vCPUs (tasks) per VM, 1..=4096 (default 8; 2 for pingpong, which
+    /// pairs them and needs an even number; 9 for runq, a message task and
+    /// 8 workers; messaging and runq need 2 or more).
+    #[arg(long, value_name = "M", value_parser = common::count, allow_negative_numbers = true)]
+    pub vcpus: Option<usize>,
+    /// Mean compute per step in microseconds, 1..=1000000 (default: the
+    /// workload's definition, `vcpu_sched::workload::defs`: messaging 1,
+    /// cyclic 5, transcode 500, runq 20; pingpong 5).
+    #[arg(long, value_name = "US", value_parser = common::burst_us)]
+    pub burst_us: Option<u64>,
+    /// Virtual time to simulate: 1s, 200ms, ...; 1ms to 1h.
+    #[arg(long, short, default_value = "1s", value_name = "DURATION",
+          value_parser = sim_duration, allow_hyphen_values = true)]
+    pub duration: Duration,
+    /// The workload's seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// One mitigation set: none, all (default), only:FIX[,FIX..] or
+    /// all-but:FIX[,..].
+    #[arg(long, short, value_name = "SET", value_parser = mitigations)]
+    pub mitigations: Option<Mitigations>,
+    /// Compare sets: `seeds` (baseline, each fix alone, all) or a list
+    /// `none;all` whose first entry is the baseline. The A/A row is the
+    /// baseline with another seed.
+    #[arg(long, value_name = "seeds|SET;SET..", conflicts_with = "mitigations")]
+    pub compare: Option<String>,
+    /// Repetitions (seeds) of every set with --compare (1..=100, default 1).
+    #[arg(long, value_name = "N", value_parser = common::reps, allow_negative_numbers = true)]
+    pub reps: Option<usize>,
+    /// Also write the result as JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Print cache-line transfers and their cost per structure and field.
+    #[arg(long)]
+    pub c2c: bool,
+    /// Print contended acquisitions and wait time per lock class.
+    #[arg(long)]
+    pub lockstat: bool,
+    /// A scaling sweep: `cpus=16,64,192` (the first N CPUs of the
+    /// topology), each with every --compare set (or the one set).
+    #[arg(long, value_name = "cpus=N,N..")]
+    pub sweep: Option<String>,
+    /// With --sweep: write the curve as SVG here and as CSV beside it.
+    #[arg(long, value_name = "FILE.svg", requires = "sweep")]
+    pub plot: Option<PathBuf>,
+}
+
+fn latency_scale(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if (0.1..=10.0).contains(&f) => Ok(f),
+        _ => Err(format!("{s:?} is not a scale from 0.1 to 10")),
+    }
+}
+
+fn sim_duration(s: &str) -> Result<Duration, String> {
+    let d = common::parse_duration(s)?;
+    if d < Duration::from_millis(1) || d > Duration::from_secs(3600) {
+        return Err(format!("{s:?}: give 1ms to 1h of virtual time"));
+    }
+    Ok(d)
+}
+
+/// `--mitigations SET` (`Mitigations`' `FromStr`, as `vmm`'s flag).
+fn mitigations(s: &str) -> Result<Mitigations, String> {
+    s.parse::<Mitigations>().map_err(|e| e.to_string())
+}
+
+/// `--sweep cpus=N,N..`: the sizes, each at least 2.
+pub fn parse_sweep(s: &str) -> Result<Vec<usize>, InputError> {
+    let bad = || {
+        InputError(format!(
+            "--sweep {s:?}: give cpus=N,N.. such as cpus=16,64,192"
+        ))
+    };
+    let list = s.strip_prefix("cpus=").ok_or_else(bad)?;
+    let v: Vec<usize> = list
+        .split(',')
+        .map(|x| x.trim().parse::<usize>().ok().filter(|&n| n >= 2))
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    if v.is_empty() {
+        return Err(bad());
+    }
+    Ok(v)
+}
+
+/// What the flags resolve to: everything a run needs but its size and
+/// seed.
+pub struct Plan {
+    /// The workload.
+    pub workload: SimWorkload,
+    /// The topology.
+    pub topo: Arc<HostTopology>,
+    /// The memory cost table, scaled.
+    pub cost: CostTable,
+    /// vCPUs per VM.
+    pub vcpus: usize,
+    /// VMs, when given (else sized to the CPUs, [`Plan::config`]).
+    pub vms: Option<usize>,
+    /// The mitigation sets: the one set, or --compare's (two or more).
+    pub variants: Vec<Mitigations>,
+}
+
+impl Plan {
+    /// Checks the flags, in order, and resolves them; a bad one is an
+    /// [`InputError`] naming it.
+    pub fn from_args(a: &SimArgs) -> Result<Self> {
+        let workload = SimWorkload::parse(&a.workload).ok_or_else(|| {
+            InputError(format!(
+                "workload {:?}: give messaging, cyclic, transcode, pingpong or runq",
+                a.workload
+            ))
+        })?;
+        if a.compare.is_none() && a.reps.is_some() {
+            return Err(ignored("--reps", "--compare", "a single run").into());
+        }
+        if let Some(path) = &a.json {
+            common::check_output_file("--json", path, true)?;
+        }
+        if let Some(path) = &a.plot {
+            common::check_output_file("--plot", path, true)?;
+        }
+        let topo = load(&a.topology)?;
+        let cost = cost_table(a)?;
+        let variants = variants(a)?;
+        let vcpus = a.vcpus.unwrap_or(match workload {
+            SimWorkload::Pingpong => 2,
+            SimWorkload::Runq => 9,
+            _ => 8,
+        });
+        check_shape(workload, vcpus)?;
+        Ok(Self {
+            workload,
+            topo,
+            cost,
+            vcpus,
+            vms: a.vms,
+            variants,
+        })
+    }
+
+    /// One run's configuration on `cpus` CPUs: the VMs given, or enough
+    /// to fill the CPUs (twice for messaging; one team per 8 CPUs for
+    /// runq, as the thread workload's default).
+    pub fn config(&self, cpus: usize, a: &SimArgs, seed: u64, mit: Mitigations) -> SimConfig {
+        let per = if self.workload == SimWorkload::Messaging {
+            2
+        } else {
+            1
+        };
+        let fill = if self.workload == SimWorkload::Runq {
+            (cpus / 8).max(1)
+        } else {
+            (cpus * per / self.vcpus).max(1)
+        };
+        SimConfig {
+            workload: self.workload,
+            vms: self.vms.unwrap_or(fill),
+            vcpus: self.vcpus,
+            duration_ns: a.duration.as_nanos() as u64,
+            work_ns: a.burst_us.map(|us| us * 1000),
+            seed,
+            mitigations: mit,
+            cost: self.cost,
+        }
+    }
+}
+
+fn load(spec: &str) -> Result<Arc<HostTopology>> {
+    Ok(Arc::new(
+        topology::load(spec)
+            .map_err(SchedError::from)
+            .map_err(|e| InputError(format!("--topology {spec}: {e}")))?,
+    ))
+}
+
+/// The latency table of --costs (default --topology's preset), scaled by
+/// --latency-scale.
+fn cost_table(a: &SimArgs) -> Result<CostTable, InputError> {
+    let name = a.costs.clone().unwrap_or_else(|| a.topology.clone());
+    Ok(CostTable::for_preset(&name)
+        .filter(|_| name != "test")
+        .ok_or_else(|| {
+            InputError(format!(
+                "no latency table for {name:?}: give --costs with one of gnr-2s, spr-2s, \
+                 icx-2s, clx-2s, genoa-2s, milan-2s"
+            ))
+        })?
+        .scaled(a.latency_scale))
+}
+
+/// --compare's sets (at least two), or the one --mitigations set.
+fn variants(a: &SimArgs) -> Result<Vec<Mitigations>, InputError> {
+    let Some(list) = &a.compare else {
+        return Ok(vec![a.mitigations.unwrap_or_else(Mitigations::all)]);
+    };
+    let v = Mitigations::parse_sets(list).map_err(|e| InputError(format!("--compare: {e}")))?;
+    if v.len() < 2 {
+        return Err(InputError(format!(
+            "--compare {list:?}: give at least two sets, e.g. \"none;all\", or seeds"
+        )));
+    }
+    Ok(v)
+}
+
+/// The VM shapes a workload cannot run.
+fn check_shape(workload: SimWorkload, vcpus: usize) -> Result<(), InputError> {
+    let why = match workload {
+        SimWorkload::Pingpong if vcpus % 2 != 0 => {
+            "pingpong pairs a VM's vCPUs (2p with 2p+1); give an even number"
+        }
+        SimWorkload::Messaging if vcpus < 2 => {
+            "messaging needs a sender and a receiver per VM; give 2 or more"
+        }
+        SimWorkload::Runq if vcpus < 2 => {
+            "runq needs a message task and a worker per VM; give 2 or more"
+        }
+        _ => return Ok(()),
+    };
+    Err(InputError(format!("--vcpus {vcpus}: {why}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweeps() {
+        assert_eq!(parse_sweep("cpus=4, 16").unwrap(), vec![4, 16]);
+        for bad in ["4,16", "cpus=", "cpus=1", "cpus=4,x"] {
+            assert!(
+                parse_sweep(bad).unwrap_err().0.contains("cpus=16,64"),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn flag_values() {
+        assert!(latency_scale("0.05").is_err());
+        assert_eq!(latency_scale("1.5").unwrap(), 1.5);
+        assert!(sim_duration("2h").unwrap_err().contains("1ms to 1h"));
+        assert_eq!(sim_duration("20ms").unwrap(), Duration::from_millis(20));
+        assert!(mitigations("").unwrap_err().contains("empty"));
+        assert_eq!(mitigations("all").unwrap(), Mitigations::all());
+    }
+
+    #[test]
+    fn shapes() {
+        let e = check_shape(SimWorkload::Pingpong, 3).unwrap_err().0;
+        assert!(e.contains("--vcpus 3") && e.contains("even"), "{e}");
+        assert!(check_shape(SimWorkload::Messaging, 1).is_err());
+        assert!(check_shape(SimWorkload::Runq, 1).is_err());
+        assert!(check_shape(SimWorkload::Cyclic, 1).is_ok());
+    }
+}
