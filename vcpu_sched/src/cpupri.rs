@@ -55,8 +55,8 @@ pub struct FlatVec {
 /// The baseline layout: counts, masks and neighbouring levels share cache
 /// lines, and `cpu_to_pri` is one packed array that every CPU writes.
 pub struct FlatCpuPri {
-    vecs: Box<[FlatVec]>,
-    cpu_to_pri: Box<[AtomicU32]>,
+    pub(crate) vecs: Box<[FlatVec]>,
+    pub(crate) cpu_to_pri: Box<[AtomicU32]>,
 }
 
 impl FlatCpuPri {
@@ -290,19 +290,5 @@ mod tests {
         flat.set(2, PRI_IDLE);
         flat.set(9, PRI_FAIR);
         assert_eq!(flat.find(p, map.all(), 1).unwrap().to_string(), "2,9");
-    }
-}
-
-#[cfg(all(not(loom), sim))]
-impl CpuPri {
-    pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
-        use crate::sync::recorder::slice;
-        match self {
-            CpuPri::Flat(f) => {
-                out.push(slice(&f.vecs, "cpupri.vec(count+mask)"));
-                out.push(slice(&f.cpu_to_pri, "cpupri.cpu_to_pri"));
-            }
-            CpuPri::Split(s) => s.sim_regions(out),
-        }
     }
 }

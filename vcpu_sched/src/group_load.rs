@@ -157,14 +157,3 @@ mod tests {
         }
     }
 }
-
-#[cfg(all(not(loom), sim))]
-impl GroupLoad {
-    pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
-        use crate::sync::recorder::slice;
-        match self {
-            GroupLoad::Shared(s) => out.push(slice(s, "group_load.sum")),
-            GroupLoad::PerNode { loads, .. } => out.push(slice(loads, "group_load.per_node")),
-        }
-    }
-}

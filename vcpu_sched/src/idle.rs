@@ -54,7 +54,7 @@ impl GlobalIdle {
 
 /// Idle tracking in either layout, with the spans its searches use.
 pub struct IdleTracker {
-    kind: IdleKind,
+    pub(crate) kind: IdleKind,
     llc_span: Box<[CpuMask]>,
     node_span: Box<[CpuMask]>,
     cpu_llc: Box<[u32]>,
@@ -62,7 +62,7 @@ pub struct IdleTracker {
     all: CpuMask,
 }
 
-enum IdleKind {
+pub(crate) enum IdleKind {
     Global(Box<GlobalIdle>),
     PerLlc(Box<LlcIdleSet>),
 }
@@ -343,20 +343,6 @@ mod tests {
             }
             assert_eq!(t.check_consistent().unwrap(), 3, "CPUs 0, 3, 6 stay idle");
             assert!(t.any());
-        }
-    }
-}
-
-#[cfg(all(not(loom), sim))]
-impl IdleTracker {
-    pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
-        use crate::sync::recorder::one;
-        match &self.kind {
-            IdleKind::Global(g) => {
-                out.push(one(&g.count, "idle.count"));
-                out.push(one(&g.mask, "idle.mask"));
-            }
-            IdleKind::PerLlc(l) => l.sim_regions(out),
         }
     }
 }

@@ -190,17 +190,3 @@ mod tests {
         assert!(r.overloaded());
     }
 }
-
-#[cfg(all(not(loom), sim))]
-impl RtOverload {
-    pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
-        use crate::sync::recorder::one;
-        match self {
-            RtOverload::Flat(f) => {
-                out.push(one(&f.rto_count, "rto.count"));
-                out.push(one(&f.rto_mask, "rto.mask"));
-            }
-            RtOverload::PerNode(n) => n.sim_regions(out),
-        }
-    }
-}

@@ -39,7 +39,7 @@ impl Shard {
 
 /// All shared runqueues of a machine.
 pub struct SharedRq {
-    shards: Box<[Shard]>,
+    pub(crate) shards: Box<[Shard]>,
     /// Global shard index of each CPU's own shard.
     cpu_shard: Box<[u32]>,
     /// First global shard index of each LLC, and how many it has.
@@ -173,15 +173,5 @@ mod tests {
         for l in 0..4 {
             assert_eq!(s1.shards_of_llc(l), 1);
         }
-    }
-}
-
-#[cfg(all(not(loom), sim))]
-impl SharedRq {
-    pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
-        out.push(crate::sync::recorder::slice(
-            &self.shards,
-            "shared_rq.shard(lock+len+list)",
-        ));
     }
 }

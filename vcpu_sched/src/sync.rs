@@ -166,35 +166,6 @@ pub mod recorder {
         });
     }
 
-    /// A named address range, for the simulator's per-structure report.
-    #[derive(Clone, Copy, Debug)]
-    pub struct Region {
-        /// First byte.
-        pub start: usize,
-        /// Length in bytes.
-        pub len: usize,
-        /// Structure and field, e.g. `cpupri.counts`.
-        pub name: &'static str,
-    }
-
-    /// The region of a slice.
-    pub(crate) fn slice<T>(s: &[T], name: &'static str) -> Region {
-        Region {
-            start: s.as_ptr() as usize,
-            len: std::mem::size_of_val(s),
-            name,
-        }
-    }
-
-    /// The region of one value.
-    pub(crate) fn one<T>(v: &T, name: &'static str) -> Region {
-        Region {
-            start: v as *const T as usize,
-            len: size_of::<T>(),
-            name,
-        }
-    }
-
     /// Records one access if recording is on.
     #[inline(always)]
     pub(crate) fn record(addr: usize, kind: Kind) {

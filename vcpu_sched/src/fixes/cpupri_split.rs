@@ -48,9 +48,9 @@ pub struct CpuPriSlot {
 
 /// The split layout.
 pub struct SplitCpuPri {
-    counts: Box<[CpuPriCount]>,
+    pub(crate) counts: Box<[CpuPriCount]>,
     /// `NR_PRI * nmasks` masks, level-major.
-    masks: Box<[CpuPriMask]>,
+    pub(crate) masks: Box<[CpuPriMask]>,
     nmasks: usize,
     /// Index into a level's masks for each CPU (its node, or 0).
     cpu_mask: Box<[u32]>,
@@ -58,7 +58,7 @@ pub struct SplitCpuPri {
     node_mask: Box<[u32]>,
     /// The CPUs of each mask index.
     spans: Box<[CpuMask]>,
-    cpu_to_pri: Box<[CpuPriSlot]>,
+    pub(crate) cpu_to_pri: Box<[CpuPriSlot]>,
 }
 
 impl SplitCpuPri {
@@ -186,15 +186,5 @@ impl SplitCpuPri {
             &self.counts[pri as usize] as *const _ as usize,
             &self.masks[pri as usize * self.nmasks] as *const _ as usize,
         )
-    }
-}
-
-#[cfg(all(not(loom), sim))]
-impl SplitCpuPri {
-    pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
-        use crate::sync::recorder::slice;
-        out.push(slice(&self.counts, "cpupri.counts"));
-        out.push(slice(&self.masks, "cpupri.masks"));
-        out.push(slice(&self.cpu_to_pri, "cpupri.cpu_to_pri"));
     }
 }

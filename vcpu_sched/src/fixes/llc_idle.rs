@@ -48,8 +48,8 @@ pub struct IdleLlcCount {
 
 /// Per-LLC idle tracking for a whole machine.
 pub struct LlcIdleSet {
-    llcs: Box<[LlcIdle]>,
-    nr_idle_llcs: IdleLlcCount,
+    pub(crate) llcs: Box<[LlcIdle]>,
+    pub(crate) nr_idle_llcs: IdleLlcCount,
     /// For each node, its LLCs; for each LLC, its node.
     node_llcs: Box<[Box<[u32]>]>,
     llc_node: Box<[u32]>,
@@ -209,14 +209,5 @@ impl LlcIdleSet {
             ));
         }
         Ok(total)
-    }
-}
-
-#[cfg(all(not(loom), sim))]
-impl LlcIdleSet {
-    pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
-        use crate::sync::recorder::{one, slice};
-        out.push(slice(&self.llcs, "idle.per_llc(count+mask)"));
-        out.push(one(&self.nr_idle_llcs, "idle.nr_idle_llcs"));
     }
 }

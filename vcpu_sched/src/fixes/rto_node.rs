@@ -51,10 +51,10 @@ pub struct RtoNodeMask {
 
 /// Per-node overload tracking.
 pub struct NodeRto {
-    read: RootDomainRead,
-    counts: Box<[RtoNodeCount]>,
-    flags: Box<[RtoNodeFlag]>,
-    masks: Box<[RtoNodeMask]>,
+    pub(crate) read: RootDomainRead,
+    pub(crate) counts: Box<[RtoNodeCount]>,
+    pub(crate) flags: Box<[RtoNodeFlag]>,
+    pub(crate) masks: Box<[RtoNodeMask]>,
     /// Per-node spans, indexed by node.
     spans: Box<[CpuMask]>,
     node_of: Box<[u32]>,
@@ -157,16 +157,5 @@ impl NodeRto {
     /// CPUs in the root domain.
     pub fn nr_cpus(&self) -> u32 {
         self.read.nr_cpus
-    }
-}
-
-#[cfg(all(not(loom), sim))]
-impl NodeRto {
-    pub(crate) fn sim_regions(&self, out: &mut Vec<crate::sync::recorder::Region>) {
-        use crate::sync::recorder::{one, slice};
-        out.push(slice(&self.counts, "rto.node_counts"));
-        out.push(slice(&self.flags, "rto.node_flags"));
-        out.push(slice(&self.masks, "rto.node_masks"));
-        out.push(one(&self.read, "rto.root_domain"));
     }
 }

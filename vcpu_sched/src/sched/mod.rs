@@ -122,9 +122,9 @@ pub struct GroupInfo {
     pub load: i64,
 }
 
-struct Groups {
+pub(crate) struct Groups {
     names: Mutex<Vec<Option<String>>>,
-    ntasks: Box<[AtomicU32]>,
+    pub(crate) ntasks: Box<[AtomicU32]>,
 }
 
 /// The scheduler core. Share it (`Arc`) between the threads that drive it.
@@ -135,7 +135,7 @@ pub struct Scheduler {
     pub(crate) cfg: SchedConfig,
     pub(crate) cpus: Box<[PerCpu]>,
     pub(crate) tasks: TaskTable,
-    groups: Groups,
+    pub(crate) groups: Groups,
     pub(crate) cpupri: CpuPri,
     pub(crate) rto: RtOverload,
     pub(crate) shared: SharedRq,
@@ -557,29 +557,5 @@ impl Scheduler {
     /// Impossible states the core ran into (and refused to act on).
     pub fn anomalies(&self) -> Vec<String> {
         lock(&self.anomalies).clone()
-    }
-}
-
-#[cfg(all(not(loom), sim))]
-impl Scheduler {
-    /// The named address ranges of the shared structures, for the
-    /// simulator's per-structure report (`vmm sim --c2c`).
-    pub fn sim_regions(&self) -> Vec<crate::sync::recorder::Region> {
-        use crate::sync::recorder::{one, slice};
-        let mut out = Vec::new();
-        for c in self.cpus.iter() {
-            out.push(one(&c.rq, "rq.lock+queues"));
-            out.push(one(&c.hot, "rq.hot(idle,curr_pri,need_resched)"));
-            out.push(one(&c.wake, "rq.wake_list"));
-            out.push(one(&c.stats, "rq.stats"));
-        }
-        out.push(slice(&self.tasks.slots, "task"));
-        out.push(slice(&self.groups.ntasks, "group.ntasks"));
-        self.cpupri.sim_regions(&mut out);
-        self.rto.sim_regions(&mut out);
-        self.idle.sim_regions(&mut out);
-        self.gload.sim_regions(&mut out);
-        self.shared.sim_regions(&mut out);
-        out
     }
 }

@@ -21,6 +21,7 @@
 pub mod coherence;
 pub mod costs;
 mod queue;
+pub mod regions;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -400,9 +401,7 @@ pub fn run_with_progress(
         checker: InvariantChecker::new(50_000_000),
     };
     sim.setup()?;
-    let mut regions: Vec<(u64, u64, &'static str)> = sim
-        .s
-        .sim_regions()
+    let mut regions: Vec<(u64, u64, &'static str)> = regions::of(&sim.s)
         .into_iter()
         .filter(|r| r.len > 0)
         .map(|r| (r.start as u64, (r.start + r.len) as u64, r.name))
