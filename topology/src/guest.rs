@@ -215,6 +215,55 @@ impl LocalIndex {
     }
 }
 
+/// Checks the host CPUs a guest is made of (some, none twice, all
+/// existing) and sorts them in tree order: package, die, LLC, L2, core,
+/// then logical order.
+fn tree_order(host: &HostTopology, cpus: &[u32]) -> Result<Vec<u32>> {
+    if cpus.is_empty() {
+        return Err(TopologyError::Guest(
+            "a guest needs at least one vCPU".into(),
+        ));
+    }
+    let mut sel = cpus.to_vec();
+    sel.sort_unstable();
+    if sel.windows(2).any(|w| w[0] == w[1]) {
+        return Err(TopologyError::Guest("a host CPU is listed twice".into()));
+    }
+    if let Some(&bad) = sel.iter().find(|&&c| c as usize >= host.num_cpus()) {
+        return Err(TopologyError::Guest(format!(
+            "host CPU {bad} does not exist ({} CPUs)",
+            host.num_cpus()
+        )));
+    }
+    sel.sort_by_key(|&c| {
+        let l = host.cpu(c);
+        (l.package, l.die, l.llc, l.l2, l.core, c)
+    });
+    Ok(sel)
+}
+
+/// The host's distances between `nodes` (dense host indices), row-major.
+fn node_distances(host: &HostTopology, nodes: &[u32]) -> Vec<u32> {
+    let mut distances = Vec::with_capacity(nodes.len() * nodes.len());
+    for &a in nodes {
+        for &b in nodes {
+            distances.push(host.distance(a, b));
+        }
+    }
+    distances
+}
+
+/// The host's caches, with [`DEFAULT_CACHES`] where it has none.
+fn guest_caches(host: &HostTopology) -> Caches {
+    let hc = host.caches();
+    Caches {
+        l1d: hc.l1d.or(DEFAULT_CACHES.l1d),
+        l1i: hc.l1i.or(DEFAULT_CACHES.l1i),
+        l2: hc.l2.or(DEFAULT_CACHES.l2),
+        l3: hc.l3.or(DEFAULT_CACHES.l3),
+    }
+}
+
 impl GuestTopology {
     /// A guest shaped like a topology SPEC (preset, synthetic string, XML or
     /// CPUID dump; see [`crate::load`]). The vCPUs mirror no host CPU.
@@ -235,27 +284,7 @@ impl GuestTopology {
     }
 
     fn build(host: &HostTopology, cpus: &[u32], mirror: bool) -> Result<Self> {
-        if cpus.is_empty() {
-            return Err(TopologyError::Guest(
-                "a guest needs at least one vCPU".into(),
-            ));
-        }
-        let mut sel = cpus.to_vec();
-        sel.sort_unstable();
-        if sel.windows(2).any(|w| w[0] == w[1]) {
-            return Err(TopologyError::Guest("a host CPU is listed twice".into()));
-        }
-        if let Some(&bad) = sel.iter().find(|&&c| c as usize >= host.num_cpus()) {
-            return Err(TopologyError::Guest(format!(
-                "host CPU {bad} does not exist ({} CPUs)",
-                host.num_cpus()
-            )));
-        }
-        // Tree order: package, die, LLC, L2, core, then logical order.
-        sel.sort_by_key(|&c| {
-            let l = host.cpu(c);
-            (l.package, l.die, l.llc, l.l2, l.core, c)
-        });
+        let sel = tree_order(host, cpus)?;
         let (mut pkg, mut die, mut llc, mut l2, mut core, mut thr) = (
             LocalIndex::default(),
             LocalIndex::default(),
@@ -309,19 +338,6 @@ impl GuestTopology {
             .collect();
         debug_assert!(cpus.windows(2).all(|w| w[0].apic_id < w[1].apic_id));
         let n = used_nodes.len();
-        let mut distances = Vec::with_capacity(n * n);
-        for &a in &used_nodes {
-            for &b in &used_nodes {
-                distances.push(host.distance(a, b));
-            }
-        }
-        let hc = host.caches();
-        let caches = Caches {
-            l1d: hc.l1d.or(DEFAULT_CACHES.l1d),
-            l1i: hc.l1i.or(DEFAULT_CACHES.l1i),
-            l2: hc.l2.or(DEFAULT_CACHES.l2),
-            l3: hc.l3.or(DEFAULT_CACHES.l3),
-        };
         Ok(Self {
             source: host.source().to_string(),
             cpus,
@@ -329,8 +345,8 @@ impl GuestTopology {
             counts,
             num_nodes: n as u32,
             node_host: used_nodes.iter().map(|&h| mirror.then_some(h)).collect(),
-            distances,
-            caches,
+            distances: node_distances(host, &used_nodes),
+            caches: guest_caches(host),
         })
     }
 

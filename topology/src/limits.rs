@@ -100,101 +100,108 @@ fn indexes_attr(attrs: &str) -> Option<&str> {
 /// Checks an `indexes=` value for a level of `total` objects, the way hwloc
 /// reads it, but failing where hwloc would silently drop or collapse it.
 fn check_indexes(item: &str, value: &str, total: u64, limit: u64) -> Result<(), String> {
-    let what = |m: String| format!("in `{item}`: {m}");
+    let in_item = |m: String| format!("in `{item}`: {m}");
     if value.is_empty() {
-        return Err(what("the list is empty".into()));
+        return Err(in_item("the list is empty".into()));
     }
     if value.chars().all(|c| c.is_ascii_digit() || c == ',') {
-        // An explicit list: exactly one distinct OS index per object.
-        let mut seen = std::collections::HashSet::new();
-        let mut n = 0u64;
-        for v in value.split(',') {
-            let x: u64 = v.parse().map_err(|_| {
-                what("give one number per object, separated by commas (e.g. 0,2,1,3)".into())
-            })?;
-            if x >= limit {
-                return Err(what(format!(
-                    "index {x} is too large; the limit is {}",
-                    limit - 1
-                )));
-            }
-            if !seen.insert(x) {
-                return Err(what(format!(
-                    "index {x} is given twice; each object needs its own index"
-                )));
-            }
-            n += 1;
-        }
-        if n != total {
-            return Err(what(format!(
-                "the list has {} but the level has {}; give exactly one index per object",
-                plural(n, "index", "indexes"),
-                plural(total, "object", "objects")
-            )));
-        }
-        return Ok(());
+        return check_index_list(value, total, limit).map_err(in_item);
     }
     if value.starts_with(|c: char| c.is_ascii_digit()) {
-        // Interleaving `step*count:step*count:...`, as hwloc computes it.
-        let mut loops = Vec::new();
-        for part in value.split(':') {
-            let (s, n) = part.split_once('*').ok_or_else(|| {
-                what("an interleaving is STEP*COUNT:STEP*COUNT..., e.g. 2*4:1*2".into())
-            })?;
-            let (s, n): (u64, u64) = match (s.parse(), n.parse()) {
-                (Ok(s), Ok(n)) if s > 0 && n > 0 => (s, n),
-                _ => {
-                    return Err(what(format!(
-                        "`{part}` is not STEP*COUNT with two whole numbers above 0"
-                    )))
-                }
-            };
-            if s > total || n > total {
-                return Err(what(format!(
-                    "`{part}` exceeds the level's {total} objects"
-                )));
-            }
-            loops.push((s, n));
-        }
-        let nbs = loops.iter().try_fold(1u64, |a, &(_, n)| a.checked_mul(n));
-        let minstep = loops
-            .iter()
-            .map(|&(s, _)| s)
-            .min()
-            .unwrap_or(total)
-            .min(total);
-        match nbs {
-            Some(nbs) if nbs == total => {}
-            Some(nbs) if nbs < total && total % nbs == 0 && minstep == total / nbs => {
-                loops.push((1, total / nbs));
-            }
-            _ => {
-                return Err(what(format!(
-                    "the counts multiply to {}, not to the level's {total} objects",
-                    nbs.map_or("too much".to_string(), |n| n.to_string())
-                )))
-            }
-        }
-        let mut idx = vec![0u64; total as usize];
-        let mut mul = 1u64;
-        for &(step, nb) in &loops {
-            for (j, x) in idx.iter_mut().enumerate() {
-                *x += ((j as u64 / step) % nb) * mul;
-            }
-            mul = mul.saturating_mul(nb);
-        }
-        let mut seen = vec![false; total as usize];
-        for &x in &idx {
-            if x >= total || std::mem::replace(&mut seen[x as usize], true) {
-                return Err(what(
-                    "it does not number every object exactly once; check the steps".into(),
-                ));
-            }
-        }
-        return Ok(());
+        return check_interleaving(value, total).map_err(in_item);
     }
     // Interleaving by level types (`indexes=core:pu`): hwloc checks those
     // and the loaded topology is checked afterwards.
+    Ok(())
+}
+
+/// An explicit list (`0,2,1,3`): exactly one distinct OS index below
+/// `limit` per object of the level.
+fn check_index_list(value: &str, total: u64, limit: u64) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    let mut n = 0u64;
+    for v in value.split(',') {
+        let x: u64 = v
+            .parse()
+            .map_err(|_| "give one number per object, separated by commas (e.g. 0,2,1,3)")?;
+        if x >= limit {
+            return Err(format!(
+                "index {x} is too large; the limit is {}",
+                limit - 1
+            ));
+        }
+        if !seen.insert(x) {
+            return Err(format!(
+                "index {x} is given twice; each object needs its own index"
+            ));
+        }
+        n += 1;
+    }
+    if n != total {
+        return Err(format!(
+            "the list has {} but the level has {}; give exactly one index per object",
+            plural(n, "index", "indexes"),
+            plural(total, "object", "objects")
+        ));
+    }
+    Ok(())
+}
+
+/// An interleaving `step*count:step*count:...`: computes the indexes as
+/// hwloc does (adding the innermost loop it adds) and checks that they
+/// number every object of the level exactly once.
+fn check_interleaving(value: &str, total: u64) -> Result<(), String> {
+    let mut loops = Vec::new();
+    for part in value.split(':') {
+        let (s, n) = part
+            .split_once('*')
+            .ok_or("an interleaving is STEP*COUNT:STEP*COUNT..., e.g. 2*4:1*2")?;
+        let (s, n): (u64, u64) = match (s.parse(), n.parse()) {
+            (Ok(s), Ok(n)) if s > 0 && n > 0 => (s, n),
+            _ => {
+                return Err(format!(
+                    "`{part}` is not STEP*COUNT with two whole numbers above 0"
+                ))
+            }
+        };
+        if s > total || n > total {
+            return Err(format!("`{part}` exceeds the level's {total} objects"));
+        }
+        loops.push((s, n));
+    }
+    let nbs = loops.iter().try_fold(1u64, |a, &(_, n)| a.checked_mul(n));
+    let minstep = loops
+        .iter()
+        .map(|&(s, _)| s)
+        .min()
+        .unwrap_or(total)
+        .min(total);
+    match nbs {
+        Some(nbs) if nbs == total => {}
+        Some(nbs) if nbs < total && total % nbs == 0 && minstep == total / nbs => {
+            loops.push((1, total / nbs));
+        }
+        _ => {
+            return Err(format!(
+                "the counts multiply to {}, not to the level's {total} objects",
+                nbs.map_or("too much".to_string(), |n| n.to_string())
+            ))
+        }
+    }
+    let mut idx = vec![0u64; total as usize];
+    let mut mul = 1u64;
+    for &(step, nb) in &loops {
+        for (j, x) in idx.iter_mut().enumerate() {
+            *x += ((j as u64 / step) % nb) * mul;
+        }
+        mul = mul.saturating_mul(nb);
+    }
+    let mut seen = vec![false; total as usize];
+    for &x in &idx {
+        if x >= total || std::mem::replace(&mut seen[x as usize], true) {
+            return Err("it does not number every object exactly once; check the steps".into());
+        }
+    }
     Ok(())
 }
 
