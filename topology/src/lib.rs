@@ -32,6 +32,7 @@
 pub mod cpuid;
 pub mod cpulist;
 pub mod dump;
+pub mod dump_read;
 pub mod error;
 pub mod guest;
 pub mod host;

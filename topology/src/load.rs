@@ -12,10 +12,11 @@
 //! `HWLOC_CPUID_PATH` set and loading its XML output. hwloc only takes that
 //! path from the environment, and changing this process's environment while
 //! other threads may read it is not sound, so the parse happens in a child
-//! process. It is still hwloc's parser doing the work.
+//! process. It is still hwloc's parser doing the work; [`crate::dump_read`]
+//! checks the directory first, since that parser falls back to this
+//! machine's own CPUID on a dump it cannot use.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use hwlocality::object::attributes::ObjectAttributes;
 use hwlocality::object::types::ObjectType;
@@ -24,6 +25,8 @@ use hwlocality::topology::builder::TypeFilter;
 use hwlocality::topology::export::synthetic::SyntheticExportFlags;
 use hwlocality::Topology;
 
+// Defined beside the dump checks; kept under these paths for callers.
+pub use crate::dump_read::{cpuid_dump_to_xml, lstopo_on_dump};
 use crate::error::{Result, TopologyError};
 use crate::host::{CacheInfo, Caches, HostTopology, NodeInfo, RawCpu};
 use crate::limits;
@@ -437,13 +440,14 @@ fn check_xml_text(text: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// A CPUID dump directory, parsed by hwloc's x86 backend (see module docs).
+/// A CPUID dump directory, parsed by hwloc's x86 backend (see module docs)
+/// after the checks of [`crate::dump_read`], which make sure the backend
+/// reads the dump and not this machine.
 pub fn load_cpuid_dump(dir: &Path) -> Result<HostTopology> {
     let err = |reason: String| TopologyError::CpuidDump {
         path: dir.to_path_buf(),
         reason,
     };
-    check_dump_dir(dir).map_err(err)?;
     let xml = cpuid_dump_to_xml(dir).map_err(err)?;
     let topo = builder()
         .from_xml(&xml)
@@ -452,91 +456,6 @@ pub fn load_cpuid_dump(dir: &Path) -> Result<HostTopology> {
         .map_err(|e| err(format!("hwloc could not build it ({})", hwloc_words(&e))))?;
     check_built(&topo).map_err(err)?;
     from_hwloc(&dir.display().to_string(), &topo)
-}
-
-/// A CPUID dump directory holds `hwloc-cpuid-info` and `pu0`, `pu1`, ...:
-/// regular files, at most [`limits::MAX_CPUS`] of them, none larger than
-/// [`limits::MAX_DUMP_FILE_BYTES`].
-fn check_dump_dir(dir: &Path) -> std::result::Result<(), String> {
-    let hint = "a CPUID dump directory holds hwloc-cpuid-info and one puN file per CPU \
-                (see `vmm topology cpuid-dump`)";
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot list it: {e}"))?;
-    let mut pus = 0usize;
-    let mut info = false;
-    let mut has_pu0 = false;
-    for e in entries {
-        let e = e.map_err(|e| format!("cannot list it: {e}"))?;
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        let is_pu = name
-            .strip_prefix("pu")
-            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-        if !is_pu && name != "hwloc-cpuid-info" {
-            continue;
-        }
-        let meta = std::fs::metadata(e.path()).map_err(|e| format!("cannot read {name}: {e}"))?;
-        if !meta.is_file() {
-            return Err(format!(
-                "{name} is {}, not a regular file",
-                limits::file_kind(&meta)
-            ));
-        }
-        if meta.len() > limits::MAX_DUMP_FILE_BYTES {
-            return Err(format!(
-                "{name} is {} bytes; a CPUID dump file is at most {} bytes",
-                meta.len(),
-                limits::MAX_DUMP_FILE_BYTES
-            ));
-        }
-        if is_pu {
-            pus += 1;
-            has_pu0 |= name == "pu0";
-            if pus > limits::MAX_CPUS {
-                return Err(format!(
-                    "it holds more than {} puN files; the limit is {} CPUs",
-                    limits::MAX_CPUS,
-                    limits::MAX_CPUS
-                ));
-            }
-        } else {
-            info = true;
-        }
-    }
-    match (info, has_pu0) {
-        (true, true) => Ok(()),
-        (false, false) => Err(format!("it holds neither hwloc-cpuid-info nor pu0; {hint}")),
-        (false, true) => Err(format!("it lacks hwloc-cpuid-info; {hint}")),
-        (true, false) => Err(format!("it lacks pu0; {hint}")),
-    }
-}
-
-/// Runs hwloc's x86 CPUID parser on `dir` and returns its XML export.
-pub fn cpuid_dump_to_xml(dir: &Path) -> std::result::Result<String, String> {
-    let out = lstopo_on_dump(dir, "xml")?;
-    Ok(out)
-}
-
-/// Runs `lstopo-no-graphics --no-io --of FORMAT` with hwloc's x86 backend on
-/// a CPUID dump directory: the third-party judge for generated dumps.
-pub fn lstopo_on_dump(dir: &Path, format: &str) -> std::result::Result<String, String> {
-    let out = Command::new("lstopo-no-graphics")
-        .env("HWLOC_CPUID_PATH", dir)
-        .env("HWLOC_COMPONENTS", "x86,stop")
-        .args(["--no-io", "--of", format, "-"])
-        .output()
-        .map_err(|e| {
-            format!(
-                "running lstopo-no-graphics failed ({e}); it comes with hwloc: \
-                 `apt install hwloc`"
-            )
-        })?;
-    if !out.status.success() {
-        return Err(format!(
-            "lstopo-no-graphics failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    String::from_utf8(out.stdout).map_err(|e| format!("lstopo printed non-UTF-8 output: {e}"))
 }
 
 fn cache_info(obj: &TopologyObject) -> Option<CacheInfo> {
