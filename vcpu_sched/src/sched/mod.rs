@@ -148,9 +148,6 @@ pub struct Scheduler {
     spread: AtomicU32,
     /// States the core found that must not exist (see [`Scheduler::anomalies`]).
     anomalies: Mutex<Vec<String>>,
-    /// Skip the update of a task's wake-to-run table (its lock is still
-    /// taken): the simulator's setting, see [`Scheduler::sim_skip_wake_tables`].
-    pub(crate) skip_wake_tables: bool,
 }
 
 /// What to do after a runqueue lock is dropped.
@@ -189,7 +186,6 @@ impl Scheduler {
             ext: CpuStats::default(),
             spread: AtomicU32::new(0),
             anomalies: Mutex::new(Vec::new()),
-            skip_wake_tables: false,
             map,
             topo,
             mit,
@@ -216,20 +212,6 @@ impl Scheduler {
     /// The tunables.
     pub fn config(&self) -> &SchedConfig {
         &self.cfg
-    }
-
-    /// For the simulator: a context switch still takes the lock of the
-    /// task's wake-to-run histogram, as it does in production (the model
-    /// charges that shared line), but leaves the table itself alone. The
-    /// table is task-private memory the model does not charge, the
-    /// simulator measures its latencies itself, and with hundreds of
-    /// tasks on one host thread every update missed the host's caches: a
-    /// tenth of a messaging run. [`TaskStats::wake_to_run`] stays empty.
-    ///
-    /// [`TaskStats::wake_to_run`]: crate::TaskStats::wake_to_run
-    #[cfg(sim)]
-    pub fn sim_skip_wake_tables(&mut self) {
-        self.skip_wake_tables = true;
     }
 
     /// Number of CPUs.

@@ -40,12 +40,7 @@ impl Scheduler {
             t.acct.runs.fetch_add(1, Ordering::Relaxed);
             let w = t.acct.woken_at.swap(0, Ordering::Relaxed);
             if w != 0 {
-                let mut g = lock(&t.acct.wake_to_run);
-                // a write either way, for the sync layer's report
-                let h = &mut *g;
-                if !self.skip_wake_tables {
-                    h.record(now.saturating_sub(w));
-                }
+                lock(&t.acct.wake_to_run).record(now.saturating_sub(w));
             }
             pc.hot.curr.store(id, Ordering::Release);
             pc.hot.switch_seq.fetch_add(1, Ordering::Relaxed);

@@ -369,8 +369,7 @@ pub fn run_with_progress(
         ..SchedConfig::default()
     };
     let kicks = Arc::new(Kicks::default());
-    let mut s = Scheduler::new(topo.clone(), cfg.mitigations, sc, kicks.clone())?;
-    s.sim_skip_wake_tables();
+    let s = Scheduler::new(topo.clone(), cfg.mitigations, sc, kicks.clone())?;
     let mut sim = Sim {
         coh: Coherence::new(&topo, cfg.cost),
         cpus: vec![Cpu::default(); s.num_cpus()],
