@@ -1,6 +1,12 @@
 //! The simulator's tests: workloads, determinism, invariants.
 
-use super::*;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use topology::HostTopology;
+
+use super::{run, CostTable, SimConfig, SimWorkload};
+use crate::Mitigations;
 
 fn cfg(w: SimWorkload, seed: u64, mit: Mitigations) -> SimConfig {
     SimConfig {

@@ -1,0 +1,160 @@
+//! What a run reports ([`SimReport`], with its per-structure [`C2cRow`]
+//! and per-lock [`LockRow`] views), and how the simulator's state becomes
+//! one.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use topology::HostTopology;
+
+use super::state::Sim;
+use super::workload::SimWorkload;
+
+/// One structure's coherence traffic.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct C2cRow {
+    /// Structure and field.
+    pub name: String,
+    /// Transfers from another CPU's cache.
+    pub transfers: u64,
+    /// Virtual ns they cost, queueing included.
+    pub cost_ns: u64,
+}
+
+/// One lock class's contention.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LockRow {
+    /// The lock class.
+    pub name: String,
+    /// Acquisitions.
+    pub acquisitions: u64,
+    /// Acquisitions that found it held.
+    pub contended: u64,
+    /// Virtual ns spent waiting.
+    pub wait_ns: u64,
+}
+
+/// The result of one simulation.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SimReport {
+    /// Workload name.
+    pub workload: String,
+    /// CPUs simulated.
+    pub cpus: usize,
+    /// Fixes.
+    pub mitigations: String,
+    /// Seed.
+    pub seed: u64,
+    /// Virtual ns simulated (less than asked if stopped).
+    pub simulated_ns: u64,
+    /// The workload's metric.
+    pub metric: f64,
+    /// Its name.
+    pub metric_name: String,
+    /// Share of simulated CPU time inside the scheduler.
+    pub sched_share: f64,
+    /// Core calls made.
+    pub calls: u64,
+    /// Mean virtual ns per core call.
+    pub sched_ns_per_call: f64,
+    /// Worst timer -> running latency (cyclic), ns.
+    pub max_latency_ns: u64,
+    /// Invariant violations found.
+    pub violations: Vec<String>,
+    /// Per structure, hottest first.
+    pub c2c: Vec<C2cRow>,
+    /// Per lock class, most waited first.
+    pub lockstat: Vec<LockRow>,
+    /// Stopped early (Ctrl-C).
+    pub partial: bool,
+    /// The scheduler's counters over the whole run (placement, balancing,
+    /// wake paths), as `vmm bench` reports them.
+    #[serde(default)]
+    pub counters: crate::SchedCounters,
+    /// messaging, pingpong: wakes that found their task already awake.
+    /// The workloads wake only a task that waits (a pipe's reader or
+    /// writer, a pair's partner), so this stays 0; anything else is a
+    /// flaw of the model (an earlier token-ring messaging model merged
+    /// messages this way).
+    #[serde(default)]
+    pub absorbed_wakes: u64,
+}
+
+impl Sim<'_> {
+    pub(super) fn report(
+        &mut self,
+        topo: &HostTopology,
+        simulated: u64,
+        partial: bool,
+    ) -> SimReport {
+        let w = self.cfg.workload;
+        let secs = simulated as f64 / 1e9;
+        let metric = match w {
+            SimWorkload::Cyclic => {
+                if self.lat_n == 0 {
+                    f64::NAN
+                } else {
+                    self.lat_sum as f64 / self.lat_n as f64
+                }
+            }
+            SimWorkload::Pingpong => self.done as f64 / 2.0 / secs,
+            // messages read, frames, requests answered
+            _ => self.done as f64 / secs,
+        };
+        let name = |l: u64| self.region_name(l);
+        let mut c2c: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        for (l, st) in self.coh.line_stats() {
+            let e = c2c.entry(name(l)).or_default();
+            e.0 += st.transfers;
+            e.1 += st.cost_ns;
+        }
+        let mut c2c: Vec<C2cRow> = c2c
+            .into_iter()
+            .map(|(n, (tr, c))| C2cRow {
+                name: n.to_string(),
+                transfers: tr,
+                cost_ns: c,
+            })
+            .collect();
+        c2c.sort_by(|a, b| b.cost_ns.cmp(&a.cost_ns).then(a.name.cmp(&b.name)));
+        let mut locks: BTreeMap<&str, (u64, u64, u64)> = BTreeMap::new();
+        for (l, st) in self.coh.lock_stats() {
+            let e = locks.entry(name(l)).or_default();
+            e.0 += st.acquisitions;
+            e.1 += st.contended;
+            e.2 += st.wait_ns;
+        }
+        let mut lockstat: Vec<LockRow> = locks
+            .into_iter()
+            .map(|(n, (a, c, w))| LockRow {
+                name: n.to_string(),
+                acquisitions: a,
+                contended: c,
+                wait_ns: w,
+            })
+            .collect();
+        lockstat.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.name.cmp(&b.name)));
+        let mut violations = self.checker.violations.clone();
+        violations.extend(self.s.anomalies());
+        violations.extend(self.pipe_violations());
+        SimReport {
+            workload: w.name().to_string(),
+            cpus: topo.num_cpus(),
+            mitigations: self.cfg.mitigations.to_string(),
+            seed: self.cfg.seed,
+            simulated_ns: simulated,
+            metric,
+            metric_name: w.metric().0.to_string(),
+            sched_share: self.sched_ns as f64 / (self.cpus.len() as f64 * simulated as f64),
+            calls: self.calls,
+            sched_ns_per_call: self.sched_ns as f64 / self.calls.max(1) as f64,
+            max_latency_ns: self.lat_max,
+            violations,
+            c2c,
+            lockstat,
+            partial,
+            counters: self.s.counters(),
+            absorbed_wakes: self.absorbed,
+        }
+    }
+}
