@@ -41,11 +41,13 @@ use cli_common::exit::{one_line, status_with, Fault, InputError};
 #[derive(Debug, Parser)]
 #[command(name = "vmm-sim", bin_name = "vmm sim", long_about = None)]
 struct Cli {
-    /// More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides.
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
-    verbose: u8,
     #[command(flatten)]
     sim: args::SimArgs,
+    /// More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides.
+    // shown where `vmm sim --help` showed vmm's global flag: beside the
+    // first option, in name order
+    #[arg(short, long, action = clap::ArgAction::Count, display_order = 0)]
+    verbose: u8,
 }
 
 /// Whose fault an error of the simulator's is (see `cli_common::exit`).
