@@ -1,9 +1,12 @@
 //! Checks of the comparison JSON that every `--compare` writes (one shape
 //! for `vmm sched-bench`, `vmm bench` and the simulator): rows present,
 //! numbers finite and consistent, the baseline at 100%, the A/A row second,
-//! and each verdict agreeing with the noise band.
+//! each verdict agreeing with the noise band, and each row's paired
+//! interval the one its per-repetition values give.
 
 use serde_json::Value;
+use vcpu_sched::comparison::paired::paired;
+use vcpu_sched::comparison::per_repetition_ratios;
 
 fn num(row: &Value, key: &str) -> f64 {
     let x = row[key]
@@ -28,13 +31,19 @@ pub fn check_comparison(v: &Value, labels: &[&str], reps: usize) -> Vec<Value> {
     let (lo, hi) = (band[0].as_f64().unwrap(), band[1].as_f64().unwrap());
     assert!(lo <= 100.0 && 100.0 <= hi, "the band holds 100%: {lo}-{hi}");
     let eps = 1e-6;
-    for (i, row) in rows.iter().enumerate() {
-        let values: Vec<f64> = row["values"]
+    let higher = v["higher_is_better"].as_bool().expect("higher_is_better");
+    let values_of = |row: &Value| -> Vec<f64> {
+        row["values"]
             .as_array()
             .expect("values")
             .iter()
             .map(|x| x.as_f64().expect("a number"))
-            .collect();
+            .collect()
+    };
+    let base = values_of(&rows[0]);
+    for (i, row) in rows.iter().enumerate() {
+        let values = values_of(row);
+        check_paired(row, i, &per_repetition_ratios(&values, &base, higher));
         assert_eq!(values.len(), reps, "{row}");
         assert!(values.iter().all(|x| x.is_finite() && *x >= 0.0), "{row}");
         let mean = num(row, "mean");
@@ -90,4 +99,89 @@ pub fn check_comparison(v: &Value, labels: &[&str], reps: usize) -> Vec<Value> {
         }
     }
     rows
+}
+
+/// The row's paired reading is what its per-repetition `ratios` give, and
+/// its verdict is the interval's side of 100%; the baseline (row 0) has
+/// none.
+fn check_paired(row: &Value, i: usize, ratios: &[f64]) {
+    let p = &row["paired"];
+    if i == 0 {
+        assert!(p.is_null(), "the baseline has no paired reading: {row}");
+        return;
+    }
+    let want = paired(ratios);
+    assert_eq!(p["pairs"].as_u64(), Some(want.pairs as u64), "{row}");
+    let verdict = p["verdict"].as_str().expect("paired verdict");
+    if want.pairs < vcpu_sched::comparison::paired::MIN_PAIRS {
+        assert_eq!(verdict, "too_few_pairs", "{row}");
+        return;
+    }
+    let ci = p["ci95_pct"].as_array().expect("ci95_pct");
+    let (lo, hi) = (ci[0].as_f64().unwrap(), ci[1].as_f64().unwrap());
+    let ratio = num(p, "ratio_pct");
+    assert!((ratio - want.ratio_pct).abs() < 1e-9, "{row}");
+    assert!(
+        (lo - want.ci95_pct.0).abs() < 1e-9 && (hi - want.ci95_pct.1).abs() < 1e-9,
+        "{row}"
+    );
+    assert!(lo <= ratio + 1e-9 && ratio <= hi + 1e-9, "{row}");
+    let side = if lo > 100.0 {
+        "better"
+    } else if hi < 100.0 {
+        "worse"
+    } else {
+        "cannot_tell_apart"
+    };
+    assert_eq!(verdict, side, "{row}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vcpu_sched::comparison::{Comparison, ComparisonHeader, RowKind};
+
+    fn sample() -> Value {
+        let header = ComparisonHeader {
+            workload: "w".into(),
+            topology: "t".into(),
+            cpus: 2,
+            host_cpus: 2,
+            metric: "m".into(),
+            unit: "u".into(),
+            higher_is_better: true,
+            duration_s: 1.0,
+        };
+        let cells = [
+            ("none".to_string(), RowKind::Baseline),
+            ("none (A/A)".to_string(), RowKind::AA),
+            ("all".to_string(), RowKind::Variant),
+        ];
+        let values = [
+            vec![2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0],
+            vec![2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0],
+            vec![3.0, 5.0, 5.0, 5.0, 6.0, 6.0, 8.0, 10.0],
+        ];
+        let c = Comparison::assemble(header, &cells, &values, &[]).unwrap();
+        serde_json::to_value(&c).unwrap()
+    }
+
+    #[test]
+    fn a_wrong_paired_reading_is_caught() {
+        let v = sample();
+        let rows = check_comparison(&v, &["none", "none (A/A)", "all"], 8);
+        assert_eq!(rows[2]["paired"]["verdict"], "better");
+        let broken = |f: &dyn Fn(&mut Value)| {
+            let mut w = sample();
+            f(&mut w);
+            std::panic::catch_unwind(|| check_comparison(&w, &["none", "none (A/A)", "all"], 8))
+                .is_err()
+        };
+        assert!(broken(
+            &|w| w["rows"][2]["paired"]["verdict"] = "cannot_tell_apart".into()
+        ));
+        assert!(broken(
+            &|w| w["rows"][2]["paired"]["ci95_pct"][0] = 99.0.into()
+        ));
+    }
 }

@@ -23,6 +23,15 @@
 //! better (mean over baseline for throughputs, baseline over mean for
 //! latencies), and each repetition is divided by the baseline run of the
 //! same repetition, so slow drift of the host cancels.
+//!
+//! Beside the band rule, each row carries its paired reading ([`paired`]):
+//! the geometric mean of those per-repetition ratios with a 95% bootstrap
+//! interval, better or worse only when the interval excludes 100%. The
+//! band rule lets one outlier (in the row or in the A/A row) turn any
+//! effect into a tie; the interval asks whether the pairs sit on one side.
+//! [`Comparison::render_paired_table`] prints both.
+
+pub mod paired;
 
 use std::fmt::Write as _;
 
@@ -30,6 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, SchedError};
 use crate::mitigations::Mitigations;
+use paired::Paired;
 
 /// What a row of a comparison is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -157,6 +167,11 @@ pub struct VariantRow {
     pub verdict: Verdict,
     /// `verdict == WithinNoise`, spelled out for readers of the JSON.
     pub within_noise: bool,
+    /// The per-repetition ratios' geometric mean with its 95% bootstrap
+    /// interval and what the interval says (absent in JSON written before
+    /// it existed; `None` for the baseline row).
+    #[serde(default)]
+    pub paired: Option<Paired>,
     /// Mean time per `schedule` call (ns), averaged over repetitions (NaN
     /// where the row has no scheduler).
     pub sched_ns_per_call: f64,
@@ -250,6 +265,17 @@ fn verdict(kind: RowKind, lo: f64, hi: f64, band: (f64, f64)) -> Verdict {
     }
 }
 
+/// Each repetition of `vals` relative to the baseline run of the same
+/// repetition, in percent, oriented as [`relative`]; repetitions without a
+/// ratio are left out.
+pub fn per_repetition_ratios(vals: &[f64], base: &[f64], higher_is_better: bool) -> Vec<f64> {
+    vals.iter()
+        .zip(base)
+        .map(|(&x, &b)| relative(x, b, higher_is_better))
+        .filter(|r| !r.is_nan())
+        .collect()
+}
+
 /// The rows from a cell-major table of metric values
 /// (`values[cell][repetition]`; cell 0 is the baseline) and each cell's mean
 /// time per `schedule` call.
@@ -262,15 +288,14 @@ pub fn rows(
     let empty = Vec::new();
     let base = values.first().unwrap_or(&empty);
     let base_mean = mean(base);
+    let per_rep: Vec<Vec<f64>> = values
+        .iter()
+        .map(|vals| per_repetition_ratios(vals, base, higher_is_better))
+        .collect();
     let ranges: Vec<(f64, f64, f64)> = values
         .iter()
-        .map(|vals| {
-            let per_rep: Vec<f64> = vals
-                .iter()
-                .zip(base)
-                .map(|(&x, &b)| relative(x, b, higher_is_better))
-                .filter(|r| !r.is_nan())
-                .collect();
+        .zip(&per_rep)
+        .map(|(vals, per_rep)| {
             let lo = per_rep.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = per_rep.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             (relative(mean(vals), base_mean, higher_is_better), lo, hi)
@@ -288,6 +313,7 @@ pub fn rows(
         .enumerate()
         .map(|(i, (((label, kind), vals), &(rel, lo, hi)))| {
             let verdict = verdict(*kind, lo, hi, band);
+            let paired = (*kind != RowKind::Baseline).then(|| paired::paired(&per_rep[i]));
             VariantRow {
                 mitigations: label.clone(),
                 kind: *kind,
@@ -299,6 +325,7 @@ pub fn rows(
                 relative_max_pct: hi,
                 verdict,
                 within_noise: verdict == Verdict::WithinNoise,
+                paired,
                 sched_ns_per_call: sched_ns_per_call.get(i).copied().unwrap_or(f64::NAN),
             }
         })
@@ -343,11 +370,24 @@ impl Comparison {
         })
     }
 
-    /// The seeds' table: one row per cell with its mean metric, its
+    /// The band-rule table: one row per cell with its mean metric, its
     /// standard deviation, its relative performance (baseline 100%, above
     /// 100% better), the min-max of the per-repetition ratios and the
-    /// verdict against the noise band; then the band itself.
+    /// verdict against the noise band; then the band itself. The
+    /// simulator prints this layout (its committed outputs under
+    /// `docs/data/sim/` are reruns of it, byte for byte).
     pub fn render_table(&self) -> String {
+        self.render(false)
+    }
+
+    /// [`Comparison::render_table`] with two more columns: each row's
+    /// paired ratio with its 95% bootstrap interval, and what the interval
+    /// says. What `vmm sched-bench` and `vmm bench` print.
+    pub fn render_paired_table(&self) -> String {
+        self.render(true)
+    }
+
+    fn render(&self, with_paired: bool) -> String {
         let mut s = String::new();
         let h = &self.header;
         let emulated = if h.host_cpus < h.cpus {
@@ -366,20 +406,27 @@ impl Comparison {
             h.workload, h.topology, h.cpus, self.repetitions, h.duration_s,
             h.metric, h.unit,
         );
-        let _ = writeln!(
-            s,
-            "{:<28} {:>14} {:>10} {:>9} {:>17} {:>10}  effect",
+        let head = format!(
+            "{:<28} {:>14} {:>10} {:>9} {:>17} {:>10}  ",
             "mitigations", "mean", "stddev", "relative", "min-max", "ns/sched"
         );
+        if with_paired {
+            let _ = writeln!(
+                s,
+                "{head}{:<12}  {:>22}  paired",
+                "effect", "paired [95% CI]"
+            );
+        } else {
+            let _ = writeln!(s, "{head}effect");
+        }
         for r in &self.rows {
             let per_call = if r.sched_ns_per_call.is_finite() {
                 format!("{:.0}", r.sched_ns_per_call)
             } else {
                 "-".into()
             };
-            let _ = writeln!(
-                s,
-                "{:<28} {:>14.3} {:>10.3} {:>8.1}% {:>7.1}%-{:>6.1}% {:>10}  {}",
+            let line = format!(
+                "{:<28} {:>14.3} {:>10.3} {:>8.1}% {:>7.1}%-{:>6.1}% {:>10}  ",
                 r.mitigations,
                 r.mean,
                 r.stddev,
@@ -387,14 +434,30 @@ impl Comparison {
                 r.relative_min_pct,
                 r.relative_max_pct,
                 per_call,
-                r.verdict.label()
             );
+            if with_paired {
+                let (ratio, word) = match &r.paired {
+                    Some(p) => (p.render(), p.verdict.label()),
+                    None => ("-".into(), "-"),
+                };
+                let _ = writeln!(s, "{line}{:<12}  {ratio:>22}  {word}", r.verdict.label());
+            } else {
+                let _ = writeln!(s, "{line}{}", r.verdict.label());
+            }
         }
         let _ = writeln!(
             s,
             "noise band (A/A, with 100%): {:.1}%-{:.1}%; an effect whose min-max overlaps it is within noise",
             self.noise_band_pct.0, self.noise_band_pct.1
         );
+        if with_paired {
+            let _ = writeln!(
+                s,
+                "paired: geometric mean of the per-repetition ratios, 95% bootstrap interval \
+                 ({} resamples, fixed seed); better or worse only when the interval excludes 100%",
+                paired::RESAMPLES
+            );
+        }
         s
     }
 }
@@ -521,6 +584,59 @@ mod tests {
         assert_eq!(c.rows[2].verdict, Verdict::WithinNoise);
         assert_eq!(c.rows[3].verdict, Verdict::Worse);
         assert_eq!(c.rows[4].verdict, Verdict::Better);
+    }
+
+    #[test]
+    fn a_row_that_wins_every_pair_is_within_noise_by_the_band_but_not_paired() {
+        use paired::PairedVerdict;
+        let k = kinds(&[
+            ("all", RowKind::Baseline),
+            ("all (A/A)", RowKind::AA),
+            ("host 1:1", RowKind::Peer),
+        ]);
+        // s per 100k messages, lower is better: the A/A row strays to 97%
+        // and 101.2% (band 97-101.2%); the host is faster in every
+        // repetition (101-105%), but its 101% repetition overlaps the band
+        let base = [1.00, 1.20, 1.10, 1.30, 1.00];
+        let aa = [1.00 / 0.97, 1.20 / 1.012, 1.10, 1.30, 1.00];
+        let ratios = [103.0, 101.0, 104.0, 105.0, 103.5];
+        let host: Vec<f64> = base
+            .iter()
+            .zip(ratios)
+            .map(|(b, r)| b * 100.0 / r)
+            .collect();
+        let c = Comparison::assemble(header(false), &k, &[base.to_vec(), aa.to_vec(), host], &[])
+            .unwrap();
+        assert!(
+            (c.noise_band_pct.0 - 97.0).abs() < 1e-9,
+            "{:?}",
+            c.noise_band_pct
+        );
+        let h = &c.rows[2];
+        assert_eq!(h.verdict, Verdict::WithinNoise);
+        let p = h.paired.expect("a paired reading");
+        assert_eq!(p.pairs, 5);
+        let gm = ratios.iter().map(|r| r.ln()).sum::<f64>() / 5.0;
+        assert!((p.ratio_pct - gm.exp()).abs() < 1e-9, "{p:?}");
+        assert!(p.ci95_pct.0 > 100.0, "{p:?}");
+        assert_eq!(p.verdict, PairedVerdict::Better);
+        // the baseline has no paired reading; the A/A row has one
+        assert!(c.rows[0].paired.is_none());
+        assert!(c.rows[1].paired.is_some());
+        // the band-only table is unchanged; the paired one adds the column
+        let band = c.render_table();
+        assert!(!band.contains("paired"), "{band}");
+        let t = c.render_paired_table();
+        let line = t.lines().find(|l| l.starts_with("host 1:1")).unwrap();
+        assert!(
+            line.contains("within noise") && line.ends_with(" better"),
+            "{t}"
+        );
+        assert!(line.contains(&p.render()), "{t}");
+        assert!(t.contains("paired: geometric mean"), "{t}");
+        let json = serde_json::to_value(&c).unwrap();
+        assert_eq!(json["rows"][2]["paired"]["verdict"], "better");
+        assert!(json["rows"][0]["paired"].is_null());
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //!
 //! ```text
 //! results_md META DATA_DIR IN.md OUT.md [IN.md OUT.md ...]
+//! results_md --targets IN.md OUT.md
+//! results_md --compact FILE.json...
 //! ```
 //!
 //! META is `key=value` lines: `date`, `commit`, `dirty`, `cpu`, `nproc`,
@@ -13,6 +15,18 @@
 //! `NAME` = `machine` by the date, commit and machine of the run, any other
 //! by the command, a link to its raw JSON (`data/NAME.json`, relative to
 //! the doc) and the table. Everything outside the markers is kept.
+//!
+//! Each table has two verdicts: the band rule (a row whose per-repetition
+//! min-max overlaps the A/A row's is within noise) and the paired one,
+//! computed here from the raw per-repetition values (so JSON written before
+//! it existed gets it too): the geometric mean of each repetition's ratio to
+//! the baseline run of the same repetition, with a 95% bootstrap interval
+//! (`vcpu_sched::comparison::paired`); better or worse only when the
+//! interval excludes 100%.
+//!
+//! `--targets` fills `<!-- targets:begin DIR -->` ... `<!-- targets:end -->`
+//! with the Targets table from the `scripts/targets.sh` runs in `DIR`
+//! (relative to the doc): see `targets.rs`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -20,14 +34,30 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::Value;
+use vcpu_sched::comparison::paired::{paired, Paired};
+use vcpu_sched::comparison::per_repetition_ratios;
 
-const BEGIN: &str = "<!-- results:begin ";
-const END: &str = "<!-- results:end -->";
+// beside this file, not in src/bin/ (where it would be a binary of its own)
+#[path = "results_md/targets.rs"]
+mod targets;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--compact") {
         return match args[1..].iter().try_for_each(|f| compact(Path::new(f))) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if args.first().map(String::as_str) == Some("--targets") {
+        if args.len() != 3 {
+            eprintln!("usage: results_md --targets IN.md OUT.md");
+            return ExitCode::from(2);
+        }
+        return match targets::fill_doc(Path::new(&args[1]), Path::new(&args[2])) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -84,7 +114,7 @@ fn run(args: &[String]) -> Result<(), String> {
     for pair in args[2..].chunks(2) {
         let text =
             std::fs::read_to_string(&pair[0]).map_err(|e| format!("reading {}: {e}", pair[0]))?;
-        let out = fill(&text, &|name| section(name, &meta, data))
+        let out = fill(&text, "results", &|name| section(name, &meta, data))
             .map_err(|e| format!("{}: {e}", pair[0]))?;
         std::fs::write(&pair[1], out).map_err(|e| format!("writing {}: {e}", pair[1]))?;
     }
@@ -98,30 +128,37 @@ fn parse_meta(text: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Replaces every marked section of `text` by `gen(NAME)`.
-fn fill(text: &str, gen: &dyn Fn(&str) -> Result<String, String>) -> Result<String, String> {
+/// Replaces every section of `text` marked `<!-- TAG:begin NAME -->` ...
+/// `<!-- TAG:end -->` by `gen(NAME)`.
+fn fill(
+    text: &str,
+    tag: &str,
+    gen: &dyn Fn(&str) -> Result<String, String>,
+) -> Result<String, String> {
+    let begin = format!("<!-- {tag}:begin ");
+    let end = format!("<!-- {tag}:end -->");
     let mut out = String::new();
     let mut rest = text;
-    while let Some(b) = rest.find(BEGIN) {
-        let after = &rest[b + BEGIN.len()..];
+    while let Some(b) = rest.find(&begin) {
+        let after = &rest[b + begin.len()..];
         let close = after
             .find("-->")
-            .ok_or("unterminated results:begin marker")?;
+            .ok_or_else(|| format!("unterminated {tag}:begin marker"))?;
         let name = after[..close].trim();
-        let body_start = b + BEGIN.len() + close + 3;
+        let body_start = b + begin.len() + close + 3;
         let e = rest[body_start..]
-            .find(END)
-            .ok_or_else(|| format!("no {END} after results:begin {name}"))?;
-        if rest[body_start..body_start + e].contains(BEGIN) {
+            .find(&end)
+            .ok_or_else(|| format!("no {end} after {tag}:begin {name}"))?;
+        if rest[body_start..body_start + e].contains(&begin) {
             return Err(format!(
-                "results:begin {name} has no {END} before the next begin"
+                "{tag}:begin {name} has no {end} before the next begin"
             ));
         }
         out.push_str(&rest[..body_start]);
         out.push('\n');
         out.push_str(&gen(name)?);
-        out.push_str(END);
-        rest = &rest[body_start + e + END.len()..];
+        out.push_str(&end);
+        rest = &rest[body_start + e + end.len()..];
     }
     out.push_str(rest);
     Ok(out)
@@ -223,6 +260,30 @@ fn metric_note(metric: &str) -> &'static str {
     }
 }
 
+/// How the paired columns are read, after each table.
+const PAIRED_NOTE: &str = "Paired: the geometric mean of each repetition's ratio to the \
+    baseline run of the same repetition, with a 95% bootstrap interval (10,000 resamples, \
+    fixed seed); better or worse only when the interval excludes 100% (with 3 repetitions, \
+    only when all 3 agree).";
+
+/// A row's per-repetition values.
+fn values(row: &Value) -> Result<Vec<f64>, String> {
+    row.get("values")
+        .and_then(Value::as_array)
+        .ok_or("a row has no values")?
+        .iter()
+        .map(|x| {
+            x.as_f64()
+                .ok_or_else(|| "a value is not a number".to_string())
+        })
+        .collect()
+}
+
+/// The paired reading of `vals` against the baseline's `base`.
+fn paired_of(vals: &[f64], base: &[f64], higher_is_better: bool) -> Paired {
+    paired(&per_repetition_ratios(vals, base, higher_is_better))
+}
+
 fn table(name: &str, cmd: &str, v: &Value) -> Result<String, String> {
     let workload = text(v, "workload")?;
     let topology = text(v, "topology")?;
@@ -262,10 +323,11 @@ fn table(name: &str, cmd: &str, v: &Value) -> Result<String, String> {
     );
     let _ = writeln!(
         s,
-        "| mitigations | mean | stddev | relative | min-max | verdict | ns/schedule |"
+        "| mitigations | mean | stddev | relative | min-max | band rule | paired [95% CI] | paired | ns/schedule |"
     );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---|---:|");
-    for r in rows {
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---|---:|---|---:|");
+    let base = values(&rows[0])?;
+    for (i, r) in rows.iter().enumerate() {
         let label = text(r, "mitigations")?;
         let verdict = match text(r, "verdict")? {
             "noise_floor" => "A/A (noise floor)",
@@ -274,9 +336,15 @@ fn table(name: &str, cmd: &str, v: &Value) -> Result<String, String> {
             other => other,
         };
         let per_call = num(r, "sched_ns_per_call")?;
+        let (ratio, word) = if i == 0 {
+            ("-".to_string(), "-")
+        } else {
+            let p = paired_of(&values(r)?, &base, higher);
+            (p.render(), p.verdict.label())
+        };
         let _ = writeln!(
             s,
-            "| {label} | {} | {} | {:.1}% | {:.1}-{:.1}% | {verdict} | {} |",
+            "| {label} | {} | {} | {:.1}% | {:.1}-{:.1}% | {verdict} | {ratio} | {word} | {} |",
             fmt(num(r, "mean")?),
             fmt(num(r, "stddev")?),
             num(r, "relative_pct")?,
@@ -292,7 +360,7 @@ fn table(name: &str, cmd: &str, v: &Value) -> Result<String, String> {
     let _ = writeln!(
         s,
         "\nNoise band (the A/A row's per-repetition range, with 100%): {lo:.1}-{hi:.1}%; \
-         a row whose min-max overlaps it is within noise.\n"
+         a row whose min-max overlaps it is within noise. {PAIRED_NOTE}\n"
     );
     Ok(s)
 }
@@ -316,12 +384,17 @@ mod tests {
     #[test]
     fn fills_only_between_markers() {
         let doc = "intro\n<!-- results:begin a -->\nold\n<!-- results:end -->\nprose\n<!-- results:begin b -->\n<!-- results:end -->\nend\n";
-        let out = fill(doc, &|n| Ok(format!("new {n}\n"))).unwrap();
+        let out = fill(doc, "results", &|n| Ok(format!("new {n}\n"))).unwrap();
         assert_eq!(
             out,
             "intro\n<!-- results:begin a -->\nnew a\n<!-- results:end -->\nprose\n<!-- results:begin b -->\nnew b\n<!-- results:end -->\nend\n"
         );
-        assert!(fill("<!-- results:begin a -->\nx", &|_| Ok(String::new())).is_err());
+        assert!(fill("<!-- results:begin a -->\nx", "results", &|_| Ok(
+            String::new()
+        ))
+        .is_err());
+        // another tag's markers are left alone
+        assert_eq!(fill(doc, "targets", &|_| Ok(String::new())).unwrap(), doc);
     }
 
     #[test]
@@ -332,7 +405,7 @@ mod tests {
                "rows":[{"mitigations":"none","kind":"baseline","values":[1,2,3],"mean":25000.4,"stddev":600.2,
                  "relative_pct":100.0,"relative_min_pct":100.0,"relative_max_pct":100.0,"verdict":"baseline",
                  "within_noise":false,"sched_ns_per_call":972.3},
-                {"mitigations":"host 1:1","kind":"peer","values":[1,2,3],"mean":31341,"stddev":3637,
+                {"mitigations":"host 1:1","kind":"peer","values":[1.1,2.4,3.6],"mean":31341,"stddev":3637,
                  "relative_pct":125.2,"relative_min_pct":110.0,"relative_max_pct":130.0,"verdict":"better",
                  "within_noise":false,"sched_ns_per_call":null}]}"#,
         )
@@ -340,11 +413,14 @@ mod tests {
         let t = table("x", "vmm sched-bench runq", &v).unwrap();
         assert!(t.contains("```sh\nvmm sched-bench runq\n```"), "{t}");
         assert!(
-            t.contains("| none | 25000 | 600.2 | 100.0% | 100.0-100.0% | baseline | 972 |"),
+            t.contains("| none | 25000 | 600.2 | 100.0% | 100.0-100.0% | baseline | - | - | 972 |"),
             "{t}"
         );
+        // paired, by hand: ratios 110, 120, 120; geometric mean
+        // (110 * 120 * 120)^(1/3) = 116.57; a resample of three 110s has
+        // chance 1/27 > 2.5%, of three 120s 8/27: the interval is 110-120
         assert!(
-            t.contains("| host 1:1 | 31341 | 3637 | 125.2% | 110.0-130.0% | better | - |"),
+            t.contains("| host 1:1 | 31341 | 3637 | 125.2% | 110.0-130.0% | better | 116.6% [110.0-120.0] | better | - |"),
             "{t}"
         );
         assert!(t.contains("95.0-104.0%"), "{t}");

@@ -364,7 +364,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 },
                 c.executor
             );
-            outln!("{}", c.table.render_table());
+            outln!("{}", c.table.render_paired_table());
             serde_json::to_string_pretty(&c).context("serialising the comparison")?
         }
         None => {

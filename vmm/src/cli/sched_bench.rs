@@ -165,7 +165,7 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
                 },
             )?;
             bar.finish_and_clear();
-            outln!("{}", c.render_table());
+            outln!("{}", c.table.render_paired_table());
             c.to_json()
         }
         None => {
