@@ -1,7 +1,8 @@
 //! The workload runner and the A/B comparison of mitigation sets.
 //!
 //! * [`run_workload`] runs one workload on one topology with one
-//!   [`Mitigations`] value on the threads executor and returns a
+//!   [`Mitigations`] value on the executor it names (by default the
+//!   threads executor; `host` runs it on plain host threads) and returns a
 //!   serialisable [`RunReport`].
 //! * [`compare`] runs several mitigation sets (by default the seeds'
 //!   set: baseline, each fix alone, all), interleaved, for several
@@ -25,7 +26,7 @@ pub use crate::comparison::{
 };
 use crate::config::SchedConfig;
 use crate::error::{Result, SchedError};
-use crate::exec::{CheckConfig, CpuMapping, ExecConfig, FlagKick, ThreadsExecutor};
+use crate::exec::{CheckConfig, CpuMapping, ExecConfig, Executor, ExecutorKind};
 use crate::mitigations::Mitigations;
 use crate::stats::{Histogram, SchedCounters, TaskStats};
 use crate::workload::{self, Metric, WorkloadKind, WorkloadParams};
@@ -49,6 +50,14 @@ pub struct RunOptions {
     pub check: bool,
     /// Scheduler tunables.
     pub sched: SchedConfig,
+    /// The executor that runs the tasks (runs recorded before there was a
+    /// choice ran on `threads`).
+    #[serde(default = "threads_executor")]
+    pub executor: ExecutorKind,
+}
+
+fn threads_executor() -> ExecutorKind {
+    ExecutorKind::Threads
 }
 
 impl RunOptions {
@@ -63,6 +72,7 @@ impl RunOptions {
             warmup: None,
             check: false,
             sched: SchedConfig::default(),
+            executor: ExecutorKind::Threads,
         }
     }
 }
@@ -122,6 +132,9 @@ pub struct RunReport {
     pub workload: String,
     /// Topology SPEC.
     pub topology: String,
+    /// The executor that ran it.
+    #[serde(default = "threads_executor")]
+    pub executor: ExecutorKind,
     /// Logical CPUs.
     pub cpus: usize,
     /// Host CPUs they ran on.
@@ -156,6 +169,44 @@ pub struct RunReport {
     pub violations: Vec<String>,
 }
 
+/// Runs the warm-up and the measured window of a started workload,
+/// poking it now and then; returns the scheduler counters of the window
+/// (zero for the host executor).
+fn drive(
+    opts: &RunOptions,
+    ex: &Executor,
+    w: &dyn workload::Running,
+    progress: &mut dyn FnMut(f64),
+) -> SchedCounters {
+    let counters = || ex.scheduler().map(|s| s.counters()).unwrap_or_default();
+    let sp = ex.spawner();
+    let warmup = opts
+        .warmup
+        .unwrap_or_else(|| (opts.duration / 5).min(Duration::from_secs(1)));
+    let total = warmup + opts.duration;
+    let t0 = Instant::now();
+    let mut c0 = None;
+    let mut last_poke = Instant::now();
+    loop {
+        let el = t0.elapsed();
+        if c0.is_none() && el >= warmup {
+            w.window().open(sp.now());
+            c0 = Some(counters());
+        }
+        if el >= total {
+            break;
+        }
+        if last_poke.elapsed() >= Duration::from_millis(20) {
+            w.poke(sp);
+            last_poke = Instant::now();
+        }
+        progress(el.as_secs_f64() / total.as_secs_f64());
+        std::thread::sleep(Duration::from_millis(10).min(total - el));
+    }
+    w.window().close(sp.now());
+    counters().since(&c0.unwrap_or_default())
+}
+
 /// Runs one workload and reports. With `check` on, a violation makes it an
 /// error ([`SchedError::Invariant`]).
 pub fn run_workload(opts: &RunOptions) -> Result<RunReport> {
@@ -180,55 +231,33 @@ pub fn run_workload_with(opts: &RunOptions, progress: &mut dyn FnMut(f64)) -> Re
         check: opts.check.then(CheckConfig::default),
         ..ExecConfig::default()
     };
-    let ex = ThreadsExecutor::new(
+    let ex = Executor::start(
+        opts.executor,
         topo.clone(),
         opts.mitigations,
         opts.sched.clone(),
-        cfg,
-        Arc::new(FlagKick),
+        &cfg,
     )?;
-    let w = match workload::start(opts.workload, &opts.params, &ex) {
+    let w = match workload::start(opts.workload, &opts.params, ex.spawner()) {
         Ok(w) => w,
         Err(e) => {
             let _ = ex.shutdown(Duration::from_secs(30));
             return Err(e);
         }
     };
-    let warmup = opts
-        .warmup
-        .unwrap_or_else(|| (opts.duration / 5).min(Duration::from_secs(1)));
-    let total = warmup + opts.duration;
-    let t0 = Instant::now();
-    let mut c0 = None;
-    let mut last_poke = Instant::now();
-    loop {
-        let el = t0.elapsed();
-        if c0.is_none() && el >= warmup {
-            w.window().open(ex.now());
-            c0 = Some(ex.scheduler().counters());
-        }
-        if el >= total {
-            break;
-        }
-        if last_poke.elapsed() >= Duration::from_millis(20) {
-            w.poke(&ex);
-            last_poke = Instant::now();
-        }
-        progress(el.as_secs_f64() / total.as_secs_f64());
-        std::thread::sleep(Duration::from_millis(10).min(total - el));
-    }
-    w.window().close(ex.now());
-    let c1 = ex.scheduler().counters();
-    let counters = c1.since(&c0.unwrap_or_default());
+    let counters = drive(opts, &ex, &*w, progress);
     let rep = ex.shutdown(Duration::from_secs(60))?;
     progress(1.0);
     let res = w.finish();
     let ts = TaskSummary::from_tasks(&rep.tasks);
     let sched_ns: u64 = rep.sched_ns_per_cpu.iter().sum();
     let sched_calls: u64 = rep.sched_calls_per_cpu.iter().sum();
+    let mut violations = rep.violations;
+    violations.extend(rep.failures.iter().map(|f| format!("task failed: {f}")));
     let report = RunReport {
         workload: opts.workload.name().to_string(),
         topology: opts.topology.clone(),
+        executor: opts.executor,
         cpus: topo.num_cpus(),
         host_cpus,
         emulated,
@@ -244,7 +273,7 @@ pub fn run_workload_with(opts: &RunOptions, progress: &mut dyn FnMut(f64)) -> Re
         sched_ns_per_cpu: rep.sched_ns_per_cpu,
         task_summary: ts,
         checks: rep.checks,
-        violations: rep.violations,
+        violations,
     };
     if opts.check && !report.violations.is_empty() {
         return Err(SchedError::Invariant {

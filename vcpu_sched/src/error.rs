@@ -87,6 +87,11 @@ pub enum SchedError {
     #[error("invalid configuration: {0}")]
     Config(String),
 
+    /// A task thread could not be set up as asked (pinned, or given an RT
+    /// policy the host refuses): the user's request, not a fault.
+    #[error("{0}")]
+    ThreadSetup(String),
+
     /// A workload or comparison was asked for with bad parameters.
     #[error("invalid workload request: {0}")]
     Workload(String),

@@ -57,10 +57,16 @@ pub fn allowed_cpus() -> io::Result<Vec<u32>> {
 /// set size (`CPU_SETSIZE`, 1024) cannot be named and are left out; a set
 /// left empty is refused by the kernel (`EINVAL`).
 pub fn set_affinity(cpus: &[u32]) -> io::Result<()> {
+    set_thread_affinity(0, cpus)
+}
+
+/// Restricts thread `tid` of this process (0: the calling thread) to
+/// `cpus`, as [`set_affinity`] does.
+pub fn set_thread_affinity(tid: u32, cpus: &[u32]) -> io::Result<()> {
     // SAFETY: an all-zero cpu_set_t is a valid (empty) set; CPU_SET only
     // writes bit `c`, checked to be below CPU_SETSIZE; sched_setaffinity
-    // reads exactly the size we pass, the set's own, and pid 0 is the
-    // calling thread.
+    // reads exactly the size we pass, the set's own, and names a thread
+    // by its id (a thread that is gone fails with ESRCH).
     let rc = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         for &c in cpus {
@@ -68,7 +74,11 @@ pub fn set_affinity(cpus: &[u32]) -> io::Result<()> {
                 libc::CPU_SET(c as usize, &mut set);
             }
         }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+        libc::sched_setaffinity(
+            tid as libc::pid_t,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &set,
+        )
     };
     if rc == 0 {
         Ok(())

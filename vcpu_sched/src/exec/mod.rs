@@ -1,12 +1,20 @@
 //! Executors: what drives the scheduler core.
 //!
-//! The core ([`crate::Scheduler`]) owns no threads. An executor holds, for
-//! each CPU, a *run slot*; whoever holds it calls
-//! [`Scheduler::schedule`](crate::Scheduler::schedule) when its task blocks,
-//! yields, exits or is kicked, and hands the slot to the task the core
-//! picks. [`threads`] is the one-OS-thread-per-task executor; a per-CPU
-//! worker that runs several vCPU file descriptors itself (M:N), or a
-//! deterministic simulator, drives the same core through the same calls.
+//! The core ([`crate::Scheduler`]) owns no threads. An executor runs task
+//! bodies ([`Body`]: `enter() -> Action`, with [`Hooks`] to preempt a
+//! body from outside) and tells the core what they do. Every executor runs
+//! every body, KVM vCPUs and synthetic workload tasks alike:
+//!
+//! | executor | threads | a switch between tasks on a CPU |
+//! |---|---|---|
+//! | [`WorkerPool`] (`workers`, M:N) | one worker per CPU | a return from one body and a call of the next |
+//! | [`ThreadsExecutor`] (`threads`) | one per task, plus an idle context per CPU | a run-slot hand-over between two threads |
+//! | [`HostExecutor`] (`host`) | one per task, scheduled by the host kernel | the host kernel's; no `vcpu_sched` |
+//! | `sim` (simulator builds) | none: one event loop in virtual time | an event |
+//!
+//! The two threaded scheduler executors share one run-slot and kick
+//! protocol ([`shared`]) and one clock thread ([`clock`]); an
+//! [`Action`] becomes executor work in one place ([`body`]).
 
 /// The `expect` message of an executor's scheduler calls with its own CPU
 /// ids: those come from the scheduler's topology, so a
@@ -14,16 +22,106 @@
 /// of the executor, not a user error.
 pub const CPU_OK: &str = "an executor's CPU ids are its scheduler's own";
 
+pub mod body;
 pub mod clock;
+pub mod config;
+pub mod host;
+pub(crate) mod shared;
 #[cfg(all(not(loom), sim))]
 pub mod sim;
 pub mod threads;
+pub mod workers;
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use topology::HostTopology;
+
+pub use body::{Action, BlockPath, Body, Cx, Hooks, Spawner, TaskEnd};
 pub use clock::{
     current_tid, run_checker, run_clock, runnable_thread, thread_cpu_ns, ClockHost, ClockPeriods,
     TimerQueue,
 };
-pub use threads::{
-    allowed_host_cpus, pin_current_thread, set_current_thread_policy, set_host_rt, CheckConfig,
-    CpuMapping, ExecConfig, ExecReport, FlagKick, KickHook, TaskCtx, ThreadsExecutor,
+pub use config::{CheckConfig, CpuMapping, ExecConfig, ExecReport, ExecutorKind};
+pub use host::{HostExecutor, HostThread};
+pub use threads::ThreadsExecutor;
+pub use workers::WorkerPool;
+
+pub use crate::os_thread::{
+    allowed_host_cpus, pin_current_thread, set_current_thread_policy, set_host_rt,
 };
+
+use crate::config::SchedConfig;
+use crate::error::Result;
+use crate::mitigations::Mitigations;
+use crate::sched::Scheduler;
+
+/// Any executor, for code that runs a workload on whichever one it is
+/// given.
+pub enum Executor {
+    /// M:N workers.
+    Workers(WorkerPool),
+    /// One thread per task with run slots.
+    Threads(ThreadsExecutor),
+    /// Plain host threads.
+    Host(HostExecutor),
+}
+
+impl Executor {
+    /// Starts an executor of `kind` for `topo` (the host executor ignores
+    /// `mit`; it has no scheduler).
+    pub fn start(
+        kind: ExecutorKind,
+        topo: Arc<HostTopology>,
+        mit: Mitigations,
+        sched: SchedConfig,
+        cfg: &ExecConfig,
+    ) -> Result<Self> {
+        Ok(match kind {
+            ExecutorKind::Workers => Executor::Workers(WorkerPool::start(topo, mit, sched, cfg)?),
+            ExecutorKind::Threads => {
+                Executor::Threads(ThreadsExecutor::new(topo, mit, sched, cfg.clone())?)
+            }
+            ExecutorKind::Host => {
+                let max = sched.max_tasks;
+                Executor::Host(HostExecutor::new(topo, cfg, max)?)
+            }
+        })
+    }
+
+    /// Which kind it is.
+    pub fn kind(&self) -> ExecutorKind {
+        match self {
+            Executor::Workers(_) => ExecutorKind::Workers,
+            Executor::Threads(_) => ExecutorKind::Threads,
+            Executor::Host(_) => ExecutorKind::Host,
+        }
+    }
+
+    /// Its scheduler (`None`: the host executor).
+    pub fn scheduler(&self) -> Option<&Arc<Scheduler>> {
+        match self {
+            Executor::Workers(w) => Some(w.scheduler()),
+            Executor::Threads(t) => Some(t.scheduler()),
+            Executor::Host(_) => None,
+        }
+    }
+
+    /// The executor as a task spawner.
+    pub fn spawner(&self) -> &dyn Spawner {
+        match self {
+            Executor::Workers(w) => w,
+            Executor::Threads(t) => t,
+            Executor::Host(h) => h,
+        }
+    }
+
+    /// Asks every body to end, waits (at most `timeout`) and stops.
+    pub fn shutdown(self, timeout: Duration) -> Result<ExecReport> {
+        match self {
+            Executor::Workers(w) => w.shutdown(timeout),
+            Executor::Threads(t) => t.shutdown(timeout),
+            Executor::Host(h) => h.shutdown(timeout),
+        }
+    }
+}

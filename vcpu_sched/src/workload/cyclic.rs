@@ -16,10 +16,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{
-    defs, latency_extras, work, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult,
+    defs, latency_extras, Burst, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult,
 };
 use crate::error::Result;
-use crate::exec::ThreadsExecutor;
+use crate::exec::{Action, Body, Cx, Spawner};
 use crate::stats::Histogram;
 use crate::task::{Policy, TaskSpec};
 
@@ -65,14 +65,73 @@ impl Running for Cyclic {
     }
 }
 
-pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn Running>> {
-    let n = ex.scheduler().num_cpus();
+/// One cyclic task: sleeps until its deadline, records how late it ran,
+/// works a burst, and sleeps again.
+struct Task {
+    m: Arc<Cyclic>,
+    period: u64,
+    burst_us: u64,
+    /// The next deadline (0: not started).
+    next: u64,
+    /// The first deadline's offset, so that tasks do not all wake at once.
+    phase: u64,
+    /// The burst of the current cycle (`None`: sleeping).
+    burst: Option<Burst>,
+    /// Whether the current cycle started inside the window.
+    inside: bool,
+    h: Histogram,
+    overruns: u64,
+}
+
+impl Body for Task {
+    fn enter(&mut self, cx: &Cx<'_>) -> Action {
+        if cx.stopping() {
+            self.m
+                .t
+                .publish(&[("overruns", self.overruns)], Some(&self.h));
+            return Action::Exit;
+        }
+        if self.next == 0 {
+            self.next = cx.now() + self.period + self.phase;
+        }
+        let Some(b) = self.burst.as_mut() else {
+            let now = cx.now();
+            if now < self.next {
+                // not due (the first entry, or a wake that came early):
+                // sleep the rest of the period
+                return Action::Sleep(self.next - now);
+            }
+            self.inside = self.m.w.inside(now);
+            if self.inside {
+                self.h.record(now - self.next);
+            }
+            self.burst = Some(Burst::of(self.burst_us));
+            return Action::Continue;
+        };
+        if !b.run(cx) {
+            return Action::Continue;
+        }
+        self.burst = None;
+        self.next += self.period;
+        let after = cx.now();
+        if self.next <= after {
+            if self.inside {
+                self.overruns += 1;
+            }
+            self.next = after + self.period;
+        }
+        Action::Sleep(self.next - after)
+    }
+}
+
+pub(super) fn start(p: &WorkloadParams, ex: &dyn Spawner) -> Result<Arc<dyn Running>> {
+    let n = ex.topology().num_cpus();
     let tasks = p.tasks.unwrap_or(n.max(8));
     let period = p
         .period_us
         .unwrap_or_else(|| defs::CYCLIC_PERIOD_US.max(tasks as u64 * 1000 / 16))
         * 1000;
-    let burst = p.burst_us.unwrap_or(defs::CYCLIC_BURST_US);
+    let burst_us = p.burst_us.unwrap_or(defs::CYCLIC_BURST_US);
     let prio = p.prio.unwrap_or(defs::RT_PRIO);
     let me = Arc::new(Cyclic {
         w: Window::default(),
@@ -80,36 +139,20 @@ pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn 
         tasks,
     });
     for i in 0..tasks {
-        let m = me.clone();
-        let phase = period * i as u64 / tasks as u64;
+        let body = Task {
+            m: me.clone(),
+            period,
+            burst_us,
+            next: 0,
+            phase: period * i as u64 / tasks as u64,
+            burst: None,
+            inside: false,
+            h: Histogram::new(),
+            overruns: 0,
+        };
         ex.spawn(
             &TaskSpec::new(format!("cyclic{i}")).policy(Policy::Fifo(prio)),
-            move |ctx| {
-                let mut h = Histogram::new();
-                let mut overruns = 0u64;
-                let mut next = ctx.now() + period + phase;
-                while !ctx.stopping() {
-                    ctx.sleep_until(next);
-                    let now = ctx.now();
-                    if ctx.stopping() {
-                        break;
-                    }
-                    let inside = m.w.inside(now);
-                    if inside {
-                        h.record(now.saturating_sub(next));
-                    }
-                    work(ctx, burst);
-                    next += period;
-                    let after = ctx.now();
-                    if next <= after {
-                        if inside {
-                            overruns += 1;
-                        }
-                        next = after + period;
-                    }
-                }
-                m.t.publish(&[("overruns", overruns)], Some(&h));
-            },
+            Box::new(body),
         )?;
     }
     Ok(me)

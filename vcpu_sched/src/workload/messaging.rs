@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use super::{Metric, Running, Tally, Window, WorkloadParams, WorkloadResult};
 use crate::error::Result;
-use crate::exec::{TaskCtx, ThreadsExecutor};
+use crate::exec::{Action, Body, Cx, Spawner};
 use crate::task::{GroupId, TaskId, TaskSpec};
 use crate::tasks::lock;
 
@@ -38,51 +38,98 @@ pub(crate) struct Pipe {
 }
 
 impl Pipe {
-    /// Writes one message, blocking while full; false if stopping.
-    pub(crate) fn send(&self, ctx: &TaskCtx, v: u64) -> bool {
-        loop {
-            let mut p = lock(&self.inner);
-            if p.buf.len() < PIPE {
-                p.buf.push_back(v);
-                let r = p.reader.take();
-                drop(p);
-                if let Some(r) = r {
-                    ctx.wake(r);
-                }
-                return true;
-            }
-            if ctx.stopping() {
-                return false;
-            }
-            if !p.writers.contains(&ctx.id()) {
-                p.writers.push_back(ctx.id());
-            }
+    /// Writes one message and wakes a waiting reader; false if the pipe is
+    /// full, in which case the writer is registered to be woken by the
+    /// next read (its body blocks and tries again).
+    pub(crate) fn try_send(&self, cx: &Cx<'_>, v: u64) -> bool {
+        let mut p = lock(&self.inner);
+        if p.buf.len() < PIPE {
+            p.buf.push_back(v);
+            let r = p.reader.take();
             drop(p);
-            ctx.block();
+            if let Some(r) = r {
+                cx.wake(r);
+            }
+            return true;
         }
+        if !p.writers.contains(&cx.id()) {
+            p.writers.push_back(cx.id());
+        }
+        false
     }
 
-    /// Reads one message, blocking while empty; None if stopping.
-    pub(crate) fn recv(&self, ctx: &TaskCtx) -> Option<u64> {
-        loop {
-            let mut p = lock(&self.inner);
-            if let Some(v) = p.buf.pop_front() {
-                // One freed slot wakes one writer, as Linux's pipes do
-                // since they wait exclusively (5.5): waking them all had
-                // every other writer find the pipe full again.
-                let w = p.writers.pop_front();
-                drop(p);
-                if let Some(w) = w {
-                    ctx.wake(w);
-                }
-                return Some(v);
-            }
-            if ctx.stopping() {
-                return None;
-            }
-            p.reader = Some(ctx.id());
+    /// Reads one message; `None` if the pipe is empty, in which case the
+    /// reader is registered to be woken by the next write.
+    pub(crate) fn try_recv(&self, cx: &Cx<'_>) -> Option<u64> {
+        let mut p = lock(&self.inner);
+        if let Some(v) = p.buf.pop_front() {
+            // One freed slot wakes one writer, as Linux's pipes do since
+            // they wait exclusively (5.5): waking them all had every other
+            // writer find the pipe full again.
+            let w = p.writers.pop_front();
             drop(p);
-            ctx.block();
+            if let Some(w) = w {
+                cx.wake(w);
+            }
+            return Some(v);
+        }
+        p.reader = Some(cx.id());
+        None
+    }
+}
+
+/// A receiver: reads its pipe, counting messages inside the window.
+struct Receiver {
+    m: Arc<Messaging>,
+    pipes: Arc<Vec<Pipe>>,
+    r: usize,
+    got: u64,
+}
+
+impl Body for Receiver {
+    fn enter(&mut self, cx: &Cx<'_>) -> Action {
+        loop {
+            if cx.stopping() {
+                self.m.t.publish(&[("received", self.got)], None);
+                return Action::Exit;
+            }
+            if self.pipes[self.r].try_recv(cx).is_none() {
+                return Action::Block;
+            }
+            if self.m.w.inside(cx.now()) {
+                self.got += 1;
+            }
+            // a read is a system call: its return is a preemption point
+            if cx.should_yield() {
+                return Action::Continue;
+            }
+        }
+    }
+}
+
+/// A sender: writes every receiver's pipe of its group in turn.
+struct Sender {
+    pipes: Arc<Vec<Pipe>>,
+    s: usize,
+    r: usize,
+    i: u64,
+}
+
+impl Body for Sender {
+    fn enter(&mut self, cx: &Cx<'_>) -> Action {
+        let f = self.pipes.len();
+        loop {
+            if cx.stopping() {
+                return Action::Exit;
+            }
+            if !self.pipes[(self.r + self.s) % f].try_send(cx, self.i) {
+                return Action::Block;
+            }
+            self.i += 1;
+            self.r = (self.r + 1) % f;
+            if cx.should_yield() {
+                return Action::Continue;
+            }
         }
     }
 }
@@ -120,8 +167,8 @@ impl Running for Messaging {
     }
 }
 
-pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn Running>> {
-    let n = ex.scheduler().num_cpus();
+pub(super) fn start(p: &WorkloadParams, ex: &dyn Spawner) -> Result<Arc<dyn Running>> {
+    let n = ex.topology().num_cpus();
     let groups = p.groups.unwrap_or((n / 20).max(1));
     let f = p.group_size.unwrap_or(10);
     let me = Arc::new(Messaging {
@@ -130,33 +177,25 @@ pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn 
         tasks: groups * f * 2,
     });
     for g in 0..groups {
-        let gid = ex.scheduler().create_group(&format!("msg{g}"))?;
+        let gid = ex.create_group(&format!("msg{g}"))?;
         let pipes: Arc<Vec<Pipe>> = Arc::new((0..f).map(|_| Pipe::default()).collect());
         for r in 0..f {
-            let (m, pipes) = (me.clone(), pipes.clone());
-            ex.spawn(&spec(format!("g{g}r{r}"), gid), move |ctx| {
-                let mut got = 0u64;
-                while let Some(_v) = pipes[r].recv(ctx) {
-                    if m.w.inside(ctx.now()) {
-                        got += 1;
-                    }
-                }
-                m.t.publish(&[("received", got)], None);
-            })?;
+            let body = Receiver {
+                m: me.clone(),
+                pipes: pipes.clone(),
+                r,
+                got: 0,
+            };
+            ex.spawn(&spec(format!("g{g}r{r}"), gid), Box::new(body))?;
         }
         for s in 0..f {
-            let pipes = pipes.clone();
-            ex.spawn(&spec(format!("g{g}s{s}"), gid), move |ctx| {
-                let mut i = 0u64;
-                'out: loop {
-                    for r in 0..f {
-                        if !pipes[(r + s) % f].send(ctx, i) {
-                            break 'out;
-                        }
-                        i += 1;
-                    }
-                }
-            })?;
+            let body = Sender {
+                pipes: pipes.clone(),
+                s,
+                r: 0,
+                i: 0,
+            };
+            ex.spawn(&spec(format!("g{g}s{s}"), gid), Box::new(body))?;
         }
     }
     Ok(me)

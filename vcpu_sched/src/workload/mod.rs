@@ -1,5 +1,8 @@
-//! Synthetic task programs shaped like the seeds' benchmarks, run on the
-//! [threads executor](crate::exec::ThreadsExecutor).
+//! Synthetic task programs shaped like the seeds' benchmarks, run on any
+//! executor ([`Spawner`]): each task is a [`Body`](crate::exec::Body), a
+//! small state machine that computes, blocks, sleeps and wakes its peers,
+//! so the same workload runs on the M:N workers, on one thread per task,
+//! and on plain host threads (the host kernel's scheduler as the peer).
 //!
 //! | workload    | like                                   | metric                      |
 //! |-------------|----------------------------------------|-----------------------------|
@@ -14,9 +17,11 @@
 //! histograms locally and publish them when they return, so measuring adds
 //! no shared hot counter.
 //!
-//! Compute bursts are a fixed amount of work ([`work`]), not a wall-clock
-//! wait: on an emulated topology, where many logical CPUs share one host
-//! CPU, a burst then takes as long as the CPU time it really gets.
+//! Compute bursts are a fixed amount of work ([`Burst`]), not a
+//! wall-clock wait: on an emulated topology, where many logical CPUs share
+//! one host CPU, a burst then takes as long as the CPU time it really
+//! gets. A burst checks [`Cx::should_yield`] after every unit of work and
+//! hands the CPU back when it says so: the body's preemption checkpoint.
 
 pub mod cyclic;
 pub mod defs;
@@ -34,7 +39,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, SchedError};
-use crate::exec::{TaskCtx, ThreadsExecutor};
+use crate::exec::{Cx, Spawner};
 pub(crate) use crate::rng::Rng;
 use crate::stats::Histogram;
 use crate::tasks::lock;
@@ -226,17 +231,13 @@ pub trait Running: Send + Sync {
     /// Called by the runner during the run, now and then, from a thread
     /// that is not a managed CPU (the stress workload changes affinities
     /// and spawns tasks from here).
-    fn poke(&self, _ex: &ThreadsExecutor) {}
+    fn poke(&self, _ex: &dyn Spawner) {}
     /// The result, once every body has returned.
     fn finish(&self) -> WorkloadResult;
 }
 
 /// Spawns a workload's tasks on `ex`.
-pub fn start(
-    kind: WorkloadKind,
-    p: &WorkloadParams,
-    ex: &ThreadsExecutor,
-) -> Result<Arc<dyn Running>> {
+pub fn start(kind: WorkloadKind, p: &WorkloadParams, ex: &dyn Spawner) -> Result<Arc<dyn Running>> {
     if p.prio.is_some_and(|x| !(1..=99).contains(&x)) {
         return Err(SchedError::Workload(format!(
             "RT priority {} is outside 1..=99",
@@ -295,12 +296,33 @@ fn unit() {
     std::hint::black_box(x);
 }
 
-/// Does `us` microseconds worth of CPU work (as measured alone on this
-/// host), with a preemption checkpoint after every unit.
-pub fn work(ctx: &TaskCtx, us: u64) {
-    for _ in 0..units_for(us) {
-        unit();
-        ctx.checkpoint();
+/// A compute burst of a fixed amount of work, `us` microseconds as
+/// measured alone on this host, in progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Burst {
+    left: u64,
+}
+
+impl Burst {
+    /// A burst of `us` microseconds of work.
+    pub(crate) fn of(us: u64) -> Self {
+        Self {
+            left: units_for(us),
+        }
+    }
+
+    /// Works until the burst is done (true) or the body should hand the
+    /// CPU back first (false: return [`Action::Continue`](crate::exec::Action::Continue)
+    /// and call again when entered next).
+    pub(crate) fn run(&mut self, cx: &Cx<'_>) -> bool {
+        while self.left > 0 {
+            unit();
+            self.left -= 1;
+            if self.left > 0 && cx.should_yield() {
+                return false;
+            }
+        }
+        true
     }
 }
 

@@ -15,9 +15,11 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use super::{latency_extras, work, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult};
+use super::{
+    latency_extras, Burst, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult,
+};
 use crate::error::Result;
-use crate::exec::ThreadsExecutor;
+use crate::exec::{Action, Body, Cx, Spawner};
 use crate::stats::Histogram;
 use crate::task::{TaskId, TaskSpec};
 
@@ -68,11 +70,94 @@ struct Team {
     master: OnceLock<TaskId>,
 }
 
-pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn Running>> {
-    let n = ex.scheduler().num_cpus();
+/// A worker: waits for a request, records its wakeup latency, works a
+/// burst and answers.
+struct WorkerBody {
+    m: Arc<Runq>,
+    team: Arc<Team>,
+    k: usize,
+    burst_us: u64,
+    /// The request being served (`None`: waiting for one).
+    burst: Option<Burst>,
+    h: Histogram,
+}
+
+impl Body for WorkerBody {
+    fn enter(&mut self, cx: &Cx<'_>) -> Action {
+        loop {
+            if let Some(b) = self.burst.as_mut() {
+                if !b.run(cx) {
+                    return Action::Continue;
+                }
+                self.burst = None;
+                let team = &self.team;
+                if team.done.fetch_add(1, Ordering::AcqRel) + 1 == team.workers.len() as u32 {
+                    if let Some(&mt) = team.master.get() {
+                        cx.wake(mt);
+                    }
+                }
+            }
+            let r = self.team.workers[self.k].req.swap(0, Ordering::AcqRel);
+            if r == 0 {
+                if cx.stopping() {
+                    self.m.t.publish(&[], Some(&self.h));
+                    return Action::Exit;
+                }
+                return Action::Block;
+            }
+            let now = cx.now();
+            if self.m.w.inside(now) {
+                self.h.record(now.saturating_sub(r));
+            }
+            self.burst = Some(Burst::of(self.burst_us));
+        }
+    }
+}
+
+/// A message task: stamps a request for each of its workers and wakes
+/// them, then waits until all have answered.
+struct Master {
+    m: Arc<Runq>,
+    team: Arc<Team>,
+    /// Requests are out, answers awaited.
+    waiting: bool,
+    reqs: u64,
+}
+
+impl Body for Master {
+    fn enter(&mut self, cx: &Cx<'_>) -> Action {
+        let team = &self.team;
+        loop {
+            if cx.stopping() {
+                self.m.t.publish(&[("requests", self.reqs)], None);
+                return Action::Exit;
+            }
+            if !self.waiting {
+                team.done.store(0, Ordering::Release);
+                for w in &team.workers {
+                    w.req.store(cx.now(), Ordering::Release);
+                    if let Some(&id) = w.id.get() {
+                        cx.wake(id);
+                    }
+                }
+                self.waiting = true;
+            }
+            if team.done.load(Ordering::Acquire) < team.workers.len() as u32 {
+                return Action::Block;
+            }
+            self.waiting = false;
+            if self.m.w.inside(cx.now()) {
+                self.reqs += team.workers.len() as u64;
+            }
+        }
+    }
+}
+
+pub(super) fn start(p: &WorkloadParams, ex: &dyn Spawner) -> Result<Arc<dyn Running>> {
+    let n = ex.topology().num_cpus();
     let teams = p.groups.unwrap_or((n / 8).max(1));
     let per = p.tasks.unwrap_or(8);
-    let burst = p.burst_us.unwrap_or(super::defs::RUNQ_BURST_US);
+    let burst_us = p.burst_us.unwrap_or(super::defs::RUNQ_BURST_US);
     let me = Arc::new(Runq {
         w: Window::default(),
         t: Tally::default(),
@@ -90,59 +175,24 @@ pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn 
             master: OnceLock::new(),
         });
         for k in 0..per {
-            let (m, tm) = (me.clone(), team.clone());
-            let id = ex.spawn(&TaskSpec::new(format!("rq{g}w{k}")), move |ctx| {
-                let team = tm;
-                let mut h = Histogram::new();
-                let w = &team.workers[k];
-                loop {
-                    let r = w.req.swap(0, Ordering::AcqRel);
-                    if r == 0 {
-                        if ctx.stopping() {
-                            break;
-                        }
-                        ctx.block();
-                        continue;
-                    }
-                    let now = ctx.now();
-                    if m.w.inside(now) {
-                        h.record(now.saturating_sub(r));
-                    }
-                    work(ctx, burst);
-                    if team.done.fetch_add(1, Ordering::AcqRel) + 1 == team.workers.len() as u32 {
-                        if let Some(&mt) = team.master.get() {
-                            ctx.wake(mt);
-                        }
-                    }
-                }
-                m.t.publish(&[], Some(&h));
-            })?;
+            let body = WorkerBody {
+                m: me.clone(),
+                team: team.clone(),
+                k,
+                burst_us,
+                burst: None,
+                h: Histogram::new(),
+            };
+            let id = ex.spawn(&TaskSpec::new(format!("rq{g}w{k}")), Box::new(body))?;
             let _ = team.workers[k].id.set(id);
         }
-        let (m, t2) = (me.clone(), team.clone());
-        let id = ex.spawn(&TaskSpec::new(format!("rq{g}m")), move |ctx| {
-            let team = t2;
-            let mut reqs = 0u64;
-            while !ctx.stopping() {
-                team.done.store(0, Ordering::Release);
-                for w in &team.workers {
-                    w.req.store(ctx.now(), Ordering::Release);
-                    if let Some(&id) = w.id.get() {
-                        ctx.wake(id);
-                    }
-                }
-                while team.done.load(Ordering::Acquire) < team.workers.len() as u32 {
-                    if ctx.stopping() {
-                        break;
-                    }
-                    ctx.block();
-                }
-                if m.w.inside(ctx.now()) {
-                    reqs += team.workers.len() as u64;
-                }
-            }
-            m.t.publish(&[("requests", reqs)], None);
-        })?;
+        let body = Master {
+            m: me.clone(),
+            team: team.clone(),
+            waiting: false,
+            reqs: 0,
+        };
+        let id = ex.spawn(&TaskSpec::new(format!("rq{g}m")), Box::new(body))?;
         let _ = team.master.set(id);
         // the master may have started before its id was known to workers:
         // nudge it so it re-checks

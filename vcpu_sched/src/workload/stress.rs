@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::{work, Metric, Rng, Running, Tally, Window, WorkloadParams, WorkloadResult};
+use super::{Burst, Metric, Rng, Running, Tally, Window, WorkloadParams, WorkloadResult};
 use crate::cpumask::CpuMask;
 use crate::error::Result;
-use crate::exec::{TaskCtx, ThreadsExecutor};
+use crate::exec::{Action, Body, Cx, Spawner};
 use crate::task::{GroupId, Policy, TaskId, TaskSpec};
 use crate::tasks::lock;
 
@@ -38,7 +38,7 @@ impl Running for Stress {
         &self.w
     }
 
-    fn poke(&self, ex: &ThreadsExecutor) {
+    fn poke(&self, ex: &dyn Spawner) {
         let k = self.pokes.fetch_add(1, Ordering::Relaxed);
         let mut rng = Rng::new(k + 77);
         // reshuffle a few affinities from outside the managed CPUs
@@ -48,23 +48,19 @@ impl Running for Stress {
             let _ = ex.set_affinity(id, &random_mask(&mut rng, self.ncpus));
         }
         // retire finished short-lived tasks, start new ones
-        lock(&self.extra).retain(|id| ex.scheduler().task_state(*id).is_ok());
+        lock(&self.extra).retain(|id| ex.alive(*id));
         if lock(&self.extra).len() < 8 {
             let pol = random_policy(&mut rng);
             let g = self.groups[rng.below(self.groups.len() as u64) as usize];
             let n = self.spawned.fetch_add(1, Ordering::Relaxed);
-            let burst = self.burst_us;
+            let body = ShortLived {
+                burst_us: self.burst_us,
+                rounds: 0,
+                burst: None,
+            };
             if let Ok(id) = ex.spawn(
                 &TaskSpec::new(format!("short{n}")).policy(pol).group(g),
-                move |ctx| {
-                    for _ in 0..20 {
-                        if ctx.stopping() {
-                            break;
-                        }
-                        work(ctx, burst);
-                        ctx.sleep_until(ctx.now() + 50_000);
-                    }
-                },
+                Box::new(body),
             ) {
                 lock(&self.extra).push(id);
             }
@@ -126,11 +122,11 @@ fn random_mask(rng: &mut Rng, n: u32) -> CpuMask {
     }
 }
 
-pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn Running>> {
-    let n = ex.scheduler().num_cpus();
+pub(super) fn start(p: &WorkloadParams, ex: &dyn Spawner) -> Result<Arc<dyn Running>> {
+    let n = ex.topology().num_cpus();
     let tasks = p.tasks.unwrap_or((3 * n).clamp(16, 600));
     let groups: Vec<GroupId> = (0..4)
-        .map(|g| ex.scheduler().create_group(&format!("stress{g}")))
+        .map(|g| ex.create_group(&format!("stress{g}")))
         .collect::<Result<_>>()?;
     let me = Arc::new(Stress {
         w: Window::default(),
@@ -154,59 +150,154 @@ pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn 
         if rng.below(5) == 0 {
             spec = spec.affinity(random_mask(&mut rng, n as u32));
         }
-        let m = me.clone();
-        let id = ex.spawn(&spec, move |ctx| body(ctx, &m, i as u64))?;
+        let body = Mix {
+            m: me.clone(),
+            rng: Rng::new(i as u64 + 1),
+            op: None,
+            counts: Counts::default(),
+        };
+        let id = ex.spawn(&spec, Box::new(body))?;
         me.ids[i].store(id.0, Ordering::Release);
     }
     Ok(me)
 }
 
-fn body(ctx: &TaskCtx, m: &Stress, seed: u64) {
-    let mut rng = Rng::new(seed + 1);
-    let (mut ops, mut wakes, mut aff, mut yields, mut sleeps) = (0u64, 0u64, 0u64, 0u64, 0u64);
-    let mut all_ops = 0u64;
-    while !ctx.stopping() {
-        all_ops += 1;
-        let inside = m.w.inside(ctx.now());
+/// A short-lived task: 20 rounds of a burst and a 50 us sleep.
+struct ShortLived {
+    burst_us: u64,
+    rounds: u32,
+    burst: Option<Burst>,
+}
+
+impl Body for ShortLived {
+    fn enter(&mut self, cx: &Cx<'_>) -> Action {
+        if cx.stopping() || self.rounds >= 20 {
+            return Action::Exit;
+        }
+        let b = self.burst.get_or_insert_with(|| Burst::of(self.burst_us));
+        if !b.run(cx) {
+            return Action::Continue;
+        }
+        self.burst = None;
+        self.rounds += 1;
+        Action::Sleep(50_000)
+    }
+}
+
+/// An operation of the mix in progress.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    /// Computing.
+    Work(Burst),
+    /// Sleeping until this time (wakes in between are absorbed).
+    Sleep(u64),
+}
+
+/// What a mix task counted inside the window (and `all` ops, for
+/// progress).
+#[derive(Default)]
+struct Counts {
+    ops: u64,
+    wakes: u64,
+    aff: u64,
+    yields: u64,
+    sleeps: u64,
+    all: u64,
+}
+
+/// A task of the mix: picks a random operation at a time.
+struct Mix {
+    m: Arc<Stress>,
+    rng: Rng,
+    op: Option<Op>,
+    counts: Counts,
+}
+
+impl Body for Mix {
+    fn enter(&mut self, cx: &Cx<'_>) -> Action {
+        loop {
+            if cx.stopping() {
+                self.publish();
+                return Action::Exit;
+            }
+            match self.op.take() {
+                Some(Op::Work(mut b)) => {
+                    if !b.run(cx) {
+                        self.op = Some(Op::Work(b));
+                        return Action::Continue;
+                    }
+                }
+                Some(Op::Sleep(until)) => {
+                    let now = cx.now();
+                    if now < until {
+                        self.op = Some(Op::Sleep(until));
+                        return Action::Sleep(until - now);
+                    }
+                }
+                None => {
+                    if let Some(a) = self.next_op(cx) {
+                        return a;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Mix {
+    /// Starts a random operation: one that goes on across entries is left
+    /// in `op`; one that hands the CPU back returns its action.
+    fn next_op(&mut self, cx: &Cx<'_>) -> Option<Action> {
+        let m = &*self.m;
+        let c = &mut self.counts;
+        let rng = &mut self.rng;
+        c.all += 1;
+        let inside = m.w.inside(cx.now()) as u64;
+        c.ops += inside;
         match rng.below(10) {
-            0..=2 => work(ctx, 1 + rng.below(m.burst_us)),
+            0..=2 => self.op = Some(Op::Work(Burst::of(1 + rng.below(m.burst_us)))),
             3..=5 => {
-                ctx.sleep_until(ctx.now() + m.period_ns / 4 + rng.below(m.period_ns));
-                sleeps += inside as u64;
+                let until = cx.now() + m.period_ns / 4 + rng.below(m.period_ns);
+                self.op = Some(Op::Sleep(until));
+                c.sleeps += inside;
             }
             6 | 7 => {
                 let peer =
                     TaskId(m.ids[rng.below(m.ids.len() as u64) as usize].load(Ordering::Acquire));
-                ctx.wake(peer);
-                wakes += inside as u64;
+                cx.wake(peer);
+                c.wakes += inside;
                 // and wait a little to be woken by someone (or the timer)
-                ctx.sleep_until(ctx.now() + m.period_ns / 2);
+                return Some(Action::Sleep(m.period_ns / 2));
             }
             8 => {
-                ctx.yield_now();
-                yields += inside as u64;
+                c.yields += inside;
+                return Some(Action::Yield);
             }
             _ => {
                 let target = if rng.below(2) == 0 {
-                    ctx.id()
+                    cx.id()
                 } else {
                     TaskId(m.ids[rng.below(m.ids.len() as u64) as usize].load(Ordering::Acquire))
                 };
-                let _ = ctx.set_affinity(target, &random_mask(&mut rng, m.ncpus));
-                aff += inside as u64;
+                let _ = cx.set_affinity(target, &random_mask(rng, m.ncpus));
+                c.aff += inside;
             }
         }
-        ops += inside as u64;
+        None
     }
-    lock(&m.per_task_ops).push(all_ops);
-    m.t.publish(
-        &[
-            ("ops", ops),
-            ("wakes", wakes),
-            ("affinity_changes", aff),
-            ("yields", yields),
-            ("sleeps", sleeps),
-        ],
-        None,
-    );
+
+    fn publish(&self) {
+        let (m, c) = (&self.m, &self.counts);
+        lock(&m.per_task_ops).push(c.all);
+        m.t.publish(
+            &[
+                ("ops", c.ops),
+                ("wakes", c.wakes),
+                ("affinity_changes", c.aff),
+                ("yields", c.yields),
+                ("sleeps", c.sleeps),
+            ],
+            None,
+        );
+    }
 }

@@ -16,9 +16,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use super::{defs, work, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult};
+use super::{defs, Burst, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult};
 use crate::error::Result;
-use crate::exec::ThreadsExecutor;
+use crate::exec::{Action, Body, Cx, Spawner};
 use crate::task::{Policy, TaskId, TaskSpec};
 
 struct Transcode {
@@ -55,13 +55,74 @@ struct Vm {
     ids: Vec<OnceLock<TaskId>>,
 }
 
-pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn Running>> {
-    let topo = ex.scheduler().topology().clone();
+/// One of an instance's tasks: a burst per frame; the last to finish a
+/// frame starts the next one by waking the others.
+struct Task {
+    m: Arc<Transcode>,
+    vm: Arc<Vm>,
+    k: usize,
+    burst_us: u64,
+    /// The frame it works on, and its burst (`None`: waiting for the next
+    /// frame after `frame`).
+    frame: u64,
+    burst: Option<Burst>,
+    frames: u64,
+}
+
+impl Body for Task {
+    fn enter(&mut self, cx: &Cx<'_>) -> Action {
+        let vm = self.vm.clone();
+        loop {
+            if cx.stopping() {
+                self.m.t.publish(&[("frames", self.frames)], None);
+                return Action::Exit;
+            }
+            let Some(b) = self.burst.as_mut() else {
+                if vm.frame.load(Ordering::Acquire) == self.frame {
+                    return Action::Block;
+                }
+                self.start_frame();
+                continue;
+            };
+            if !b.run(cx) {
+                return Action::Continue;
+            }
+            if vm.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                vm.remaining.store(vm.ids.len() as u32, Ordering::Release);
+                vm.frame.fetch_add(1, Ordering::AcqRel);
+                if self.m.w.inside(cx.now()) {
+                    self.frames += 1;
+                }
+                for (j, id) in vm.ids.iter().enumerate() {
+                    if j != self.k {
+                        if let Some(&id) = id.get() {
+                            cx.wake(id);
+                        }
+                    }
+                }
+                self.start_frame();
+            } else {
+                self.burst = None;
+            }
+        }
+    }
+}
+
+impl Task {
+    /// Starts the burst of the instance's current frame.
+    fn start_frame(&mut self) {
+        self.frame = self.vm.frame.load(Ordering::Acquire);
+        self.burst = Some(Burst::of(self.burst_us));
+    }
+}
+
+pub(super) fn start(p: &WorkloadParams, ex: &dyn Spawner) -> Result<Arc<dyn Running>> {
+    let topo = ex.topology().clone();
     let vms = p
         .groups
         .unwrap_or((topo.num_cores() / defs::TRANSCODE_CORES).max(2));
     let per = p.group_size.unwrap_or(defs::TRANSCODE_TASKS);
-    let burst = p.burst_us.unwrap_or(defs::TRANSCODE_BURST_US);
+    let burst_us = p.burst_us.unwrap_or(defs::TRANSCODE_BURST_US);
     let prio = p.prio.unwrap_or(defs::RT_PRIO);
     let me = Arc::new(Transcode {
         w: Window::default(),
@@ -69,7 +130,7 @@ pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn 
         tasks: vms * per,
     });
     for g in 0..vms {
-        let gid = ex.scheduler().create_group(&format!("vm{g}"))?;
+        let gid = ex.create_group(&format!("vm{g}"))?;
         let mask = defs::transcode_cpus(&topo, g, defs::TRANSCODE_CORES);
         let vm = Arc::new(Vm {
             remaining: AtomicU32::new(per as u32),
@@ -77,38 +138,21 @@ pub(super) fn start(p: &WorkloadParams, ex: &ThreadsExecutor) -> Result<Arc<dyn 
             ids: (0..per).map(|_| OnceLock::new()).collect(),
         });
         for k in 0..per {
-            let (m, v2) = (me.clone(), vm.clone());
             let spec = TaskSpec::new(format!("vm{g}/t{k}"))
                 .policy(Policy::Fifo(prio))
                 .affinity(mask)
                 .group(gid);
-            let id = ex.spawn(&spec, move |ctx| {
-                let vm = v2;
-                let mut frames = 0u64;
-                while !ctx.stopping() {
-                    let f = vm.frame.load(Ordering::Acquire);
-                    work(ctx, burst);
-                    if vm.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-                        vm.remaining.store(vm.ids.len() as u32, Ordering::Release);
-                        vm.frame.fetch_add(1, Ordering::AcqRel);
-                        if m.w.inside(ctx.now()) {
-                            frames += 1;
-                        }
-                        for (j, id) in vm.ids.iter().enumerate() {
-                            if j != k {
-                                if let Some(&id) = id.get() {
-                                    ctx.wake(id);
-                                }
-                            }
-                        }
-                    } else {
-                        while vm.frame.load(Ordering::Acquire) == f && !ctx.stopping() {
-                            ctx.block();
-                        }
-                    }
-                }
-                m.t.publish(&[("frames", frames)], None);
-            })?;
+            let mut body = Task {
+                m: me.clone(),
+                vm: vm.clone(),
+                k,
+                burst_us,
+                frame: 0,
+                burst: None,
+                frames: 0,
+            };
+            body.start_frame();
+            let id = ex.spawn(&spec, Box::new(body))?;
             let _ = vm.ids[k].set(id);
         }
         // tasks that finished their first burst before all ids were known
