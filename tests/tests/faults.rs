@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use vmm::micro::asm::{Op, Script};
 use vmm::micro::{MicroHost, MicroVm, MicroVmSpec};
 use vmm::vcpu::inject::{Fault, FaultKind};
-use vmm::vcpu_task::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
+use vmm::vcpu_body::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
 
 /// `vcpus` vCPUs that each sleep 100 us `rounds` times, then end.
 fn sleeper(host: &MicroHost, name: &str, vcpus: usize, rounds: usize) -> GuestVm {

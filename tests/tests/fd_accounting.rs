@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use vmm::micro::asm::{Op, Script};
 use vmm::micro::{MicroHost, MicroVm, MicroVmSpec};
-use vmm::vcpu_task::{ExecOptions, ExecutorKind, Placement, Running, VmSet};
+use vmm::vcpu_body::{ExecOptions, ExecutorKind, Placement, Running, VmSet};
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd")

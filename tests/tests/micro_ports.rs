@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use vmm::micro::asm::{Op, Script};
 use vmm::micro::{MicroHost, MicroVm, MicroVmSpec};
-use vmm::vcpu_task::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
+use vmm::vcpu_body::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
 
 fn guest(
     host: &MicroHost,
@@ -34,7 +34,7 @@ fn opts(kind: ExecutorKind) -> ExecOptions {
 }
 
 /// Runs until every VM has ended (or 30 s), then stops the executor.
-fn run_to_end(kind: ExecutorKind, vms: Vec<GuestVm>) -> (Arc<VmSet>, vmm::vcpu_task::ExecOutcome) {
+fn run_to_end(kind: ExecutorKind, vms: Vec<GuestVm>) -> (Arc<VmSet>, vmm::vcpu_body::ExecOutcome) {
     vmm::vcpu::install_kick_signal().expect("kick signal");
     let set = VmSet::new(vms).expect("set");
     let n = set.vms().len();

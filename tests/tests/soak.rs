@@ -37,8 +37,8 @@ use vcpu_sched::exec::{CheckConfig, CpuMapping};
 use vcpu_sched::{Mitigations, Policy};
 use vmm::micro::{MicroHost, MicroVm, MicroVmSpec};
 use vmm::vcpu_bench::{guests, iters_per_us};
-use vmm::vcpu_task::workers::WorkerPool;
-use vmm::vcpu_task::{ExecOptions, Placement, Running, VmSet};
+use vmm::vcpu_body::VcpuPool;
+use vmm::vcpu_body::{ExecOptions, Placement, Running, VmSet};
 
 /// Counts the bytes the process holds on the heap, to tell a leak (live
 /// bytes grow) from allocator fragmentation (RSS grows, live bytes flat).
@@ -161,7 +161,7 @@ fn soak_1000_vcpus_with_churn() {
     eo.mitigations = Mitigations::all();
     eo.check = Some(CheckConfig::default());
     eo.sched.max_tasks = eo.sched.max_tasks.max(2 * nvms * nvcpus);
-    let pool = Arc::new(WorkerPool::start(&eo).expect("pool"));
+    let pool = Arc::new(VcpuPool::start(&eo).expect("pool"));
 
     let mut made = 0usize;
     let make = |made: &mut usize| -> Live {

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use vmm::micro::asm::{Op, Script};
 use vmm::micro::{MicroHost, MicroVm, MicroVmSpec};
-use vmm::vcpu_task::workers::WorkerPool;
-use vmm::vcpu_task::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
+use vmm::vcpu_body::VcpuPool;
+use vmm::vcpu_body::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
 
 /// Rounds of a long runner: at least 1.6 s of 200 us sleeps, longer than
 /// any test here needs it, and as many as fit in a micro-guest's program.
@@ -80,7 +80,7 @@ fn wait_finished(set: &VmSet, what: &str) {
 }
 
 /// Live tasks and task groups (the root group left out) of the pool.
-fn census(pool: &WorkerPool) -> (usize, usize) {
+fn census(pool: &VcpuPool) -> (usize, usize) {
     let s = pool.scheduler();
     (s.live_tasks().len(), s.groups().len() - 1)
 }
@@ -89,7 +89,7 @@ fn census(pool: &WorkerPool) -> (usize, usize) {
 fn sets_join_and_leave_a_running_pool() {
     vmm::vcpu::install_kick_signal().expect("kick signal");
     let host = MicroHost::open().expect("/dev/kvm");
-    let pool = Arc::new(WorkerPool::start(&opts(ExecutorKind::Workers, 64)).expect("pool"));
+    let pool = Arc::new(VcpuPool::start(&opts(ExecutorKind::Workers, 64)).expect("pool"));
     assert_eq!(census(&pool), (0, 0));
     // A runs long; B joins while A runs, ends, and leaves.
     let a = VmSet::new_on(vec![sleeper(&host, "a", 3, LONG)], pool.epoch()).unwrap();
@@ -144,7 +144,7 @@ fn sets_join_and_leave_a_running_pool() {
 fn a_set_that_does_not_fit_is_refused_whole() {
     vmm::vcpu::install_kick_signal().expect("kick signal");
     let host = MicroHost::open().expect("/dev/kvm");
-    let pool = Arc::new(WorkerPool::start(&opts(ExecutorKind::Workers, 4)).expect("pool"));
+    let pool = Arc::new(VcpuPool::start(&opts(ExecutorKind::Workers, 4)).expect("pool"));
     let a = VmSet::new_on(vec![sleeper(&host, "a", 3, LONG)], pool.epoch()).unwrap();
     let ra = Running::start_on(&pool, a.clone()).expect("attach a");
     let b = VmSet::new_on(vec![sleeper(&host, "b", 2, 10)], pool.epoch()).unwrap();

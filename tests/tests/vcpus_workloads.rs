@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use vcpu_sched::Mitigations;
 use vmm::vcpu_bench::{run, BenchOptions, Workload};
-use vmm::vcpu_task::ExecutorKind;
+use vmm::vcpu_body::ExecutorKind;
 
 fn check(w: Workload, topology: &str, vms: usize, m: Mitigations, exec: ExecutorKind) {
     let mut o = BenchOptions::new(w, topology, vms, 8);

@@ -131,7 +131,8 @@ impl SchedError {
             | SchedError::Policy(_)
             | SchedError::TooManyTasks(_)
             | SchedError::TooManyGroups(_)
-            | SchedError::TooManyCpus { .. } => true,
+            | SchedError::TooManyCpus { .. }
+            | SchedError::ThreadSetup(_) => true,
             SchedError::Affinity { .. }
             | SchedError::NoSuch { .. }
             | SchedError::NoSuchCpu { .. }

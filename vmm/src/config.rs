@@ -294,7 +294,7 @@ pub enum SchedMode {
     #[default]
     Host,
     /// vCPUs as `vcpu_sched` tasks on the M:N worker executor, halted
-    /// vCPUs giving up their slot (see `vcpu_task::linux`).
+    /// vCPUs giving up their slot (see `vcpu_body::linux`).
     VcpuSched,
 }
 

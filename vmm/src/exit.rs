@@ -23,7 +23,7 @@
 use crate::boot::BootError;
 use crate::memory::MemoryError;
 use crate::micro::MicroError;
-use crate::vcpu_task::TaskError;
+use crate::vcpu_body::TaskError;
 use crate::vm::StopReason;
 
 pub use cli_common::exit::{one_line, Fault, InputError, FAILURE, INPUT, SUCCESS};
@@ -146,7 +146,7 @@ pub fn of_task(e: &TaskError) -> Fault {
         TaskError::Input(_) => Fault::User,
         TaskError::Sched(s) => of_sched(s),
         TaskError::Topology(t) => of_topology(t),
-        TaskError::Vcpu(_) | TaskError::Os { .. } | TaskError::Stuck(_) => Fault::Runtime,
+        TaskError::Vcpu(_) | TaskError::Stuck(_) => Fault::Runtime,
     }
 }
 

@@ -23,7 +23,7 @@
 //! | [`devices`], [`console`] | COM1, i8042 and reset ports; the console sink |
 //! | [`pin`], [`rt`] | vCPU placement and real-time policy |
 //! | [`micro`] | built-in micro-guests and their port interface |
-//! | [`vcpu_task`] | vCPUs as `vcpu_sched` tasks; the executors |
+//! | [`vcpu_body`] | the vCPU body: KVM vCPUs as `vcpu_sched` task bodies, the VM set, running it on an executor |
 //! | [`vcpu_bench`] | `vmm bench`'s engine: the seeds' workloads as micro-guests on KVM, one run or a comparison |
 //!
 //! `vmm sched-bench` (the scheduler alone on synthetic tasks) is
@@ -50,7 +50,7 @@ pub mod rt;
 pub mod serve;
 pub mod vcpu;
 pub mod vcpu_bench;
-pub mod vcpu_task;
+pub mod vcpu_body;
 pub mod vm;
 
 /// Errors of the VMM library.

@@ -14,7 +14,7 @@ use super::args::{self, ignored, mitigation_sets, out, outln, progress_bar, Inpu
 use crate::vcpu_bench::{
     compare, run as run_bench, BenchOptions, BenchReport, CompareOptions, VcpuRow, Workload,
 };
-use crate::vcpu_task::ExecutorKind;
+use crate::vcpu_body::ExecutorKind;
 
 /// `vmm bench WORKLOAD --topology SPEC --vms N --vcpus M --duration D ...`.
 #[derive(Debug, Args)]

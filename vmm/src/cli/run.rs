@@ -429,15 +429,15 @@ fn run_vm(
 ) -> Result<StopReason> {
     Ok(match cfg.sched {
         SchedMode::Host => {
-            let opts = crate::vcpu_task::linux::ThreadOptions {
+            let opts = crate::vcpu_body::linux::ThreadOptions {
                 pins,
                 rt: cfg.rt,
                 timeout,
             };
-            crate::vcpu_task::linux::run_threads(vm, &opts)?
+            crate::vcpu_body::linux::run_threads(vm, &opts)?
         }
         SchedMode::VcpuSched => {
-            let o = crate::vcpu_task::linux::LinuxSchedOptions {
+            let o = crate::vcpu_body::linux::LinuxSchedOptions {
                 mitigations: cfg.mitigations,
                 policy: match cfg.rt {
                     Some(crate::rt::RtPolicy::Fifo(p)) => vcpu_sched::Policy::Fifo(p),
@@ -447,13 +447,13 @@ fn run_vm(
                 pins,
                 timeout,
                 poll: std::time::Duration::from_millis(1),
-                halt: crate::vcpu_task::linux::HaltSleep::default(),
+                halt: crate::vcpu_body::linux::HaltSleep::default(),
             };
             info!(
                 "vCPUs scheduled by vcpu_sched (workers executor, mitigations {})",
                 cfg.mitigations
             );
-            crate::vcpu_task::linux::run_sched(vm, &o)?
+            crate::vcpu_body::linux::run_sched(vm, &o)?
         }
     })
 }

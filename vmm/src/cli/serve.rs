@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use super::args::{self, InputError};
 use crate::serve::{serve, ServeOptions};
-use crate::vcpu_task::ExecutorKind;
+use crate::vcpu_body::ExecutorKind;
 
 /// `vmm serve` arguments.
 #[derive(Debug, Args)]

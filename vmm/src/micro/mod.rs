@@ -39,7 +39,7 @@ use kvm_ioctls::{Kvm, VmFd};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::vcpu::{IoAction, Kicker, PortIo, Vcpu, VcpuExit};
-use crate::vcpu_task::{Action, ExitMapper};
+use crate::vcpu_body::{Action, ExitMapper};
 use crate::vm::{handle_exit, StopReason, VmControl};
 use proto::{ProtoError, Request};
 
@@ -500,10 +500,10 @@ impl MicroVm {
     /// vCPU.
     pub fn into_guest(
         mut self,
-        placement: Vec<crate::vcpu_task::Placement>,
-    ) -> crate::vcpu_task::GuestVm {
+        placement: Vec<crate::vcpu_body::Placement>,
+    ) -> crate::vcpu_body::GuestVm {
         let vcpus = std::mem::take(&mut self.vcpus);
-        crate::vcpu_task::GuestVm {
+        crate::vcpu_body::GuestVm {
             name: self.name.clone(),
             vcpus,
             mapper: self.io.clone(),

@@ -16,7 +16,7 @@
 //! HOW: one `Mutex<State>` holds the VM table and the planner's free map;
 //! a handler takes it only to read or flip a record, never across an
 //! executor start or stop, which run on tokio's blocking pool. The server
-//! owns one [`WorkerPool`]: one `vcpu_sched` scheduler over the server's
+//! owns one [`VcpuPool`]: one `vcpu_sched` scheduler over the server's
 //! topology and mitigations, with its workers and clock, started with the
 //! server. Each booted VM is a [`VmSet`] attached to that pool (its vCPUs
 //! become tasks, the VM a task group) and detached at shutdown, while the
@@ -44,8 +44,8 @@ use crate::micro::asm::GuestAsm;
 use crate::micro::{MicroHost, MicroVm, MicroVmSpec};
 use crate::plan::{FreeMap, Relax, VmPlan};
 use crate::vcpu::VcpuExit;
-use crate::vcpu_task::workers::WorkerPool;
-use crate::vcpu_task::{ExecOptions, ExecutorKind, ExitMapper, GuestVm, Placement, Running, VmSet};
+use crate::vcpu_body::VcpuPool;
+use crate::vcpu_body::{ExecOptions, ExecutorKind, ExitMapper, GuestVm, Placement, Running, VmSet};
 use api::{ApiError, VmConfig, VmResize};
 
 /// Exit reasons counted per VM (`vmm_vm_exits_total{reason}`).
@@ -89,7 +89,7 @@ impl ExitMapper for CountingMapper {
     fn io(&self) -> &dyn crate::vcpu::PortIo {
         self.inner.io()
     }
-    fn map_exit(&self, vcpu: &crate::vcpu::Vcpu, exit: VcpuExit) -> crate::vcpu_task::Action {
+    fn map_exit(&self, vcpu: &crate::vcpu::Vcpu, exit: VcpuExit) -> crate::vcpu_body::Action {
         let i = match &exit {
             VcpuExit::Halt => 0,
             VcpuExit::Io { .. } => 1,
@@ -104,7 +104,7 @@ impl ExitMapper for CountingMapper {
         self.counts.0[i].fetch_add(1, Ordering::Relaxed);
         self.inner.map_exit(vcpu, exit)
     }
-    fn on_kicked(&self, vcpu: &crate::vcpu::Vcpu) -> Option<crate::vcpu_task::Action> {
+    fn on_kicked(&self, vcpu: &crate::vcpu::Vcpu) -> Option<crate::vcpu_body::Action> {
         self.counts.0[2].fetch_add(1, Ordering::Relaxed);
         self.inner.on_kicked(vcpu)
     }
@@ -218,7 +218,7 @@ pub struct State {
     topo: Arc<HostTopology>,
     mapping: CpuMapping,
     /// The scheduler every VM shares (`None` with `--executor host`).
-    pool: Option<Arc<WorkerPool>>,
+    pool: Option<Arc<VcpuPool>>,
     micro: MicroHost,
     vms: BTreeMap<String, VmRecord>,
     free: FreeMap,
@@ -251,7 +251,7 @@ pub enum ServeError {
     Micro(#[from] crate::micro::MicroError),
     /// The shared scheduler and its workers.
     #[error("starting the shared scheduler: {0}")]
-    Executor(#[from] crate::vcpu_task::TaskError),
+    Executor(#[from] crate::vcpu_body::TaskError),
     /// An executor the server cannot share.
     #[error("{0}")]
     Input(String),
@@ -271,7 +271,7 @@ impl State {
             ExecutorKind::Workers => {
                 let mut eo = ExecOptions::new(topo.clone(), mapping.clone());
                 eo.mitigations = opts.mitigations;
-                Some(Arc::new(WorkerPool::start(&eo)?))
+                Some(Arc::new(VcpuPool::start(&eo)?))
             }
             ExecutorKind::Host => None,
             ExecutorKind::Threads => {
@@ -849,7 +849,7 @@ fn arm_faults(id: &str, vcpus: &mut [crate::vcpu::Vcpu]) -> Result<(), String> {
 /// host`) an executor of its own.
 #[derive(Clone, Copy)]
 struct Executor<'a> {
-    pool: Option<&'a Arc<WorkerPool>>,
+    pool: Option<&'a Arc<VcpuPool>>,
     eo: &'a ExecOptions,
 }
 
@@ -883,7 +883,7 @@ fn boot_linux(
     on: Executor,
     counts: Arc<ExitCounts>,
 ) -> Result<Arc<Running>, String> {
-    use crate::vcpu_task::linux::{HaltPoller, LinuxMapper};
+    use crate::vcpu_body::linux::{HaltPoller, LinuxMapper};
     let shape = cfg.guest_shape().map_err(|e| e.error)?;
     let guest = GuestTopology::from_spec(&shape).map_err(|e| e.to_string())?;
     let p = cfg.payload.clone().unwrap_or(api::PayloadConfig {
@@ -929,10 +929,10 @@ fn boot_linux(
     let mapper = Arc::new(LinuxMapper::new(
         vm.devices(),
         vcpus.len(),
-        crate::vcpu_task::linux::HaltSleep::default(),
+        crate::vcpu_body::linux::HaltSleep::default(),
     ));
     let poller = HaltPoller::new(mapper.clone(), &vcpus);
-    let guest = crate::vcpu_task::GuestVm {
+    let guest = crate::vcpu_body::GuestVm {
         name: id.to_string(),
         vcpus,
         mapper: Arc::new(CountingMapper {

@@ -52,6 +52,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use crate::compat::{assist_for, Assist};
 
 pub mod inject;
+pub mod probe;
 mod kick;
 
 pub use kick::{install_kick_signal, kick_signal, Kicker};

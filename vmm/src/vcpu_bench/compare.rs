@@ -18,7 +18,7 @@ use vcpu_sched::comparison;
 use vcpu_sched::Mitigations;
 
 use super::{run, BenchError, BenchOptions, BenchReport};
-use crate::vcpu_task::ExecutorKind;
+use crate::vcpu_body::ExecutorKind;
 
 /// What to compare.
 #[derive(Clone, Debug)]

@@ -37,7 +37,7 @@ use vcpu_sched::stats::Histogram;
 use vcpu_sched::Mitigations;
 
 use crate::micro::MicroError;
-use crate::vcpu_task::{ExecutorKind, TaskError};
+use crate::vcpu_body::{ExecutorKind, TaskError};
 
 /// Errors of a benchmark run.
 #[derive(Debug, thiserror::Error)]
@@ -235,6 +235,12 @@ pub struct BenchReport {
     pub run: RunReport,
     /// Executor.
     pub executor: ExecutorKind,
+    /// The host policy the threads that ran vCPUs had: the executor's
+    /// workers or vCPU threads (`SCHED_OTHER`, or `SCHED_FIFO P` when they
+    /// ran at host RT), or for the host executor the vCPUs' own policy.
+    /// Empty in reports written before it was recorded.
+    #[serde(default)]
+    pub thread_policy: String,
     /// VMs.
     pub vms: usize,
     /// vCPUs per VM.
@@ -249,7 +255,7 @@ pub struct BenchReport {
     /// into the guest: never came back after their first exit).
     pub stalled: Vec<String>,
     /// With [`BenchOptions::breakdown`]: each stage of a wakeup
-    /// ([`crate::vcpu_task::STAGES`]) over every vCPU, in the window.
+    /// ([`crate::vcpu_body::STAGES`]) over every vCPU, in the window.
     #[serde(default)]
     pub breakdown: Vec<StageRow>,
 }

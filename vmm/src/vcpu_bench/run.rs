@@ -24,7 +24,7 @@ use vm_memory::GuestMemoryMmap;
 use super::calibrate::iters_per_us;
 use super::{guests, BenchError, BenchOptions, BenchReport, VcpuRow, Workload};
 use crate::micro::{read_u64, MicroError, MicroHost, MicroVm, MicroVmSpec, DATA_ADDR};
-use crate::vcpu_task::{ExecOptions, ExecutorKind, Placement, Running, VmSet};
+use crate::vcpu_body::{ExecOptions, ExecutorKind, Placement, Running, VmSet};
 
 struct Built {
     set: Arc<VmSet>,
@@ -233,6 +233,7 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
         run: RunReport {
             workload: opts.workload.name().into(),
             topology: opts.topology.clone(),
+            executor: opts.executor,
             cpus: topo.num_cpus(),
             host_cpus,
             emulated,
@@ -255,6 +256,7 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
             violations,
         },
         executor: opts.executor,
+        thread_policy: thread_policy(opts, host_rt),
         vms: opts.vms,
         vcpus: opts.vcpus,
         per_vcpu: std::mem::take(&mut rows.rows),
@@ -272,12 +274,12 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
 }
 
 /// The breakdown's rows: every vCPU's stage histograms merged.
-fn stage_rows(metrics: &[crate::vcpu_task::VcpuMetrics]) -> Vec<super::StageRow> {
-    let mut all = crate::vcpu_task::Stages::default();
+fn stage_rows(metrics: &[crate::vcpu_body::VcpuMetrics]) -> Vec<super::StageRow> {
+    let mut all = crate::vcpu_body::Stages::default();
     for m in metrics {
         all.merge(&m.stages);
     }
-    crate::vcpu_task::STAGES
+    crate::vcpu_body::STAGES
         .iter()
         .zip(&all.0)
         .map(|(name, h)| super::StageRow {
@@ -363,6 +365,30 @@ fn exec_options(
         eo.host_rt = Some(opts.prio.min(98));
     }
     eo
+}
+
+/// The host policy the threads that ran the vCPUs had, in words (see
+/// `BenchReport::thread_policy`): what was asked for, and whether the
+/// host permitted it.
+fn thread_policy(opts: &BenchOptions, host_rt: Option<u8>) -> String {
+    let asked = match (opts.executor, host_rt) {
+        (ExecutorKind::Host, _) => match opts.workload {
+            Workload::Cyclic | Workload::Transcode => format!("SCHED_FIFO {}", opts.prio),
+            _ => return "SCHED_OTHER".into(),
+        },
+        (_, Some(p)) => format!("SCHED_FIFO {p}"),
+        (_, None) => return "SCHED_OTHER".into(),
+    };
+    let permitted = std::thread::spawn(|| {
+        vcpu_sched::exec::set_current_thread_policy(vcpu_sched::Policy::Fifo(1)).is_ok()
+    })
+    .join()
+    .unwrap_or(false);
+    if permitted {
+        asked
+    } else {
+        format!("SCHED_OTHER ({asked} not permitted)")
+    }
 }
 
 /// Progress counters when the window opened.
@@ -460,8 +486,8 @@ struct Rows {
 fn vcpu_rows(
     opts: &BenchOptions,
     set: &VmSet,
-    metrics: &[crate::vcpu_task::VcpuMetrics],
-    out: &crate::vcpu_task::ExecOutcome,
+    metrics: &[crate::vcpu_body::VcpuMetrics],
+    out: &crate::vcpu_body::ExecOutcome,
     m: &Measured,
 ) -> Rows {
     let mut stalled = Vec::new();

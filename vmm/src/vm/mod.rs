@@ -1,7 +1,7 @@
 //! A Linux VM: KVM VM, memory per node, devices, ACPI, CPUID and boot.
 //!
 //! [`LinuxVm::build`] does everything up to the first `KVM_RUN`; the VM is
-//! then driven by [`run_threads`](crate::vcpu_task::linux::run_threads)
+//! then driven by [`run_threads`](crate::vcpu_body::linux::run_threads)
 //! (one host thread per vCPU, the host kernel schedules them), or by any
 //! other executor that takes the vCPUs
 //! out with [`LinuxVm::take_vcpus`] and runs them with

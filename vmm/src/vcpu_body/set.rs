@@ -4,8 +4,9 @@
 //! and the measurement window), its [`VmEntry`] and [`VcpuSlot`] rows,
 //! per-vCPU [`VcpuMetrics`], and `enter` / `resumed`: one `KVM_RUN` mapped
 //! to an [`Action`], and the latency a vCPU records when it runs again.
-//! WHY: every executor (workers, threads, host) shares exactly this state
-//! and these two steps; only how they block, wake and switch differs.
+//! WHY: a vCPU's state and its trip into the guest are the same whichever
+//! executor runs it (workers, threads, host); the executors are
+//! `vcpu_sched`'s, and only the body ([`super::body`]) talks to them.
 //! HOW: the set is built once, before any executor starts; afterwards
 //! only atomics and the per-vCPU lock (taken by the vCPU's runner alone)
 //! change. A set joins a running executor whole (`vmm serve` attaches one
@@ -15,7 +16,7 @@
 
 use std::any::Any;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
@@ -26,11 +27,6 @@ use vcpu_sched::{GroupId, TaskId, TaskStats};
 use super::{Action, ExitMapper, GuestVm, Placement, TaskError};
 use crate::vcpu::{Kicker, Vcpu, VcpuExit};
 use crate::vm::{StopReason, VmControl};
-
-/// [`VcpuSlot::gate`]: the vCPU's thread waits at the start gate.
-pub(crate) const GATE_WAITING: u8 = 1;
-/// [`VcpuSlot::gate`]: the start has released (or passed) it.
-pub(crate) const GATE_OPEN: u8 = 2;
 
 /// Per-vCPU counters and latencies, written only by whoever runs the vCPU.
 #[derive(Clone, Debug, Default)]
@@ -110,16 +106,6 @@ impl Stages {
     }
 }
 
-/// One host CPU's block stamp for the `host` executor's block path, on a
-/// line pair of its own (vCPU threads on different CPUs write their own).
-#[derive(Default)]
-#[repr(align(128))]
-struct HostCpuBlock {
-    at: AtomicU64,
-    /// The global index of the vCPU that blocked.
-    by: AtomicUsize,
-}
-
 /// State of a vCPU that only its runner touches.
 pub struct VcpuState {
     /// The vCPU (`None` once it has ended).
@@ -151,13 +137,6 @@ pub struct VcpuSlot {
     exited: AtomicBool,
     /// Exits from `KVM_RUN` so far (readable while the vCPU runs).
     progress: AtomicU64,
-    /// A wake not yet consumed (host executor).
-    pub(crate) token: AtomicBool,
-    /// The thread running it (host executor).
-    pub(crate) thread: OnceLock<std::thread::Thread>,
-    /// The threads executor's start gate ([`GATE_WAITING`] while its
-    /// thread waits there for the start's wake).
-    pub(crate) gate: AtomicU8,
     /// Breakdown stamps (set clock, 0: none): when the waker's call
     /// returned, and when the executor picked the vCPU after it.
     woken_at: AtomicU64,
@@ -254,14 +233,14 @@ pub struct VmSet {
     stopping: AtomicBool,
     /// Stamp the stages of wakeups ([`STAGES`])?
     breakdown: AtomicBool,
-    /// Per host CPU, when a vCPU of the `host` executor last blocked on it
-    /// (the block path's stamp; made when the breakdown is first on).
-    host_blocks: OnceLock<Box<[HostCpuBlock]>>,
-    /// Its vCPUs that are tasks of a scheduler executor and have not been
-    /// removed from it yet (the set may leave the executor at 0).
-    pub(crate) sched_tasks: AtomicUsize,
+    /// Its vCPUs whose bodies an executor holds and has not retired yet
+    /// (the set may leave the executor at 0).
+    pub(crate) live_bodies: AtomicUsize,
     /// Final scheduler statistics of its ended tasks, by global index.
     pub(crate) finished_stats: Mutex<Vec<(usize, TaskStats)>>,
+    /// Host executor: each vCPU thread's `(time on CPU, time waiting)`,
+    /// by global index.
+    pub(crate) host_schedstat: Mutex<Vec<(usize, (u64, u64))>>,
     /// Latencies are recorded inside this window only (on the set's
     /// clock).
     pub window: Window,
@@ -284,7 +263,7 @@ impl VmSet {
 
     /// Like [`VmSet::new`], on a clock that started at `epoch`: the
     /// executor's, for a set that joins a running executor (see
-    /// `WorkerPool::attach`).
+    /// `VcpuPool::attach`).
     pub fn new_on(vms: Vec<GuestVm>, epoch: Instant) -> Result<Arc<Self>, TaskError> {
         let mut entries = Vec::with_capacity(vms.len());
         let mut slots = Vec::new();
@@ -318,10 +297,7 @@ impl VmSet {
                     doorbell_at: AtomicU64::new(0),
                     exited: AtomicBool::new(false),
                     progress: AtomicU64::new(0),
-                    token: AtomicBool::new(false),
-                    thread: OnceLock::new(),
                     held: AtomicBool::new(false),
-                    gate: AtomicU8::new(0),
                     woken_at: AtomicU64::new(0),
                     picked_at: AtomicU64::new(0),
                 }));
@@ -348,9 +324,9 @@ impl VmSet {
             started_at: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
             breakdown: AtomicBool::new(false),
-            host_blocks: OnceLock::new(),
-            sched_tasks: AtomicUsize::new(0),
+            live_bodies: AtomicUsize::new(0),
             finished_stats: Mutex::new(Vec::new()),
+            host_schedstat: Mutex::new(Vec::new()),
             window: Window::default(),
         }))
     }
@@ -429,69 +405,18 @@ impl VmSet {
     /// Turns the wakeup breakdown ([`STAGES`]) on or off: two clock reads
     /// per wakeup when on, one relaxed load when off.
     pub fn set_breakdown(&self, on: bool) {
-        if on {
-            self.host_blocks.get_or_init(|| {
-                let n = vcpu_sched::exec::allowed_host_cpus()
-                    .ok()
-                    .and_then(|v| v.iter().max().map(|&m| m as usize + 1))
-                    .unwrap_or(1);
-                (0..n).map(|_| HostCpuBlock::default()).collect()
-            });
-        }
         self.breakdown.store(on, Ordering::Relaxed);
     }
 
-    /// Block path, `host` executor: vCPU `slot`, whose `KVM_RUN` returned
-    /// at `exit_at`, blocks on the host CPU its thread runs on.
-    pub(crate) fn host_blocked(&self, slot: &VcpuSlot, exit_at: u64) {
-        if !self.breakdown_on() || exit_at == 0 {
-            return;
-        }
-        if let Some(b) = self.host_block_here() {
-            b.by.store(slot.global, Ordering::Relaxed);
-            b.at.store(exit_at, Ordering::Release);
-        }
-    }
-
-    /// The stamp of a wake of `slot` not yet consumed (0: none), for
-    /// [`VmSet::host_entering`].
-    pub(crate) fn woken_stamp(&self, slot: &VcpuSlot) -> u64 {
-        slot.woken_at.load(Ordering::Acquire)
-    }
-
-    /// Block path, `host` executor: vCPU `slot`'s thread is about to enter
-    /// `KVM_RUN` on this host CPU, runnable since `since` (its wake or its
-    /// sleep's due time; 0: it was running, not waiting). The first entry
-    /// after a block on this CPU takes the block's stamp; if that entry is
-    /// another vCPU that was waiting since before the block, the host
-    /// kernel switched it in for the blocked one: the total stage.
-    pub(crate) fn host_entering(&self, slot: &VcpuSlot, since: u64, m: &mut VcpuMetrics) {
-        if !self.breakdown_on() {
-            return;
-        }
-        let Some(b) = self.host_block_here() else {
-            return;
-        };
-        if b.at.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        let blocked = b.at.swap(0, Ordering::AcqRel);
-        let by = b.by.load(Ordering::Relaxed);
+    /// Block path, `host` executor: the vCPU in `m` enters `KVM_RUN` next
+    /// on a host CPU where another vCPU blocked after its `KVM_RUN`
+    /// returned at `exit`; the host kernel did the switch, so only the
+    /// total is seen.
+    pub(crate) fn host_switched_in(&self, m: &mut VcpuMetrics, exit: u64) {
         let now = self.now();
-        if since != 0
-            && by != slot.global
-            && since <= blocked
-            && blocked <= now
-            && self.window.inside(now)
-        {
-            m.stages.0[BLOCK + 3].record(now - blocked);
+        if exit != 0 && exit <= now && self.window.inside(now) {
+            m.stages.0[BLOCK + 3].record(now - exit);
         }
-    }
-
-    /// This host CPU's block stamp (breakdown on).
-    fn host_block_here(&self) -> Option<&HostCpuBlock> {
-        let cpu = vcpu_sched::os_thread::current_host_cpu()?;
-        self.host_blocks.get()?.get(cpu as usize)
     }
 
     /// Block path, `workers` executor: the vCPU in `m` enters `KVM_RUN`
@@ -569,12 +494,26 @@ impl VmSet {
         true
     }
 
-    /// Keeps the scheduler statistics of ended task `global`.
-    pub(crate) fn keep_finished(&self, global: usize, st: TaskStats) {
-        self.finished_stats
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((global, st));
+    /// Keeps what the executor said of ended vCPU `global`: its
+    /// scheduler statistics, or its host thread's.
+    pub(crate) fn keep_finished(
+        &self,
+        global: usize,
+        st: Option<TaskStats>,
+        host: Option<(u64, u64)>,
+    ) {
+        if let Some(st) = st {
+            self.finished_stats
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((global, st));
+        }
+        if let Some(h) = host {
+            self.host_schedstat
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((global, h));
+        }
     }
 
     /// VMs whose every vCPU has ended.

@@ -1,8 +1,8 @@
 //! Running a built Linux VM: on the host 1:1 runner ([`run_threads`],
 //! `vmm run --sched host`, the default) or under `vcpu_sched`
 //! ([`run_sched`], `vmm run --sched vcpu_sched`). Both go through the same
-//! [`VmSet`](super::VmSet) and [`LinuxMapper`]; the host runner is the
-//! `host` executor ([`super::host`]).
+//! [`VmSet`](super::VmSet) and [`LinuxMapper`]; the host runner is
+//! `vcpu_sched`'s `host` executor.
 //!
 //! # Under `vcpu_sched`
 //!
@@ -39,103 +39,16 @@
 //! vCPU, one `KVM_GET_MSRS`. Measured effect on the 12-vCPU boot:
 //! `docs/results-vcpus.md` ("Linux boot").
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use kvm_bindings::{
-    KVM_MP_STATE_AP_RESET_HOLD, KVM_MP_STATE_HALTED, KVM_MP_STATE_INIT_RECEIVED,
-    KVM_MP_STATE_UNINITIALIZED,
-};
+use kvm_bindings::KVM_MP_STATE_HALTED;
 
 use super::{Action, ExitMapper};
 use crate::devices::LegacyDevices;
+use crate::vcpu::probe::{waits_in_kvm, BlockingStat, Probe};
 use crate::vcpu::{PortIo, Vcpu, VcpuExit};
 use crate::vm::handle_exit;
-
-/// `KVM_GET_STATS_FD`, `_IO(KVMIO, 0xce)` (kvm-ioctls has no wrapper).
-const KVM_GET_STATS_FD: libc::c_ulong = 0xae00 | 0xce;
-
-/// A vCPU's `blocking` stat: the stats fd and where the value lives.
-pub struct BlockingStat {
-    fd: OwnedFd,
-    offset: u64,
-}
-
-impl BlockingStat {
-    /// Opens `vcpu`'s stats fd and finds `blocking`; `None` if KVM has
-    /// no stats fd or no such stat.
-    pub fn open(vcpu: &Vcpu) -> Option<Self> {
-        // SAFETY: KVM_GET_STATS_FD takes no argument and returns a new fd
-        // (or -1); the vCPU fd is valid for the call.
-        let raw = unsafe { libc::ioctl(vcpu.fd().as_raw_fd(), KVM_GET_STATS_FD as _, 0) };
-        if raw < 0 {
-            return None;
-        }
-        // SAFETY: `raw` is a new fd this process owns from here on.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let mut hdr = [0u8; 24];
-        pread(&fd, &mut hdr, 0)?;
-        let u = |b: &[u8], i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        let (name_size, num_desc, desc_offset, data_offset) =
-            (u(&hdr, 4), u(&hdr, 8), u(&hdr, 16), u(&hdr, 20));
-        let dsize = 16 + name_size as usize;
-        if num_desc > 4096 || name_size > 4096 {
-            return None;
-        }
-        let mut descs = vec![0u8; dsize * num_desc as usize];
-        pread(&fd, &mut descs, desc_offset as u64)?;
-        for d in descs.chunks_exact(dsize) {
-            let name = &d[16..];
-            let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
-            if &name[..end] == b"blocking" {
-                return Some(Self {
-                    fd,
-                    offset: data_offset as u64 + u(d, 8) as u64,
-                });
-            }
-        }
-        None
-    }
-
-    /// Is the vCPU halted inside `KVM_RUN` right now?
-    pub fn blocking(&self) -> bool {
-        let mut v = [0u8; 8];
-        pread(&self.fd, &mut v, self.offset).is_some() && u64::from_ne_bytes(v) != 0
-    }
-}
-
-fn pread(fd: &OwnedFd, buf: &mut [u8], off: u64) -> Option<()> {
-    // SAFETY: `buf` is valid for `buf.len()` bytes of writes; the fd is
-    // open.
-    let n = unsafe {
-        libc::pread(
-            fd.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            off as libc::off_t,
-        )
-    };
-    (n == buf.len() as isize).then_some(())
-}
-
-/// Would `KVM_RUN` block in this MP state until an event arrives? A
-/// halted vCPU waits for an interrupt; an application processor that the
-/// guest has not started yet (`UNINITIALIZED`, `INIT_RECEIVED`, or parked
-/// in `AP_RESET_HOLD`) waits for INIT/SIPI from the boot CPU. All of them
-/// would hold a run slot doing nothing, so they give it up alike. During
-/// early boot that is 11 of 12 vCPUs: before the APs were counted here
-/// the boot CPU ran about 6x slower under the scheduler than on host 1:1
-/// threads (docs/data/boot-sched/).
-fn waits_in_kvm(mp_state: u32) -> bool {
-    matches!(
-        mp_state,
-        KVM_MP_STATE_HALTED
-            | KVM_MP_STATE_UNINITIALIZED
-            | KVM_MP_STATE_INIT_RECEIVED
-            | KVM_MP_STATE_AP_RESET_HOLD
-    )
-}
 
 /// How long a vCPU that waits inside `KVM_RUN` gives up its run slot.
 ///
@@ -328,6 +241,12 @@ impl ExitMapper for LinuxMapper {
             h.claim(vcpu.index());
         }
     }
+
+    /// The VMM put a halted vCPU to sleep in the scheduler; the poller
+    /// wakes it as soon as its interrupt is pending.
+    fn wake_ends_sleep(&self) -> bool {
+        true
+    }
 }
 
 /// Probe states of a vCPU (see `HaltState::probe`).
@@ -335,39 +254,12 @@ const IN_GUEST: u8 = 0;
 const ASLEEP: u8 = 1;
 const PROBED: u8 = 2;
 
-vmm_sys_util::ioctl_ior_nr!(KVM_GET_MP_STATE, 0xae, 0x98, kvm_bindings::kvm_mp_state);
-vmm_sys_util::ioctl_ior_nr!(KVM_GET_LAPIC, 0xae, 0x8e, kvm_bindings::kvm_lapic_state);
-
-/// Would the local APIC in `regs` (a `KVM_GET_LAPIC` image) deliver an
-/// interrupt now? Its highest requested vector (IRR) must be of a higher
-/// priority class than the processor priority: the larger of the task
-/// priority (TPR) and the highest vector in service (ISR), as the SDM's
-/// "Interrupt, Task, and Processor Priority" section defines it.
-pub fn lapic_has_deliverable(regs: &[u8]) -> bool {
-    let reg = |off: usize| {
-        regs.get(off..off + 4)
-            .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    };
-    let highest = |base: usize| {
-        (0..8usize).rev().find_map(|i| {
-            let v = reg(base + 0x10 * i);
-            (v != 0).then(|| i as u32 * 32 + 31 - v.leading_zeros())
-        })
-    };
-    let Some(irr) = highest(0x200) else {
-        return false;
-    };
-    let tpr_class = (reg(0x80) >> 4) & 0xf;
-    let isr_class = highest(0x100).map_or(0, |v| v >> 4);
-    irr >> 4 > tpr_class.max(isr_class)
-}
-
 /// One vCPU as the halt poller sees it.
 struct PolledVcpu {
     stat: Option<BlockingStat>,
     kicker: crate::vcpu::Kicker,
-    /// A duplicate of the vCPU fd, for probes.
-    fd: Option<OwnedFd>,
+    /// For probes while it sleeps.
+    probe: Option<Probe>,
 }
 
 /// The halt poller of one Linux VM under the scheduler (module docs). Each
@@ -409,7 +301,7 @@ impl HaltPoller {
             .map(|v| PolledVcpu {
                 stat: BlockingStat::open(v),
                 kicker: v.kicker(),
-                fd: dup_fd(v.fd().as_raw_fd()),
+                probe: Probe::new(v),
             })
             .collect();
         if vcpus.iter().any(|v| v.stat.is_none()) {
@@ -426,11 +318,11 @@ impl HaltPoller {
         let halt = self.mapper.halt.as_ref();
         for (k, v) in self.vcpus.iter().enumerate() {
             let slot = halt.and_then(|h| h.probe.get(k));
-            if let (Some(p), Some(fd)) = (slot, &v.fd) {
+            if let (Some(p), Some(probe)) = (slot, &v.probe) {
                 if p.compare_exchange(ASLEEP, PROBED, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
-                    let ready = wait_is_over(fd);
+                    let ready = probe.wait_is_over();
                     p.store(ASLEEP, Ordering::Release);
                     r.probed += 1;
                     if ready && wake(k) {
@@ -446,41 +338,6 @@ impl HaltPoller {
         }
         r
     }
-}
-
-/// Is the wait of a vCPU that is out of `KVM_RUN` over? `KVM_GET_MP_STATE`
-/// first (KVM accepts a pending INIT/SIPI there, so a started AP reads
-/// runnable), then, for a halted vCPU, its LAPIC (`KVM_GET_LAPIC` moves
-/// posted interrupts into the IRR first). An error reads as "over": the
-/// vCPU re-enters and KVM reports the problem on its own thread.
-fn wait_is_over(fd: &OwnedFd) -> bool {
-    let mut mp = kvm_bindings::kvm_mp_state::default();
-    // SAFETY: KVM_GET_MP_STATE writes one kvm_mp_state into `mp`, which
-    // lives for the call; the fd is a vCPU fd no thread is running.
-    let rc = unsafe { vmm_sys_util::ioctl::ioctl_with_mut_ref(fd, KVM_GET_MP_STATE(), &mut mp) };
-    if rc < 0 || !waits_in_kvm(mp.mp_state) {
-        return true;
-    }
-    if mp.mp_state != KVM_MP_STATE_HALTED {
-        return false;
-    }
-    let mut lapic = kvm_bindings::kvm_lapic_state::default();
-    // SAFETY: KVM_GET_LAPIC writes one kvm_lapic_state into `lapic`,
-    // which lives for the call; the fd is a vCPU fd no thread is running.
-    let rc = unsafe { vmm_sys_util::ioctl::ioctl_with_mut_ref(fd, KVM_GET_LAPIC(), &mut lapic) };
-    if rc < 0 {
-        return true;
-    }
-    lapic_has_deliverable(&lapic.regs.map(|b| b as u8))
-}
-
-/// A duplicate of `fd` (`None` if the process is out of fds).
-fn dup_fd(fd: std::os::fd::RawFd) -> Option<OwnedFd> {
-    // SAFETY: dup on an fd this process holds open; it returns a new fd
-    // or -1.
-    let raw = unsafe { libc::dup(fd) };
-    // SAFETY: `raw` is a fresh fd that nothing else owns.
-    (raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 /// How `vmm run --sched vcpu_sched` runs a Linux VM.
@@ -612,10 +469,10 @@ pub fn run_threads(
 ) -> Result<crate::vm::StopReason, crate::Error> {
     use std::time::Duration;
 
-    use super::host::{HostOptions, HostRun, ThreadNames};
-    use super::{GuestVm, Placement, VmSet};
+    use super::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
     use crate::vm::StopReason;
 
+    let topo = Arc::new(topology::load("host")?);
     let vcpus = vm.take_vcpus();
     let n = vcpus.len();
     let control = vm.control();
@@ -637,16 +494,15 @@ pub fn run_threads(
         keep: Box::new(vm),
     };
     let set = VmSet::new(vec![guest]).map_err(task_err)?;
-    let ho = HostOptions {
-        pins: (0..n)
-            .map(|i| opts.pins.as_ref().map(|p| vec![p[i]]))
-            .collect(),
-        names: ThreadNames::Vcpu,
-        strict_policy: true,
-        stack_size: None,
-    };
+    let mut eo = ExecOptions::new(topo, vcpu_sched::exec::CpuMapping::Host);
+    eo.kind = ExecutorKind::Host;
+    eo.host_pins = opts
+        .pins
+        .as_ref()
+        .map(|p| (0..n).map(|i| vec![p[i]]).collect());
+    eo.strict_policy = true;
     control.mark_started();
-    let run = HostRun::start(&ho, &set).map_err(task_err)?;
+    let run = Running::start(&eo, set).map_err(task_err)?;
     let reason = match control.wait(opts.timeout) {
         Some(r) => r,
         None => {
@@ -655,7 +511,7 @@ pub fn run_threads(
             control.reason().unwrap_or(StopReason::Timeout(t))
         }
     };
-    if let Err(e) = run.shutdown(Duration::from_secs(5)) {
+    if let Err(e) = run.stop(Duration::from_secs(5)) {
         tracing::warn!("{e}; leaving them behind");
     }
     devices.flush_console();
@@ -674,77 +530,6 @@ fn task_err(e: super::TaskError) -> crate::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A LAPIC register page with `vectors` requested, `in_service`
-    /// being serviced and task priority `tpr`.
-    fn lapic(vectors: &[u8], in_service: &[u8], tpr: u32) -> Vec<u8> {
-        let mut regs = vec![0u8; 1024];
-        let mut set = |base: usize, v: u8| {
-            let off = base + 0x10 * usize::from(v / 32);
-            let mut r = u32::from_le_bytes(regs[off..off + 4].try_into().unwrap());
-            r |= 1 << (v % 32);
-            regs[off..off + 4].copy_from_slice(&r.to_le_bytes());
-        };
-        for &v in vectors {
-            set(0x200, v);
-        }
-        for &v in in_service {
-            set(0x100, v);
-        }
-        regs[0x80..0x84].copy_from_slice(&tpr.to_le_bytes());
-        regs
-    }
-
-    #[test]
-    fn nothing_requested_is_nothing_to_deliver() {
-        assert!(!lapic_has_deliverable(&lapic(&[], &[], 0)));
-        assert!(!lapic_has_deliverable(&lapic(&[], &[0xec], 0)));
-    }
-
-    #[test]
-    fn a_requested_vector_above_the_priorities_is_deliverable() {
-        // Linux's reschedule IPI (0xfd) and local timer (0xec) vectors
-        assert!(lapic_has_deliverable(&lapic(&[0xfd], &[], 0)));
-        assert!(lapic_has_deliverable(&lapic(&[0xec], &[], 0)));
-        // the highest request counts, in any of the eight IRR words
-        assert!(lapic_has_deliverable(&lapic(&[0x31, 0xec], &[0x40], 0)));
-    }
-
-    #[test]
-    fn the_task_priority_masks_its_class_and_below() {
-        assert!(!lapic_has_deliverable(&lapic(&[0x41], &[], 0x40)));
-        assert!(!lapic_has_deliverable(&lapic(&[0x41], &[], 0x4f)));
-        assert!(lapic_has_deliverable(&lapic(&[0x51], &[], 0x40)));
-    }
-
-    #[test]
-    fn a_vector_in_service_masks_its_class_and_below() {
-        assert!(!lapic_has_deliverable(&lapic(&[0xe1], &[0xec], 0)));
-        assert!(!lapic_has_deliverable(&lapic(&[0x30], &[0xec], 0)));
-        assert!(lapic_has_deliverable(&lapic(&[0xfd], &[0xec], 0)));
-        // the larger of TPR and ISR decides
-        assert!(!lapic_has_deliverable(&lapic(&[0xfd], &[0x30], 0xf0)));
-    }
-
-    #[test]
-    fn a_short_register_page_reads_as_nothing_pending() {
-        assert!(!lapic_has_deliverable(&[0u8; 16]));
-    }
-
-    #[test]
-    fn waiting_states_are_the_ones_kvm_blocks_in() {
-        use kvm_bindings::{KVM_MP_STATE_RUNNABLE, KVM_MP_STATE_SIPI_RECEIVED};
-        for s in [
-            KVM_MP_STATE_HALTED,
-            KVM_MP_STATE_UNINITIALIZED,
-            KVM_MP_STATE_INIT_RECEIVED,
-            KVM_MP_STATE_AP_RESET_HOLD,
-        ] {
-            assert!(waits_in_kvm(s), "{s}");
-        }
-        assert!(!waits_in_kvm(KVM_MP_STATE_RUNNABLE));
-        assert!(!waits_in_kvm(KVM_MP_STATE_SIPI_RECEIVED));
-    }
 
     fn state(vcpus: usize) -> HaltState {
         HaltState {
