@@ -53,7 +53,24 @@ pub fn check_comparison(v: &Value, labels: &[&str], reps: usize) -> Vec<Value> {
             vmin - eps <= mean && mean <= vmax + eps,
             "mean in range: {row}"
         );
-        assert!(num(row, "stddev") >= 0.0, "{row}");
+        // the mean and the sample standard deviation (n - 1), computed
+        // here from the values the row lists
+        let n = values.len() as f64;
+        let m = values.iter().sum::<f64>() / n;
+        assert!(
+            (mean - m).abs() <= eps * m.abs().max(1.0),
+            "mean of the values: {row}"
+        );
+        let sd = if values.len() < 2 {
+            0.0
+        } else {
+            (values.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+        };
+        let got = num(row, "stddev");
+        assert!(
+            (got - sd).abs() <= eps * sd.max(1.0),
+            "stddev {got}, the values give {sd}: {row}"
+        );
         let (rel, rmin, rmax) = (
             num(row, "relative_pct"),
             num(row, "relative_min_pct"),
@@ -157,6 +174,8 @@ mod tests {
             ("none (A/A)".to_string(), RowKind::AA),
             ("all".to_string(), RowKind::Variant),
         ];
+        // the baseline's values: mean 5, sum of squared deviations 32, so
+        // the sample standard deviation is sqrt(32 / 7) = 2.13809
         let values = [
             vec![2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0],
             vec![2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0],
@@ -167,8 +186,9 @@ mod tests {
     }
 
     #[test]
-    fn a_wrong_paired_reading_is_caught() {
+    fn a_wrong_stddev_or_paired_reading_is_caught() {
         let v = sample();
+        assert!((v["rows"][0]["stddev"].as_f64().unwrap() - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
         let rows = check_comparison(&v, &["none", "none (A/A)", "all"], 8);
         assert_eq!(rows[2]["paired"]["verdict"], "better");
         let broken = |f: &dyn Fn(&mut Value)| {
@@ -177,6 +197,7 @@ mod tests {
             std::panic::catch_unwind(|| check_comparison(&w, &["none", "none (A/A)", "all"], 8))
                 .is_err()
         };
+        assert!(broken(&|w| w["rows"][0]["stddev"] = 2.0.into()));
         assert!(broken(
             &|w| w["rows"][2]["paired"]["verdict"] = "cannot_tell_apart".into()
         ));

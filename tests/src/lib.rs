@@ -59,8 +59,10 @@ pub mod comparison;
 pub mod guest;
 pub mod guest_check;
 pub mod run_bounded;
+pub mod tools;
 
 pub use run_bounded::{run_bounded, BoundedOutput};
+pub use tools::{require_kvm, require_tool, skip_or_fail};
 
 /// A tiny "kernel" for the VMM's error paths: an x86-64 ELF executable
 /// with the "Linux" ELF note, whose 64-bit entry at 0x100_0000 runs `code`.

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use integration_tests::{run_bounded, BoundedOutput};
+use integration_tests::{require_tool, run_bounded, BoundedOutput};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_RSS_KB: u64 = 1 << 20; // 1 GiB
@@ -120,37 +120,39 @@ fn topology_bad_xml_files() {
     show(path(&big), &["the limit is 16777216 (16 MiB)"]);
 }
 
-/// Runs `lstopo-no-graphics -i SYNTHETIC --of xml` (hwloc's own export).
-fn lstopo_xml(synthetic: &str) -> Option<String> {
+/// Runs `lstopo-no-graphics -i SYNTHETIC --of xml` (hwloc's own export);
+/// a failing lstopo fails the test.
+fn lstopo_xml(synthetic: &str) -> String {
     let out = std::process::Command::new("lstopo-no-graphics")
         .args(["-i", synthetic, "--of", "xml"])
         .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8(out.stdout).unwrap())
+        .expect("starting lstopo-no-graphics");
+    assert!(
+        out.status.success(),
+        "lstopo-no-graphics -i {synthetic:?} --of xml failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
 
 #[test]
 fn topology_xml_over_the_limits() {
-    let Some(x) = lstopo_xml("pu:5000") else {
-        eprintln!("skipped: lstopo-no-graphics is not installed (apt install hwloc)");
+    if !require_tool("lstopo-no-graphics", "apt install hwloc") {
         return;
-    };
+    }
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("pu5000.xml");
-    std::fs::write(&p, x).unwrap();
+    std::fs::write(&p, lstopo_xml("pu:5000")).unwrap();
     show(path(&p), &["it has 5000 CPUs; the limit is 4096"]);
 
     let p = dir.path().join("nodes.xml");
-    std::fs::write(&p, lstopo_xml("package:300 [numa] pu:1").unwrap()).unwrap();
+    std::fs::write(&p, lstopo_xml("package:300 [numa] pu:1")).unwrap();
     show(path(&p), &["it has 300 NUMA nodes; the limit is 256"]);
 
     // A hand-edited file that lists one CPU twice: hwloc's consistency
     // check would abort() the process in a debug build.
-    let x = lstopo_xml("pu:2")
-        .unwrap()
-        .replace("os_index=\"1\"", "os_index=\"0\"");
+    let x = lstopo_xml("pu:2").replace("os_index=\"1\"", "os_index=\"0\"");
     let p = dir.path().join("dup.xml");
     std::fs::write(&p, x).unwrap();
     show(path(&p), &["P#0 appears twice"]);

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use integration_tests::{vmm_bin, workspace_root};
+use integration_tests::{require_tool, vmm_bin, workspace_root};
 use serde_json::{json, Value};
 
 /// The topology every server here manages: 8 CPUs, 2 LLCs of 2 L2s of one
@@ -462,6 +462,48 @@ fn sample(s: &[(String, f64)], key: &str) -> f64 {
         .1
 }
 
+/// Pauses the default VM and waits until its migration counts stop
+/// moving; then the scheduler's migrations by distance add up to the VM's
+/// own count (its 2 vCPUs are the only tasks this scheduler has had).
+async fn migrations_add_up_once_paused(sock: &Path) {
+    assert_eq!(call(sock, "PUT", "/api/v1/vm.pause", None).await.0, 204);
+    let by_distance = |s: &[(String, f64)]| -> f64 {
+        ["l2", "llc", "node", "remote"]
+            .iter()
+            .map(|d| {
+                sample(
+                    s,
+                    &format!("vmm_sched_migrations_total{{distance=\"{d}\"}}"),
+                )
+            })
+            .sum()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = None;
+    loop {
+        let (s, text) = call_text(sock, "GET", "/metrics", None).await;
+        assert_eq!(s, 200);
+        let m = samples(&text);
+        let now = (
+            sample(&m, "vmm_vm_migrations_total{vm=\"default\"}"),
+            by_distance(&m),
+        );
+        if last == Some(now) {
+            assert_eq!(
+                now.0, now.1,
+                "the VM's migrations against the scheduler's by distance"
+            );
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the paused VM's migration counts never settled: {last:?} then {now:?}"
+        );
+        last = Some(now);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[test]
 fn metrics_parse_grow_and_pass_promtool() {
     let srv = Server::start(&["--metrics-per-vcpu"]);
@@ -496,28 +538,32 @@ fn metrics_parse_grow_and_pass_promtool() {
         assert!(sample(&a, "vmm_sched_switches_total") > 0.0);
         assert_eq!(sample(&a, "vmm_sched_tasks"), 2.0);
         assert_eq!(sample(&a, "vmm_sched_groups"), 1.0);
-        assert!(sample(&a, "vmm_sched_rto_updates_total") >= 0.0);
-        for d in ["l2", "llc", "node", "remote"] {
-            assert!(
-                sample(
-                    &a,
-                    &format!("vmm_sched_migrations_total{{distance=\"{d}\"}}")
-                ) >= 0.0
-            );
-        }
+        // TICKER2 asks for no RT policy: no runqueue ever holds a
+        // pushable RT task, so the RT overload mask never changes
+        assert_eq!(sample(&a, "vmm_sched_rto_updates_total"), 0.0);
         progresses(&sock, "default", e0 as u64).await;
         let (_, b) = call_text(&sock, "GET", "/metrics", None).await;
         let bs = samples(&b);
         assert!(sample(&bs, "vmm_vm_kvm_exits_total{vm=\"default\"}") > e0);
         assert!(sample(&bs, "vmm_api_request_duration_seconds_count") > 0.0);
         // The scheduler's view: run delay per VM and per vCPU, and a
-        // wake-to-run histogram whose buckets add up.
-        assert!(sample(&bs, "vmm_vm_run_delay_seconds_total{vm=\"default\"}") >= 0.0);
+        // wake-to-run histogram whose buckets add up. Both vCPUs waited
+        // in a runqueue before their first run, and the VM's run delay is
+        // its vCPUs' (one snapshot of each vCPU feeds both).
+        let delay = sample(&bs, "vmm_vm_run_delay_seconds_total{vm=\"default\"}");
+        let per_vcpu: Vec<f64> = (0..2)
+            .map(|k| {
+                sample(
+                    &bs,
+                    &format!("vmm_vcpu_run_delay_seconds_total{{vm=\"default\",vcpu=\"{k}\"}}"),
+                )
+            })
+            .collect();
+        assert!(per_vcpu.iter().all(|d| *d > 0.0), "{per_vcpu:?}");
+        let sum: f64 = per_vcpu.iter().sum();
         assert!(
-            sample(
-                &bs,
-                "vmm_vcpu_run_delay_seconds_total{vm=\"default\",vcpu=\"1\"}"
-            ) >= 0.0
+            (delay - sum).abs() <= 1e-9 * delay,
+            "{delay} != {per_vcpu:?}"
         );
         assert!(sample(&bs, "vmm_vm_wakeups_total{vm=\"default\"}") > 0.0);
         // The ticker's exits are its port writes (REPORT, SLEEP).
@@ -566,31 +612,31 @@ fn metrics_parse_grow_and_pass_promtool() {
             .starts_with("application/openmetrics-text"));
         let om = r.into_body().collect().await.unwrap().to_bytes();
         assert!(String::from_utf8_lossy(&om).trim_end().ends_with("# EOF"));
+        migrations_add_up_once_paused(&sock).await;
         b
     });
     // Every counter family is named for its _total sample, with help.
     assert!(text.contains("# TYPE vmm_vm_kvm_exits_total counter"));
-    match Command::new("promtool")
+    drop(srv);
+    if !require_tool("promtool", "scripts/setup.sh installs it") {
+        return;
+    }
+    let mut p = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-    {
-        Ok(mut p) => {
-            use std::io::Write;
-            p.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-            let out = p.wait_with_output().unwrap();
-            assert!(
-                out.status.success(),
-                "promtool: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Err(_) => eprintln!("promtool not installed (scripts/setup.sh installs it): check skipped"),
-    }
-    drop(srv);
+        .expect("starting promtool");
+    use std::io::Write;
+    p.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = p.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

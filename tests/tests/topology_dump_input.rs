@@ -25,21 +25,12 @@ fn path(p: &Path) -> &str {
     p.to_str().expect("UTF-8 temp path")
 }
 
-/// Whether hwloc's `lstopo-no-graphics` can run. Without it no dump loads;
-/// under `CI=true` that is a failure, elsewhere the test says it skipped.
+/// Whether hwloc's `lstopo-no-graphics` is installed. Without it no dump
+/// loads; under `CI=true` that is a failure, elsewhere the test says it
+/// skipped (`integration_tests::tools`). An lstopo that is installed but
+/// fails is the test's failure, not a skip.
 fn have_lstopo() -> bool {
-    let ok = std::process::Command::new("lstopo-no-graphics")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "lstopo-no-graphics is missing (apt install hwloc)"
-        );
-        eprintln!("skipped: lstopo-no-graphics is not installed (apt install hwloc)");
-    }
-    ok
+    integration_tests::require_tool("lstopo-no-graphics", "apt install hwloc")
 }
 
 /// Writes a CPUID dump of `SHAPE` in Intel's encoding into `dir/name` and

@@ -53,6 +53,9 @@ pub mod vcpu_bench;
 pub mod vcpu_body;
 pub mod vm;
 
+#[cfg(test)]
+mod test_kvm;
+
 /// Errors of the VMM library.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

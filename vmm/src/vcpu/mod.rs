@@ -581,7 +581,6 @@ impl Drop for Vcpu {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kvm_ioctls::Kvm;
     use std::sync::Mutex as StdMutex;
     use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
 
@@ -607,7 +606,7 @@ mod tests {
 
     /// A real-mode VM without an irqchip, running `code` at 0x1000.
     fn micro_vm(code: &[u8]) -> Option<(VmFd, GuestMemoryMmap, Vcpu)> {
-        let kvm = Kvm::new().ok()?;
+        let kvm = crate::test_kvm::kvm()?;
         let vm = kvm.create_vm().unwrap();
         let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();
         for (slot, r) in mem.iter().enumerate() {
@@ -659,7 +658,6 @@ mod tests {
             0xb0, 0xfe, 0xe6, 0x64, // mov al, 0xfe; out 0x64, al
         ];
         let Some((_vm, _mem, mut v)) = micro_vm(&code) else {
-            eprintln!("no /dev/kvm: skipped");
             return;
         };
         let io = TestIo::default();
@@ -681,7 +679,6 @@ mod tests {
     fn kick_interrupts_a_spinning_guest_and_is_never_lost() {
         let code = [0xeb, 0xfe]; // jmp $
         let Some((_vm, _mem, mut v)) = micro_vm(&code) else {
-            eprintln!("no /dev/kvm: skipped");
             return;
         };
         let io = TestIo::default();
