@@ -385,8 +385,7 @@ fn soak_1000_vcpus_with_churn() {
     );
     let fds_warm = samples.first().map_or(0, |s| s.2);
     let rss_flat = lo > 0 && (hi as f64) <= lo as f64 * 1.10;
-    let _ = writeln!(
-        log,
+    let verdict = format!(
         "verdict after {:.0} s: VMs created {made}, destroyed {destroyed} ({ended} had ended on their own), \
          invariant violations {}, stuck vCPUs {}, RSS after warm-up {:.1}-{:.1} MiB ({}), \
          fds after warm-up {fds_warm}, with all VMs up at the end {fds_live}, tasks left after teardown {tasks_left}",
@@ -397,27 +396,55 @@ fn soak_1000_vcpus_with_churn() {
         hi as f64 / 1024.0,
         if rss_flat { "flat within 10%" } else { "NOT flat within 10%" },
     );
+    let _ = writeln!(log, "{verdict}");
     for v in violations.iter().take(20) {
         let _ = writeln!(log, "  violation: {v}");
     }
     for s in stuck.iter().take(20) {
         let _ = writeln!(log, "  stuck: {s}");
     }
-    eprint!(
-        "{}",
-        log.lines()
-            .last()
-            .map(|l| format!("{l}\n"))
+    // The verdict first, then the log: a failed write is reported after
+    // the verdict and never stands in for it.
+    let mut failed = Vec::new();
+    if !violations.is_empty() {
+        failed.push(format!("{} invariant violations", violations.len()));
+    }
+    if !stuck.is_empty() {
+        failed.push(format!("{} stuck vCPUs", stuck.len()));
+    }
+    if !rss_flat {
+        failed.push("RSS not flat within 10% after the warm-up".to_string());
+    }
+    if fds_live > fds_warm {
+        failed.push(format!(
+            "fds grew: {fds_warm} after the warm-up, {fds_live} at the end"
+        ));
+    }
+    if tasks_left != 0 {
+        failed.push(format!("{tasks_left} tasks left after teardown"));
+    }
+    let outcome = if failed.is_empty() {
+        "PASSED".to_string()
+    } else {
+        format!("FAILED: {}", failed.join("; "))
+    };
+    let _ = writeln!(log, "{outcome}");
+    eprintln!("{verdict}\n{outcome}");
+    let written = match &out {
+        Some(p) => std::fs::write(p, &log).map_err(|e| format!("SOAK_OUT {}: {e}", p.display())),
+        None => Ok(()),
+    };
+    assert!(
+        failed.is_empty(),
+        "{log}\nthe soak failed: {}{}",
+        failed.join("; "),
+        written
+            .as_ref()
+            .err()
+            .map(|e| format!(" (and the log could not be written: {e})"))
             .unwrap_or_default()
     );
-    if let Some(p) = &out {
-        if let Err(e) = std::fs::write(p, &log) {
-            eprintln!("SOAK_OUT {}: {e}; the log is above", p.display());
-        }
+    if let Err(e) = written {
+        panic!("the soak passed (verdict above), but its log could not be written: {e}");
     }
-    assert!(violations.is_empty(), "{log}");
-    assert!(stuck.is_empty(), "{log}");
-    assert!(rss_flat, "{log}");
-    assert!(fds_live <= fds_warm, "{log}");
-    assert_eq!(tasks_left, 0, "{log}");
 }
