@@ -10,6 +10,10 @@
 //!   the access pattern of many CPUs, compressed onto the real ones.
 //! * [`ratios`] reads criterion's estimates back and prints baseline/fix
 //!   ratios (see `docs/results-scheduler.md`).
+//! * [`ab`] puts criterion's saved passes of several builds side by side
+//!   with their raw samples (`scripts/sync-layer-ab.sh`).
+
+pub mod ab;
 
 use std::path::Path;
 use std::sync::{Arc, Barrier};
