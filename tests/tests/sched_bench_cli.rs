@@ -97,3 +97,53 @@ fn comparison_prints_the_seeds_table() {
     // every run's report rides along: 4 rows x 2 repetitions
     assert_eq!(v["runs"].as_array().map(|r| r.len()), Some(8), "{v}");
 }
+
+/// The same workload on every executor: the M:N workers (checked), and
+/// plain host threads, the peer; the JSON names the executor. The host
+/// executor has no scheduler, so a set, a comparison or the checker is
+/// refused with it.
+#[test]
+fn every_executor_runs_the_workload_and_the_host_refuses_scheduler_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    for (exec, label, extra) in [
+        ("workers", "[all, workers]", &["--check"][..]),
+        ("host", "[host 1:1]", &[][..]),
+    ] {
+        let json = dir.path().join(format!("{exec}.json"));
+        let mut args = vec![
+            "sched-bench",
+            "runq",
+            "--executor",
+            exec,
+            "--duration",
+            "0.4",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let r = run(&args);
+        assert_eq!(r.status, Some(0), "{exec}: {}", r.context());
+        assert!(
+            r.console.contains(&format!("runq on host {label}")),
+            "{exec}: {}",
+            r.context()
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(v["executor"], exec, "{exec}");
+        assert!(v["metric"]["value"].as_f64().unwrap() > 0.0, "{exec}: {v}");
+    }
+    for flag in [
+        &["--check"][..],
+        &["--mitigations", "all"],
+        &["--compare", "seeds"],
+    ] {
+        let mut args = vec!["sched-bench", "runq", "--executor", "host"];
+        args.extend_from_slice(flag);
+        assert_input_error(&run(&args), &[flag[0], "--executor host"]);
+    }
+    assert_input_error(
+        &run(&["sched-bench", "runq", "--executor", "m:n"]),
+        &["unknown executor", "workers"],
+    );
+}

@@ -36,7 +36,7 @@ use topology::HostTopology;
 
 use super::body::{Engine, Hooks};
 use super::clock::{run_checker, run_clock, runnable_thread, ClockHost, ClockPeriods, TimerQueue};
-use super::{CheckConfig, CpuMapping, CPU_OK};
+use super::{CheckConfig, CpuMapping, ExecConfig, CPU_OK};
 use crate::check::{InvariantChecker, Liveness};
 use crate::cpumask::CpuMask;
 use crate::error::{Result, SchedError};
@@ -196,46 +196,59 @@ pub(crate) struct ExecCore {
     pub(crate) check: bool,
 }
 
-/// What an executor is built with.
-pub(crate) struct CoreConfig<'a> {
-    pub(crate) topo: &'a HostTopology,
-    pub(crate) max_tasks: usize,
-    pub(crate) mapping: CpuMapping,
-    pub(crate) epoch: Instant,
-    pub(crate) timer_style: TimerStyle,
-    pub(crate) pin: bool,
-    pub(crate) host_rt: Option<u8>,
-    pub(crate) check: bool,
+/// A threaded executor's core, scheduler and checker, built together.
+pub(crate) struct Built {
+    pub(crate) core: Arc<ExecCore>,
+    pub(crate) sched: Arc<Scheduler>,
+    pub(crate) checker: Arc<Mutex<Option<InvariantChecker>>>,
 }
 
 impl ExecCore {
-    pub(crate) fn new(c: CoreConfig<'_>) -> Result<Self> {
-        if let CpuMapping::Emulated { real } = &c.mapping {
-            if real.is_empty() {
-                return Err(SchedError::Config(
-                    "emulated mapping with no host CPUs".into(),
-                ));
-            }
-        }
-        let n = c.topo.num_cpus();
-        Ok(Self {
-            epoch: c.epoch,
+    /// Checks `cfg`, then builds the shared state for `topo`, a scheduler
+    /// whose kicks land on its run slots, and the checker if asked for.
+    pub(crate) fn build(
+        topo: Arc<HostTopology>,
+        mit: crate::mitigations::Mitigations,
+        sched_cfg: crate::config::SchedConfig,
+        cfg: &ExecConfig,
+        timer_style: TimerStyle,
+    ) -> Result<Built> {
+        cfg.validate()?;
+        let n = topo.num_cpus();
+        let core = Arc::new(Self {
+            epoch: cfg.epoch.unwrap_or_else(Instant::now),
             slots: (0..n as u32)
-                .map(|cpu| CpuSlot::new(c.mapping.host_cpu(c.topo, cpu)))
+                .map(|cpu| CpuSlot::new(cfg.mapping.host_cpu(&topo, cpu)))
                 .collect(),
             counters: (0..n).map(|_| CpuCounters::default()).collect(),
-            tasks: (0..c.max_tasks).map(|_| TaskRt::new()).collect(),
+            tasks: (0..sched_cfg.max_tasks).map(|_| TaskRt::new()).collect(),
             timers: TimerQueue::new(),
-            timer_style: c.timer_style,
+            timer_style,
             stopping: AtomicBool::new(false),
             quit: AtomicBool::new(false),
             detaching: AtomicUsize::new(0),
             violations: Mutex::new(Vec::new()),
-            pin: c.pin,
-            host_rt: c.host_rt,
+            pin: cfg.pin,
+            host_rt: cfg.host_rt,
             pin_errors: AtomicU64::new(0),
-            check: c.check,
-            mapping: c.mapping,
+            check: cfg.check.is_some(),
+            mapping: cfg.mapping.clone(),
+        });
+        let sched = Arc::new(Scheduler::new(
+            topo,
+            mit,
+            sched_cfg,
+            Arc::new(SlotKicker(core.clone())),
+        )?);
+        let checker = Arc::new(Mutex::new(
+            cfg.check
+                .as_ref()
+                .map(|c| InvariantChecker::new(c.grace.as_nanos() as u64)),
+        ));
+        Ok(Built {
+            core,
+            sched,
+            checker,
         })
     }
 

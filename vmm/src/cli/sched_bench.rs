@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Args;
 use vcpu_sched::bench::{compare, run_workload_with, CompareOptions, RunOptions};
+use vcpu_sched::exec::ExecutorKind;
 use vcpu_sched::workload::WorkloadKind;
 use vcpu_sched::{Mitigations, SchedError};
 
@@ -80,6 +81,12 @@ pub struct SchedBenchArgs {
     #[arg(long, value_name = "PRIO", value_parser = args::prio,
           allow_negative_numbers = true)]
     pub prio: Option<u8>,
+    /// What runs the tasks: `threads` (a thread per task handing run slots
+    /// over; the default), `workers` (M:N, a worker per CPU) or `host`
+    /// (plain threads the host kernel schedules, no vcpu_sched: the peer).
+    #[arg(long, short = 'e', default_value = "threads", value_name = "EXECUTOR",
+          value_parser = |s: &str| s.parse::<ExecutorKind>())]
+    pub executor: ExecutorKind,
 }
 
 /// The workloads that use each tunable; giving it to another is an error
@@ -114,6 +121,20 @@ fn check_applicable(a: &SchedBenchArgs, w: WorkloadKind) -> Result<()> {
     if a.compare.is_none() && a.reps.is_some() {
         return Err(ignored("--reps", "--compare", "a single run").into());
     }
+    if a.executor == ExecutorKind::Host {
+        // the host kernel schedules: there is no vcpu_sched to set or check
+        let here = "--executor host (the host kernel schedules)";
+        let sched = "the threads and workers executors";
+        for (flag, given) in [
+            ("--mitigations", a.mitigations.is_some()),
+            ("--compare", a.compare.is_some()),
+            ("--check", a.check),
+        ] {
+            if given {
+                return Err(ignored(flag, sched, here).into());
+            }
+        }
+    }
     Ok(())
 }
 
@@ -129,6 +150,7 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
         args::check_output_file("--json", path, true)?;
     }
     let mut run = RunOptions::new(workload, &a.topology);
+    run.executor = a.executor;
     run.duration = a.duration;
     run.check = a.check;
     run.params.tasks = a.tasks;
@@ -184,11 +206,16 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
                     r.duration_s
                 ));
             }
+            let set = match r.executor {
+                ExecutorKind::Host => "host 1:1".to_string(),
+                ExecutorKind::Threads => r.mitigations.clone(),
+                e => format!("{}, {e}", r.mitigations),
+            };
             outln!(
                 "{} on {} [{}]: {} = {:.3} {} ({} tasks on {} CPUs, {:.1} s, {:.0} ns per schedule call, {} migrations{})",
                 r.workload,
                 r.topology,
-                r.mitigations,
+                set,
                 r.metric.name,
                 r.metric.value,
                 r.metric.unit,

@@ -52,8 +52,8 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use crate::compat::{assist_for, Assist};
 
 pub mod inject;
-pub mod probe;
 mod kick;
+pub mod probe;
 
 pub use kick::{install_kick_signal, kick_signal, Kicker};
 use kick::{KickShared, RunGuard};

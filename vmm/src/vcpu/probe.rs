@@ -256,5 +256,4 @@ mod tests {
         assert!(!waits_in_kvm(KVM_MP_STATE_RUNNABLE));
         assert!(!waits_in_kvm(KVM_MP_STATE_SIPI_RECEIVED));
     }
-
 }

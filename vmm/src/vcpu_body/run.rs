@@ -235,11 +235,10 @@ fn add_tasks(
                         .and_then(|p| p.get(slot.global).cloned()),
                     strict_policy: opts.strict_policy,
                 };
-                h.add(&spec, body, hooks, &how)
-                    .map_err(|e| match e {
-                        vcpu_sched::SchedError::ThreadSetup(m) => TaskError::Input(m),
-                        e => e.into(),
-                    })?
+                h.add(&spec, body, hooks, &how).map_err(|e| match e {
+                    vcpu_sched::SchedError::ThreadSetup(m) => TaskError::Input(m),
+                    e => e.into(),
+                })?
             }
         };
         set.live_bodies.fetch_add(1, Ordering::AcqRel);

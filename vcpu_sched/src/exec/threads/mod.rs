@@ -33,9 +33,7 @@ use topology::HostTopology;
 
 use super::body::{Body, Hooks, Spawner};
 use super::config::{CpuMapping, ExecConfig, ExecReport};
-use super::shared::{
-    start_thread, CoreConfig, CpuCounters, ExecCore, SlotKicker, TimerStyle, IDLE,
-};
+use super::shared::{start_thread, Built, CpuCounters, ExecCore, TimerStyle, IDLE};
 use crate::check::{InvariantChecker, Liveness};
 use crate::config::SchedConfig;
 use crate::cpumask::CpuMask;
@@ -75,29 +73,12 @@ impl ThreadsExecutor {
         sched_cfg: SchedConfig,
         cfg: ExecConfig,
     ) -> Result<Self> {
-        cfg.validate()?;
-        let core = Arc::new(ExecCore::new(CoreConfig {
-            topo: &topo,
-            max_tasks: sched_cfg.max_tasks,
-            mapping: cfg.mapping.clone(),
-            epoch: cfg.epoch.unwrap_or_else(Instant::now),
-            timer_style: TimerStyle::Clock,
-            pin: cfg.pin,
-            host_rt: cfg.host_rt,
-            check: cfg.check.is_some(),
-        })?);
-        let sched = Arc::new(Scheduler::new(
-            topo,
-            mit,
-            sched_cfg,
-            Arc::new(SlotKicker(core.clone())),
-        )?);
+        let Built {
+            core,
+            sched,
+            checker,
+        } = ExecCore::build(topo, mit, sched_cfg, &cfg, TimerStyle::Clock)?;
         let sh = Arc::new(Shared::new(core.clone()));
-        let checker = Arc::new(Mutex::new(
-            cfg.check
-                .as_ref()
-                .map(|c| InvariantChecker::new(c.grace.as_nanos() as u64)),
-        ));
         let mut ex = Self {
             sh,
             sched,

@@ -45,7 +45,7 @@ use topology::HostTopology;
 use super::body::{Body, Hooks, Spawner, TaskEnd};
 use super::clock::runnable_thread;
 use super::config::{CpuMapping, ExecConfig, ExecReport};
-use super::shared::{start_thread, CoreConfig, ExecCore, SlotKicker, TimerStyle, IDLE};
+use super::shared::{start_thread, Built, ExecCore, TimerStyle, IDLE};
 use crate::check::InvariantChecker;
 use crate::config::SchedConfig;
 use crate::cpumask::CpuMask;
@@ -163,24 +163,12 @@ impl WorkerPool {
         sched_cfg: SchedConfig,
         cfg: &ExecConfig,
     ) -> Result<Self> {
-        cfg.validate()?;
-        let core = Arc::new(ExecCore::new(CoreConfig {
-            topo: &topo,
-            max_tasks: sched_cfg.max_tasks,
-            mapping: cfg.mapping.clone(),
-            epoch: cfg.epoch.unwrap_or_else(Instant::now),
-            timer_style: TimerStyle::Local,
-            pin: cfg.pin,
-            host_rt: cfg.host_rt,
-            check: cfg.check.is_some(),
-        })?);
         let max = sched_cfg.max_tasks;
-        let sched = Arc::new(Scheduler::new(
-            topo,
-            mit,
-            sched_cfg,
-            Arc::new(SlotKicker(core.clone())),
-        )?);
+        let Built {
+            core,
+            sched,
+            checker,
+        } = ExecCore::build(topo, mit, sched_cfg, cfg, TimerStyle::Local)?;
         let pool = Arc::new(Pool {
             idle_spin_ns: idle_spin(&cfg.mapping),
             core,
@@ -191,11 +179,6 @@ impl WorkerPool {
             finished: Mutex::new(Vec::new()),
             failures: Mutex::new(Vec::new()),
         });
-        let checker = Arc::new(Mutex::new(
-            cfg.check
-                .as_ref()
-                .map(|c| InvariantChecker::new(c.grace.as_nanos() as u64)),
-        ));
         let wp = Self {
             pool,
             threads: Mutex::new(Vec::new()),
