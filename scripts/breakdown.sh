@@ -5,7 +5,8 @@
 # per host CPU and at 4x overcommit, each REPS times (default 3), the
 # executors interleaved; then the same workers run without --breakdown,
 # for what the stamps cost. Raw outputs go to OUT (default
-# docs/data/breakdown). VMM_BIN picks the binary (default: a release build);
+# docs/data/breakdown), with OUT/meta.txt: the machine, the commit and
+# whether the tree was dirty (scripts/machine-meta.sh). VMM_BIN picks the binary (default: a release build);
 # WORKLOADS (default "messaging cyclic runq transcode"), REPS and DURATION
 # (s) narrow it.
 #
@@ -33,6 +34,13 @@ stage_rows() {
 }
 
 table() {
+    if [ -f "$out/meta.txt" ]; then
+        printf 'Machine (`%s/meta.txt`): %s, %s CPUs, Linux %s, /dev/kvm: %s; commit `%s`, dirty: %s; %s.\n' "$out" \
+            "$(sed -n 's/^cpu=//p' "$out/meta.txt")" "$(sed -n 's/^nproc=//p' "$out/meta.txt")" \
+            "$(sed -n 's/^kernel=//p' "$out/meta.txt")" "$(sed -n 's/^kvm=//p' "$out/meta.txt")" \
+            "$(sed -n 's/^commit=//p' "$out/meta.txt")" "$(sed -n 's/^dirty=//p' "$out/meta.txt")" \
+            "$(sed -n 's/^date=//p' "$out/meta.txt")"
+    fi
     for workload in messaging cyclic runq transcode; do
         local files=("$out/$workload"-x*-*.txt)
         [ -e "${files[0]}" ] || continue
@@ -78,9 +86,10 @@ if [ -n "${VMM_BIN:-}" ]; then
     vmm() { "$VMM_BIN" "$@"; }
 else
     cargo build --release --quiet -p vmm
-    vmm() { target/release/vmm "$@"; }
+    vmm() { "${CARGO_TARGET_DIR:-target}/release/vmm" "$@"; }
 fi
 mkdir -p "$out"
+scripts/machine-meta.sh >"$out/meta.txt"
 ncpu=$(nproc)
 for workload in ${WORKLOADS:-messaging cyclic runq transcode}; do
     # cyclic's vCPUs are RT: both executors' threads run at host SCHED_FIFO

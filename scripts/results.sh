@@ -62,23 +62,8 @@ fi
 
 meta=$data/results-meta.txt
 {
-    echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
-    if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
-        echo "dirty=yes"
-    else
-        echo "dirty=no"
-    fi
-    echo "cpu=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
-    echo "nproc=$(nproc)"
-    echo "kernel=$(uname -r)"
-    if [ -d /sys/module/kvm_pvm ]; then
-        echo "kvm=kvm_pvm (software virtualization: guest code is emulated)"
-    elif [ -e /dev/kvm ]; then
-        echo "kvm=hardware KVM ($(ls -d /sys/module/kvm_intel /sys/module/kvm_amd 2>/dev/null | xargs -n1 basename 2>/dev/null | tr '\n' ' ')loaded)"
-    else
-        echo "kvm=none"
-    fi
+    # date, commit, dirty, cpu, cpu_vendor, cpu_family, nproc, kernel, kvm
+    scripts/machine-meta.sh
     echo "mode=$( ((small)) && echo small || echo full)"
     # the binary's build, not its path on this machine
     echo "vmm=$("$VMM_BIN" --version 2>/dev/null || echo vmm) ($( ((small)) && echo debug || echo release) build)"

@@ -13,7 +13,9 @@
 # band rule). The target's verdict comes from the paired reading instead:
 # the host row's per-repetition ratios to `all` with a 95% bootstrap
 # interval: met only when the whole interval says vcpu_sched is faster.
-# Raw outputs (table, and JSON gzipped) go to OUT (default docs/data/targets);
+# Raw outputs (table, and JSON gzipped) go to OUT (default docs/data/targets),
+# with OUT/meta.txt: the machine, the commit and whether the tree was dirty
+# (scripts/machine-meta.sh);
 # VMM_BIN picks the binary (default: a release build); WORKLOADS narrows it.
 # With the default OUT and every workload, the Targets table of
 # docs/results-vcpus.md is then rewritten from the new data (results_md
@@ -31,6 +33,10 @@ else
     vmm() { "$target/release/vmm" "$@"; }
 fi
 mkdir -p "$out"
+# what these runs ran on and from (the binary was just built from this tree)
+scripts/machine-meta.sh >"$out/meta.txt"
+commit=$(sed -n 's/^commit=//p' "$out/meta.txt")
+dirty=$(sed -n 's/^dirty=//p' "$out/meta.txt")
 ncpu=$(nproc)
 # messaging pairs its vCPUs: an even count per VM
 n1=$((ncpu / 2 * 2))
@@ -44,7 +50,7 @@ for workload in ${WORKLOADS:-messaging cyclic runq transcode}; do
         fi
         f="$out/$workload-$point"
         cmd=(bench "$workload" "${shape[@]}" --duration "$dur" --reps "$reps" --compare "all;none" --json "$f.json")
-        { echo "# vmm ${cmd[*]}"; echo "# $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $ncpu host CPUs"; vmm "${cmd[@]}" 2>/dev/null; } >"$f.txt"
+        { echo "# vmm ${cmd[*]}"; echo "# $(date -u +%FT%TZ), commit $commit, dirty $dirty, $ncpu host CPUs (machine: meta.txt)"; vmm "${cmd[@]}" 2>/dev/null; } >"$f.txt"
         # the JSON keeps every run's histograms: megabytes, compressed well
         gzip -9f "$f.json"
         echo "$f.txt"

@@ -10,7 +10,9 @@
 #   init     "Run /init as init process"  the kernel hands over to /init
 #   topo     "VMMTOPO END"               /init printed its topology block
 #            (only where guest userspace runs, i.e. not under kvm_pvm)
-# Prints one tab-separated line per run:
+# Prints the machine, the commit and whether the tree was dirty
+# (scripts/machine-meta.sh, as `# key=value` lines), then one tab-separated
+# line per run:
 #   kernel  shape  vcpus  milestone  rep  seconds_to_line  wall_seconds  load1
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,6 +24,7 @@ STOCK=.cache/guest/stock/vmlinux
 I=.cache/guest/initramfs.cpio.gz
 [[ -x $VMM ]] || { echo "build vmm first: cargo build -p vmm" >&2; exit 1; }
 [[ -f $K && -f $I ]] || { echo "build the guest first: guest/build.sh" >&2; exit 1; }
+scripts/machine-meta.sh "# "
 
 one() { # kernel shape memory milestone regex [extra args...]
     local kernel=$1 shape=$2 mem=$3 milestone=$4 re=$5

@@ -8,8 +8,9 @@
 //! results_md --compact FILE.json...
 //! ```
 //!
-//! META is `key=value` lines: `date`, `commit`, `dirty`, `cpu`, `nproc`,
-//! `kernel`, `kvm`, `mode`, and `cmd.NAME` (the exact command that wrote
+//! META is `key=value` lines: `date`, `commit`, `dirty`, `cpu`,
+//! `cpu_vendor`, `cpu_family`, `nproc`, `kernel`, `kvm` (what
+//! `scripts/machine-meta.sh` prints), `mode`, and `cmd.NAME` (the exact command that wrote
 //! `DATA_DIR/NAME.json`). In each markdown file, the text between
 //! `<!-- results:begin NAME -->` and `<!-- results:end -->` is replaced:
 //! `NAME` = `machine` by the date, commit and machine of the run, any other
@@ -201,9 +202,14 @@ fn machine(meta: &BTreeMap<String, String>) -> String {
         get(meta, "date"),
         get(meta, "commit"),
     );
+    // lscpu's vendor and family, where the run recorded them
+    let family = match (meta.get("cpu_vendor"), meta.get("cpu_family")) {
+        (Some(v), Some(f)) if !v.is_empty() && !f.is_empty() => format!(" ({v}, family {f})"),
+        _ => String::new(),
+    };
     let _ = writeln!(
         s,
-        "Machine: {}, {} CPUs, Linux {}, /dev/kvm: {}. Raw data and this \
+        "Machine: `{}`{family}, {} CPUs, Linux {}, /dev/kvm: {}. Raw data and this \
          metadata: [`data/results-meta.txt`](data/results-meta.txt).",
         get(meta, "cpu"),
         get(meta, "nproc"),
@@ -395,6 +401,24 @@ mod tests {
         .is_err());
         // another tag's markers are left alone
         assert_eq!(fill(doc, "targets", &|_| Ok(String::new())).unwrap(), doc);
+    }
+
+    #[test]
+    fn names_the_machine_as_recorded() {
+        let mut meta = parse_meta("date=D\ncommit=c\ndirty=no\ncpu=Intel(R) Xeon(R) Processor\nnproc=2\nkernel=k\nkvm=none\n");
+        let m = machine(&meta);
+        assert!(
+            m.contains("Machine: `Intel(R) Xeon(R) Processor`, 2 CPUs, Linux k, /dev/kvm: none."),
+            "{m}"
+        );
+        meta.insert("cpu_vendor".into(), "AuthenticAMD".into());
+        meta.insert("cpu_family".into(), "25".into());
+        meta.insert("cpu".into(), "AMD EPYC".into());
+        let m = machine(&meta);
+        assert!(
+            m.contains("Machine: `AMD EPYC` (AuthenticAMD, family 25), 2 CPUs"),
+            "{m}"
+        );
     }
 
     #[test]
