@@ -7,6 +7,20 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s ==\n' "$*"; }
 
+# The run must leave every tracked file as it found it: a clean clone stays
+# clean (`git status --porcelain --untracked-files=no` empty), and in a
+# working tree with edits the run adds none. Files git ignores (target/,
+# .cache/, fuzz/corpus/ ...) do not count.
+tracked_state() {
+    git status --porcelain --untracked-files=no
+    git diff --binary HEAD | sha256sum
+}
+in_git=0
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    in_git=1
+    before=$(tracked_state)
+fi
+
 step "setup (apt packages)"
 scripts/setup.sh
 
@@ -34,3 +48,16 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
 
 step "fuzz targets (each briefly, from the committed seeds)"
 scripts/fuzz.sh --ci
+
+step "tracked files unchanged by the run"
+if ((in_git)); then
+    if [ "$(tracked_state)" != "$before" ]; then
+        echo "error: the test run changed tracked files (commit what it should write, or make it write elsewhere):" >&2
+        git status --porcelain --untracked-files=no >&2
+        git diff --stat HEAD >&2
+        exit 1
+    fi
+    echo "ok"
+else
+    echo "not a git checkout: not checked"
+fi
