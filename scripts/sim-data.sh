@@ -16,8 +16,9 @@
 #   --check   rerun and compare instead of rewriting: exit 1 and name the
 #             files that differ
 #
-# VMM_BIN=PATH uses that vmm binary instead of building one. The 100 ms and
-# 1 s validation rows take tens of minutes each on a 2-CPU machine.
+# VMM_BIN=PATH uses that vmm binary instead of building one (`vmm sim` runs
+# the vmm-sim binary beside it). The 100 ms and 1 s validation rows take
+# tens of minutes each on a 2-CPU machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,10 +42,12 @@ done
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "error: -j wants a positive number, not '$jobs'" >&2; exit 2; }
 
 if [ -z "${VMM_BIN:-}" ]; then
-    cargo build --release -q -p vmm
-    VMM_BIN=$PWD/target/release/vmm
+    cargo build --release -q -p vmm -p vmm-sim
+    VMM_BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/vmm
 fi
 [ -x "$VMM_BIN" ] || { echo "error: no vmm binary at $VMM_BIN" >&2; exit 2; }
+[ -x "$(dirname "$VMM_BIN")/vmm-sim" ] || {
+    echo "error: no vmm-sim beside $VMM_BIN (cargo build --release -p vmm-sim)" >&2; exit 2; }
 export VMM_BIN CHECK=$check
 
 sweep=docs/data/sim/sweep-cyclic-gnr-2s.svg

@@ -1,7 +1,9 @@
 //! `vmm sim` through the real binary on a 16-CPU topology: a comparison
 //! writes the shared comparison JSON with real numbers, the same seed gives
 //! the same bytes, a sweep writes an SVG and a CSV, and bad requests get one
-//! line and exit status 2.
+//! line and exit status 2. `vmm sim` runs the `vmm-sim` binary beside
+//! `vmm`: its help is the simulator's, and without it `vmm sim` says how to
+//! build it.
 
 use std::time::Duration;
 
@@ -148,4 +150,57 @@ fn sweep_writes_svg_and_csv() {
         let metric: f64 = l.split(',').nth(2).unwrap().parse().unwrap();
         assert!(metric > 0.0, "{l}");
     }
+}
+
+#[test]
+fn vmm_sim_is_the_simulators_binary() {
+    // vmm's own help lists the subcommand
+    let top = run(&["--help"]);
+    assert_eq!(top.status, Some(0), "{}", top.context());
+    assert!(top.console.contains("\n  sim "), "{}", top.context());
+    // `vmm sim --help` is the simulator's, speaking as `vmm sim`
+    let help = run(&["sim", "--help"]);
+    assert_eq!(help.status, Some(0), "{}", help.context());
+    for want in [
+        "Usage: vmm sim",
+        "--topology",
+        "--sweep",
+        "--lockstat",
+        "-v, --verbose",
+    ] {
+        assert!(help.console.contains(want), "{want}:\n{}", help.context());
+    }
+    // -v before `sim` is passed on, and the simulator takes it
+    let v = run(&[
+        "-v",
+        "sim",
+        "cyclic",
+        "--topology",
+        "icx-2s",
+        "--burst-us",
+        "0",
+    ]);
+    assert_input_error(&v, &["--burst-us"]);
+    // a clap usage error of the simulator's: its status, 2
+    let bad = run(&["sim", "cyclic", "--topology", "icx-2s", "--no-such-flag"]);
+    assert_eq!(bad.status, Some(2), "{}", bad.context());
+    assert!(bad.stderr.contains("--no-such-flag"), "{}", bad.context());
+}
+
+#[test]
+fn vmm_sim_without_its_binary_says_how_to_build_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let lone = dir.path().join("vmm");
+    std::fs::copy(integration_tests::vmm_bin(), &lone).unwrap();
+    let out = std::process::Command::new(&lone)
+        .args(["sim", "cyclic", "--topology", "icx-2s"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("vmm-sim") && err.contains("cargo build"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
