@@ -155,8 +155,9 @@ impl CostTable {
 /// Instruction time of the scheduler's entry points, ns, on top of their
 /// memory accesses, shared by every variant and every preset: the
 /// single-threaded, all-hits time per call, calibrated once on the
-/// development machine with `cargo bench -p benches --features sim --bench
-/// calibrate` (2026-11-26, docs/data/sim/calibrate.txt): the measured time
+/// development machine with the `calibrate` bench (2026-11-26, then built
+/// with the `sim` feature; now `cargo bench -p benches --bench calibrate`,
+/// which links `vcpu_sched_sim`; docs/data/sim/calibrate.txt): the measured time
 /// of a call less 2 ns per recorded access (its L1 hit and `per_access_ns`,
 /// which the simulator charges on top), the mean of the baseline's and all
 /// fixes' values. See docs/simulator.md, "Instruction costs".
