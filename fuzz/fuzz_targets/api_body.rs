@@ -10,9 +10,9 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use topology::HostTopology;
-use vmm::plan::FreeMap;
-use vmm::serve::api::{VmConfig, VmResize};
-use vmm::serve::{admit, parse_body};
+use vcpu_sched::placement::pack::FreeMap;
+use vmm_api::api::{VmConfig, VmResize};
+use vmm_api::{admit, parse_body};
 
 fn host() -> &'static HostTopology {
     static H: OnceLock<HostTopology> = OnceLock::new();

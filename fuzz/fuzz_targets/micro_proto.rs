@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vmm::micro::proto::{decode, port_name, Request};
+use vmm_machine::micro::proto::{decode, port_name, Request};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&vcpus, rest)) = data.split_first() else {

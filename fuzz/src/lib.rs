@@ -18,8 +18,8 @@
 use std::collections::BTreeSet;
 
 use topology::{CpuidSet, GuestTopology, Vendor};
-use vmm::acpi;
-use vmm::memory::MemoryPlan;
+use vmm_machine::acpi;
+use vmm_machine::memory::MemoryPlan;
 
 /// Runs every check on `g`.
 pub fn check_guest(g: &GuestTopology) {

@@ -1,6 +1,6 @@
 //! Faults below the guest stay inside their VM: an injected `KVM_RUN`
 //! failure, a KVM internal error and a panic of the thread running a vCPU
-//! (`vmm::vcpu::inject`) each stop only the VM they hit, with its name and
+//! (`vmm_machine::vcpu::inject`) each stop only the VM they hit, with its name and
 //! the reason, on every executor, while a bystander VM runs to its end;
 //! and under `vmm serve` (micro-guests and a Linux guest) the server
 //! stays up and the other VM keeps running and counting.
@@ -8,10 +8,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vmm::micro::asm::{Op, Script};
-use vmm::micro::{MicroHost, MicroVm, MicroVmSpec};
-use vmm::vcpu::inject::{Fault, FaultKind};
-use vmm::vcpu_body::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
+use vmm_machine::micro::asm::{Op, Script};
+use vmm_machine::micro::{MicroHost, MicroVm, MicroVmSpec};
+use vmm_machine::vcpu::inject::{Fault, FaultKind};
+use vmm_machine::vcpu_body::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
 
 /// `vcpus` vCPUs that each sleep 100 us `rounds` times, then end.
 fn sleeper(host: &MicroHost, name: &str, vcpus: usize, rounds: usize) -> GuestVm {
@@ -51,7 +51,7 @@ fn expected(kind: FaultKind) -> &'static str {
 
 #[test]
 fn each_injected_fault_stops_only_its_vm_on_every_executor() {
-    vmm::vcpu::install_kick_signal().expect("kick signal");
+    vmm_machine::vcpu::install_kick_signal().expect("kick signal");
     let host = MicroHost::open().expect("/dev/kvm");
     for exec in [
         ExecutorKind::Workers,

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vmm::micro::asm::{Op, Script};
-use vmm::micro::{MicroHost, MicroVm, MicroVmSpec};
-use vmm::vcpu_body::{ExecOptions, ExecutorKind, Placement, Running, VmSet};
+use vmm_machine::micro::asm::{Op, Script};
+use vmm_machine::micro::{MicroHost, MicroVm, MicroVmSpec};
+use vmm_machine::vcpu_body::{ExecOptions, ExecutorKind, Placement, Running, VmSet};
 
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd")
@@ -50,7 +50,7 @@ fn round(host: &MicroHost, vms: usize) {
 
 #[test]
 fn vm_churn_leaks_no_file_descriptors() {
-    vmm::vcpu::install_kick_signal().expect("kick signal");
+    vmm_machine::vcpu::install_kick_signal().expect("kick signal");
     let host = MicroHost::open().expect("/dev/kvm");
     // the first round opens what stays open for the process's life
     round(&host, 4);

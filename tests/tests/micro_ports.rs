@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vmm::micro::asm::{Op, Script};
-use vmm::micro::{MicroHost, MicroVm, MicroVmSpec};
-use vmm::vcpu_body::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
+use vmm_machine::micro::asm::{Op, Script};
+use vmm_machine::micro::{MicroHost, MicroVm, MicroVmSpec};
+use vmm_machine::vcpu_body::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
 
 fn guest(
     host: &MicroHost,
@@ -16,7 +16,7 @@ fn guest(
     vcpus: usize,
     script: &Script,
     log: usize,
-) -> (GuestVm, Arc<vmm::micro::MicroIo>) {
+) -> (GuestVm, Arc<vmm_machine::micro::MicroIo>) {
     let code = script.assemble().expect("assemble");
     let mut spec = MicroVmSpec::new(name, vcpus, code);
     spec.report_log = log;
@@ -34,8 +34,11 @@ fn opts(kind: ExecutorKind) -> ExecOptions {
 }
 
 /// Runs until every VM has ended (or 30 s), then stops the executor.
-fn run_to_end(kind: ExecutorKind, vms: Vec<GuestVm>) -> (Arc<VmSet>, vmm::vcpu_body::ExecOutcome) {
-    vmm::vcpu::install_kick_signal().expect("kick signal");
+fn run_to_end(
+    kind: ExecutorKind,
+    vms: Vec<GuestVm>,
+) -> (Arc<VmSet>, vmm_machine::vcpu_body::ExecOutcome) {
+    vmm_machine::vcpu::install_kick_signal().expect("kick signal");
     let set = VmSet::new(vms).expect("set");
     let n = set.vms().len();
     let run = Running::start(&opts(kind), set.clone()).expect("start");

@@ -834,7 +834,7 @@ async fn shut_down(sock: &Path, vm: &str, limit: Duration) -> Value {
 
 #[test]
 fn injected_faults_stop_only_their_vm_and_the_server_stays_up() {
-    // Test faults (vmm::vcpu::inject) armed through VMM_INJECT: a panic of
+    // Test faults (vmm_machine::vcpu::inject) armed through VMM_INJECT: a panic of
     // the thread running a vCPU, a KVM internal error and a failed KVM_RUN
     // in three micro-guests, and a failed KVM_RUN in a booting Linux guest.
     let img = integration_tests::guest::guest_images();
@@ -992,22 +992,19 @@ fn openapi_document_matches_the_routes() {
             current = None;
         }
     }
-    let mut real: Vec<(String, String)> = vmm::serve::ROUTES
+    let mut real: Vec<(String, String)> = vmm_api::ROUTES
         .iter()
         .map(|(m, p)| (m.to_string(), p.to_string()))
         .collect();
     // each VM endpoint also under /api/v1/vms/{id}/
-    for (m, p) in vmm::serve::ROUTES {
+    for (m, p) in vmm_api::ROUTES {
         if let Some(ep) = p.strip_prefix("/api/v1/vm.") {
             real.push((m.to_string(), format!("/api/v1/vms/{{id}}/vm.{ep}")));
         }
     }
     documented.sort();
     real.sort();
-    assert_eq!(
-        documented, real,
-        "docs/api.yaml and vmm::serve::ROUTES differ"
-    );
+    assert_eq!(documented, real, "docs/api.yaml and vmm_api::ROUTES differ");
 }
 
 #[test]

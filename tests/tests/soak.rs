@@ -25,7 +25,7 @@
 //! of the worker's thread (state, system call, kernel stack).
 //! `SOAK_GDB=FILE` also writes every thread's stack to FILE with gdb at the
 //! first stuck vCPU (that is how the RT-pull convoy was found).
-//! `SOAK_GLIBC_DEFAULT_HEAP=1` skips [`vmm::memory::steady_heap`], to see
+//! `SOAK_GLIBC_DEFAULT_HEAP=1` skips [`vmm_machine::memory::steady_heap`], to see
 //! what it saves.
 
 use std::collections::VecDeque;
@@ -35,10 +35,10 @@ use std::time::{Duration, Instant};
 
 use vcpu_sched::exec::{CheckConfig, CpuMapping};
 use vcpu_sched::{Mitigations, Policy};
-use vmm::micro::{MicroHost, MicroVm, MicroVmSpec};
-use vmm::vcpu_bench::{guests, iters_per_us};
-use vmm::vcpu_body::VcpuPool;
-use vmm::vcpu_body::{ExecOptions, Placement, Running, VmSet};
+use vmm_lab::{guests, iters_per_us};
+use vmm_machine::micro::{MicroHost, MicroVm, MicroVmSpec};
+use vmm_machine::vcpu_body::VcpuPool;
+use vmm_machine::vcpu_body::{ExecOptions, Placement, Running, VmSet};
 
 /// Counts the bytes the process holds on the heap, to tell a leak (live
 /// bytes grow) from allocator fragmentation (RSS grows, live bytes flat).
@@ -151,9 +151,9 @@ fn soak_1000_vcpus_with_churn() {
     // as `vmm` does in main (SOAK_GLIBC_DEFAULT_HEAP=1 leaves glibc's
     // dynamic mmap threshold on, to compare)
     if std::env::var_os("SOAK_GLIBC_DEFAULT_HEAP").is_none() {
-        assert!(vmm::memory::steady_heap(), "mallopt refused");
+        assert!(vmm_machine::memory::steady_heap(), "mallopt refused");
     }
-    vmm::vcpu::install_kick_signal().expect("kick signal");
+    vmm_machine::vcpu::install_kick_signal().expect("kick signal");
     let host = MicroHost::open().expect("/dev/kvm");
     let ipu = iters_per_us(&host).expect("calibration");
     let topo = Arc::new(topology::load(&spec).expect("topology"));

@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vmm::micro::asm::{Op, Script};
-use vmm::micro::{MicroHost, MicroVm, MicroVmSpec};
-use vmm::vcpu_body::VcpuPool;
-use vmm::vcpu_body::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
+use vmm_machine::micro::asm::{Op, Script};
+use vmm_machine::micro::{MicroHost, MicroVm, MicroVmSpec};
+use vmm_machine::vcpu_body::VcpuPool;
+use vmm_machine::vcpu_body::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
 
 /// Rounds of a long runner: at least 1.6 s of 200 us sleeps, longer than
 /// any test here needs it, and as many as fit in a micro-guest's program.
@@ -87,7 +87,7 @@ fn census(pool: &VcpuPool) -> (usize, usize) {
 
 #[test]
 fn sets_join_and_leave_a_running_pool() {
-    vmm::vcpu::install_kick_signal().expect("kick signal");
+    vmm_machine::vcpu::install_kick_signal().expect("kick signal");
     let host = MicroHost::open().expect("/dev/kvm");
     let pool = Arc::new(VcpuPool::start(&opts(ExecutorKind::Workers, 64)).expect("pool"));
     assert_eq!(census(&pool), (0, 0));
@@ -142,7 +142,7 @@ fn sets_join_and_leave_a_running_pool() {
 
 #[test]
 fn a_set_that_does_not_fit_is_refused_whole() {
-    vmm::vcpu::install_kick_signal().expect("kick signal");
+    vmm_machine::vcpu::install_kick_signal().expect("kick signal");
     let host = MicroHost::open().expect("/dev/kvm");
     let pool = Arc::new(VcpuPool::start(&opts(ExecutorKind::Workers, 4)).expect("pool"));
     let a = VmSet::new_on(vec![sleeper(&host, "a", 3, LONG)], pool.epoch()).unwrap();
@@ -163,7 +163,7 @@ fn a_set_that_does_not_fit_is_refused_whole() {
 
 #[test]
 fn pause_holds_a_vm_and_resume_wakes_only_what_it_held() {
-    vmm::vcpu::install_kick_signal().expect("kick signal");
+    vmm_machine::vcpu::install_kick_signal().expect("kick signal");
     let host = MicroHost::open().expect("/dev/kvm");
     for kind in [
         ExecutorKind::Workers,

@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use vcpu_sched::Mitigations;
-use vmm::vcpu_bench::{run, BenchOptions, Workload};
-use vmm::vcpu_body::ExecutorKind;
+use vmm_lab::{run, BenchOptions, Workload};
+use vmm_machine::vcpu_body::ExecutorKind;
 
 fn check(w: Workload, topology: &str, vms: usize, m: Mitigations, exec: ExecutorKind) {
     let mut o = BenchOptions::new(w, topology, vms, 8);

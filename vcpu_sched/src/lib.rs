@@ -60,6 +60,7 @@ pub mod histogram;
 pub mod idle;
 pub mod mitigations;
 pub mod os_thread;
+pub mod placement;
 pub mod rng;
 pub mod rq;
 pub mod rto;

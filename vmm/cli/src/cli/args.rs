@@ -1,0 +1,225 @@
+//! Argument parsing shared by the subcommands.
+//!
+//! WHAT: the user-input error type of the command line ([`InputError`]);
+//! one parser per flag that more than one place takes (durations,
+//! `--burst-us`, `--period-us`, `--tasks`-like counts, `--prio`, `--pin`,
+//! `--rt`, `--mitigations`, `--compare`), each with one set of limits; the
+//! up-front checks of output paths; the process's start time (the origin
+//! of `--timeout`); whether stderr may be coloured; the progress bar.
+//!
+//! WHY: the same flag must follow the same rules in every subcommand and in
+//! a `--config` file, and a leaf every subcommand uses keeps them from
+//! importing each other (or the command table in [`super`]).
+//!
+//! HOW: a leaf module. It imports nothing from the subcommands or from
+//! [`super`]; they import from it. What `vmm-sim` (`vmm sim`) needs too,
+//! the generic parsers, output checks, standard output and the progress
+//! bar, lives in the `cli_common` crate and is re-exported here, so both
+//! binaries follow one set of rules. The flag parsers return `String`
+//! messages (clap's `value_parser` prefixes the flag and exits 2; the
+//! `vmm run` settings wrap them in a [`crate::config::ConfigError`], also
+//! exit 2). A message says what is wrong with the value and what to give
+//! instead; it never repeats the flag, which the caller adds. Limits are
+//! errors, never silent caps. [`InputError`] is [`crate::exit::InputError`].
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use cli_common::args::int_in;
+
+pub use crate::exit::InputError;
+pub use cli_common::args::{
+    burst_us, check_output_dir, check_output_file, count, format_duration, ignored, os_message,
+    parse_duration, period_us, prio, reps, MAX_COUNT, MAX_US,
+};
+pub use cli_common::term::{progress_bar, stderr_styled, write_stdout};
+pub(crate) use cli_common::{out, outln};
+
+// ---------------------------------------------------------------- limits
+
+/// The shortest measured window of `bench` and `sched-bench`.
+pub const MIN_BENCH_DURATION: Duration = Duration::from_millis(100);
+/// The longest measured window of `bench` and `sched-bench` (1 hour).
+pub const MAX_BENCH_DURATION: Duration = Duration::from_secs(3600);
+/// The longest `vmm run --timeout` (7 days).
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+/// `vmm bench --vcpus`: vCPUs per micro-guest VM.
+pub const MAX_VCPUS_PER_VM: usize = 256;
+/// `vmm bench --vms` x `--vcpus`: the scheduler's CPU limit
+/// ([`vcpu_sched::MAX_CPUS`]); more vCPUs than that is oversubscription no
+/// topology it supports can give a measurement for.
+pub const MAX_TOTAL_VCPUS: usize = vcpu_sched::MAX_CPUS;
+
+// ------------------------------------------------------------ start time
+
+fn start_cell() -> &'static OnceLock<Instant> {
+    static START: OnceLock<Instant> = OnceLock::new();
+    &START
+}
+
+/// Records the process's start (the origin of `--timeout`); `main` calls
+/// it first. Later calls change nothing.
+pub fn mark_start() {
+    start_cell().get_or_init(Instant::now);
+}
+
+/// When the process started ([`mark_start`]; the first call of this
+/// function when nothing marked it).
+pub fn started() -> Instant {
+    *start_cell().get_or_init(Instant::now)
+}
+
+// ------------------------------------------------------------- durations
+
+fn duration_in(s: &str, min: Duration, max: Duration) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < min {
+        return Err(format!(
+            "{} is too short to measure anything: give at least {}",
+            s.trim(),
+            format_duration(min)
+        ));
+    }
+    if d > max {
+        return Err(format!(
+            "{} is more than the limit of {}: give a shorter duration",
+            s.trim(),
+            format_duration(max)
+        ));
+    }
+    Ok(d)
+}
+
+/// `bench` and `sched-bench --duration`: [`parse_duration`], then
+/// [`MIN_BENCH_DURATION`]..=[`MAX_BENCH_DURATION`].
+pub fn bench_duration(s: &str) -> Result<Duration, String> {
+    duration_in(s, MIN_BENCH_DURATION, MAX_BENCH_DURATION)
+}
+
+/// `vmm run --timeout`: [`parse_duration`], at most [`MAX_TIMEOUT`].
+pub fn timeout(s: &str) -> Result<Duration, String> {
+    duration_in(s, Duration::from_nanos(1), MAX_TIMEOUT)
+}
+
+// ---------------------------------------------------------- numeric flags
+
+/// `--vms`, `--vcpus` of `vmm bench`: 1..=[`MAX_TOTAL_VCPUS`] each; their
+/// product is checked by [`check_vcpus`].
+pub fn vm_count(s: &str) -> Result<usize, String> {
+    int_in(s, 1, MAX_TOTAL_VCPUS as u64, "").map(|v| v as usize)
+}
+
+/// `vmm bench --vms N --vcpus M`: at most [`MAX_VCPUS_PER_VM`] per VM and
+/// [`MAX_TOTAL_VCPUS`] in all.
+pub fn check_vcpus(vms: usize, vcpus: usize) -> Result<(), InputError> {
+    if vcpus > MAX_VCPUS_PER_VM {
+        return Err(InputError(format!(
+            "--vcpus {vcpus}: a micro-guest VM takes at most {MAX_VCPUS_PER_VM} vCPUs; \
+             give fewer, or more --vms"
+        )));
+    }
+    match vms.checked_mul(vcpus) {
+        Some(n) if n <= MAX_TOTAL_VCPUS => Ok(()),
+        _ => Err(InputError(format!(
+            "--vms {vms} --vcpus {vcpus}: {} vCPUs in all; the scheduler takes at most \
+             {MAX_TOTAL_VCPUS}: give fewer VMs or vCPUs",
+            vms.saturating_mul(vcpus)
+        ))),
+    }
+}
+
+// ------------------------------------------------------- run's placement
+
+/// `--pin`: `auto`, `none` or a host CPU list. Empty is an error.
+pub fn pin(s: &str) -> Result<vcpu_sched::placement::pin::PinSpec, String> {
+    if s.trim().is_empty() {
+        return Err("empty: give auto, none or a host CPU list such as 0-7 or 0,2,4".into());
+    }
+    vcpu_sched::placement::pin::PinSpec::parse(s)
+}
+
+/// `--rt`: `fifo:PRIO`, `rr:PRIO` (PRIO 1..=99) or `none`. Empty is an
+/// error.
+pub fn rt(s: &str) -> Result<Option<vcpu_sched::placement::rt::RtPolicy>, String> {
+    if s.trim().is_empty() {
+        return Err("empty: give fifo:PRIO, rr:PRIO (PRIO 1 to 99) or none".into());
+    }
+    vcpu_sched::placement::rt::RtPolicy::parse(s)
+}
+
+// ----------------------------------------------------------- mitigations
+
+/// `--mitigations SET`: none, all, only:FIX[,FIX..] or all-but:FIX[,..]
+/// (`vcpu_sched::Mitigations`' `FromStr`, which refuses an empty one too).
+pub fn mitigations(s: &str) -> Result<vcpu_sched::Mitigations, String> {
+    s.parse::<vcpu_sched::Mitigations>()
+        .map_err(|e| e.to_string())
+}
+
+/// Parses `--compare`: `seeds` (baseline, each fix alone, all) or
+/// `SET;SET;..` whose first entry is the baseline
+/// (`vcpu_sched::Mitigations::parse_sets`).
+pub fn mitigation_sets(list: &str) -> Result<Vec<vcpu_sched::Mitigations>> {
+    vcpu_sched::Mitigations::parse_sets(list)
+        .map_err(|e| InputError(format!("--compare: {e}")).into())
+}
+
+// ------------------------------------------------------------- messages
+
+/// Bytes in GiB (or MiB below 1 GiB), for messages.
+pub fn gib(bytes: u64) -> String {
+    if bytes >= 1 << 30 {
+        format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{} MiB", bytes >> 20)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compare_lists() {
+        assert!(mitigation_sets("seeds").unwrap().len() > 2);
+        assert_eq!(mitigation_sets("none;all").unwrap().len(), 2);
+        assert!(mitigation_sets(";;").is_err());
+        assert!(mitigation_sets("bogus").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert!(bench_duration("0.3").is_ok());
+        assert!(bench_duration("1ms")
+            .unwrap_err()
+            .contains("at least 100ms"));
+        assert!(bench_duration("2h").unwrap_err().contains("limit of 1h"));
+        assert!(timeout("0.3").is_ok());
+        assert!(timeout("8d").is_err());
+        assert!(timeout("200h").unwrap_err().contains("168h"));
+    }
+
+    #[test]
+    fn numbers() {
+        assert!(vm_count("0").is_err());
+        assert!(vm_count("1024").is_ok());
+        assert!(check_vcpus(4, 1024).unwrap_err().0.contains("at most 256"));
+        assert!(check_vcpus(8, 256).unwrap_err().0.contains("2048 vCPUs"));
+        assert!(check_vcpus(usize::MAX, 2).is_err());
+        assert!(check_vcpus(60, 8).is_ok());
+    }
+
+    #[test]
+    fn placement_flags() {
+        assert!(pin("").unwrap_err().contains("empty"));
+        assert!(pin("  ").is_err());
+        assert!(pin("auto").is_ok());
+        assert!(rt("").unwrap_err().contains("empty"));
+        assert!(rt("fifo:100").unwrap_err().contains("1 to 99"));
+        assert_eq!(rt("none").unwrap(), None);
+        assert!(mitigations("").unwrap_err().contains("empty"));
+        assert!(mitigations("bogus").is_err());
+        assert!(mitigations("only:l2wake").is_ok());
+    }
+}

@@ -1,0 +1,385 @@
+//! `vmm bench WORKLOAD ...`: argument parsing, progress bar, tables and
+//! JSON for [`vmm_lab::run`] and [`vmm_lab::compare`].
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use vcpu_sched::Mitigations;
+
+use super::args::{self, ignored, mitigation_sets, out, outln, progress_bar, InputError};
+use vmm_lab::{
+    compare, run as run_bench, BenchOptions, BenchReport, CompareOptions, VcpuRow, Workload,
+};
+use vmm_machine::vcpu_body::ExecutorKind;
+
+/// `vmm bench WORKLOAD --topology SPEC --vms N --vcpus M --duration D ...`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// cyclic, messaging, runq or transcode.
+    pub workload: String,
+    /// Scheduler topology: `host` (the real CPUs), a preset (gnr-2s,
+    /// genoa-2s, ...) or an hwloc synthetic string, emulated onto the CPUs
+    /// this process may use.
+    #[arg(long, short, default_value = "host", value_name = "SPEC")]
+    pub topology: String,
+    /// Micro-guest VMs (each one a task group). At most 1024 vCPUs in
+    /// all (--vms x --vcpus).
+    #[arg(long, default_value = "8", value_name = "N", value_parser = args::vm_count,
+          allow_negative_numbers = true)]
+    pub vms: usize,
+    /// vCPUs per VM (1..=256).
+    #[arg(long, default_value = "8", value_name = "M", value_parser = args::vm_count,
+          allow_negative_numbers = true)]
+    pub vcpus: usize,
+    /// Measured time per run, after a warm-up: 2s, 500ms, 1m or seconds
+    /// (0.3); 100ms to 1h.
+    #[arg(long, short, default_value = "2s", value_name = "DURATION",
+          value_parser = args::bench_duration, allow_hyphen_values = true)]
+    pub duration: Duration,
+    /// One mitigation set: none, all (default), only:FIX[,FIX..],
+    /// all-but:FIX[,..]. Not with --executor host (no scheduler).
+    #[arg(long, short, value_name = "SET", value_parser = args::mitigations)]
+    pub mitigations: Option<Mitigations>,
+    /// `seeds` (baseline, each fix alone, all) or `SET;SET;..` (the first
+    /// is the baseline); the host 1:1 baseline is added as a last row.
+    #[arg(long, value_name = "seeds|SET;SET..", conflicts_with = "mitigations")]
+    pub compare: Option<String>,
+    /// workers (M:N, a worker per CPU runs vCPU fds), threads (a thread per
+    /// vCPU hands run slots over) or host (1:1 threads, the host kernel
+    /// schedules).
+    #[arg(long, default_value = "workers", value_name = "KIND")]
+    pub executor: String,
+    /// Repetitions of every set with --compare (1..=100, default 3).
+    #[arg(long, value_name = "R", value_parser = args::reps,
+          allow_negative_numbers = true)]
+    pub reps: Option<usize>,
+    /// Leave the host 1:1 baseline out of a --compare.
+    #[arg(long)]
+    pub no_host: bool,
+    /// Invariant checker on; a violation, a failed VM or a vCPU without
+    /// progress fails the run (exit 1).
+    #[arg(long)]
+    pub check: bool,
+    /// Compute per operation in microseconds (1..=1000000; default per
+    /// workload: cyclic 5, messaging 1, runq 20, transcode 500).
+    #[arg(long, value_name = "US", value_parser = args::burst_us,
+          allow_negative_numbers = true)]
+    pub burst_us: Option<u64>,
+    /// cyclic only: timer period in microseconds (1..=1000000).
+    #[arg(long, value_name = "US", value_parser = args::period_us,
+          allow_negative_numbers = true)]
+    pub period_us: Option<u64>,
+    /// cyclic and transcode only: RT priority of their vCPUs (1..=99,
+    /// default 99).
+    #[arg(long, value_name = "PRIO", value_parser = args::prio,
+          allow_negative_numbers = true)]
+    pub prio: Option<u8>,
+    /// cyclic and transcode only: keep the executor's threads
+    /// (workers, or the threads executor's vCPU and idle threads, and the
+    /// clock) SCHED_OTHER on the host instead of SCHED_FIFO (the host
+    /// baseline's RT vCPU threads are SCHED_FIFO either way).
+    #[arg(long)]
+    pub no_host_rt: bool,
+    /// Print one line per vCPU (run delay, wake-to-run, migrations, time
+    /// per state) after the summary.
+    #[arg(long)]
+    pub per_vcpu: bool,
+    /// Time each stage of every wakeup in the window (exit or timer due ->
+    /// the waker's call returned -> picked by the executor -> KVM_RUN
+    /// entered, on the monotonic clock) and print p50/p99 per stage. A
+    /// single run only
+    #[arg(long)]
+    pub breakdown: bool,
+    /// Give every vCPU a CPU of its own (vCPU i of VM v on logical CPU
+    /// v*vcpus+i), on every executor and the host 1:1 row: one vCPU per
+    /// CPU, pinned. The vCPUs must fit the topology's CPUs
+    #[arg(long)]
+    pub pin: bool,
+    /// Also write the full result as JSON here (replaced if it exists;
+    /// checked before the run starts).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// The summary of one run: metric, extras, per-vCPU aggregates and the
+/// scheduler's per-CPU overhead.
+pub fn render_report(r: &BenchReport, per_vcpu: bool) -> String {
+    let run = &r.run;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} on {} ({} CPUs{}), {} VMs x {} vCPUs, executor {}, mitigations {}: {} = {:.3} {} over {:.2} s",
+        run.workload,
+        run.topology,
+        run.cpus,
+        if run.emulated {
+            format!(" emulated on {} host CPUs", run.host_cpus)
+        } else {
+            String::new()
+        },
+        r.vms,
+        r.vcpus,
+        r.executor,
+        run.mitigations,
+        run.metric.name,
+        run.metric.value,
+        run.metric.unit,
+        run.duration_s
+    );
+    let extras: Vec<String> = run
+        .extra
+        .iter()
+        .map(|(k, v)| format!("{k} {v:.0}"))
+        .collect();
+    let _ = writeln!(s, "  {}", extras.join(", "));
+    let n = r.per_vcpu.len().max(1) as f64;
+    let sum = |f: fn(&VcpuRow) -> u64| r.per_vcpu.iter().map(f).sum::<u64>();
+    let ts = &run.task_summary;
+    let _ = writeln!(
+        s,
+        "  per vCPU (mean): {:.0} KVM_RUN entries, {:.0} halts, {:.0} sleeps, {:.0} doorbells, {:.1} preemption kicks, run delay {:.2} ms, {:.1} migrations",
+        sum(|v| v.entries) as f64 / n,
+        sum(|v| v.blocks) as f64 / n,
+        sum(|v| v.sleeps) as f64 / n,
+        sum(|v| v.wakes_sent) as f64 / n,
+        sum(|v| v.preempt_kicks) as f64 / n,
+        ts.run_delay_per_task_ns / 1e6,
+        ts.migrations as f64 / n,
+    );
+    render_threads(&mut s, r);
+    if !r.stalled.is_empty() {
+        let _ = writeln!(s, "  vCPUs without progress: {}", r.stalled.len());
+    }
+    if per_vcpu {
+        render_per_vcpu(&mut s, r);
+    }
+    render_breakdown(&mut s, r);
+    s
+}
+
+/// The wakeup breakdown (`--breakdown`), one line per stage.
+fn render_breakdown(s: &mut String, r: &BenchReport) {
+    if r.breakdown.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "  wakeup breakdown (CLOCK_MONOTONIC, us)  {:>9} {:>9} {:>9} {:>9}",
+        "count", "p50", "p99", "mean"
+    );
+    for row in &r.breakdown {
+        if row.count == 0 {
+            let _ = writeln!(
+                s,
+                "    {:<36} {:>9} {:>9} {:>9} {:>9}",
+                row.stage, 0, "-", "-", "-"
+            );
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "    {:<36} {:>9} {:>9.1} {:>9.1} {:>9.1}",
+            row.stage,
+            row.count,
+            row.p50_ns as f64 / 1e3,
+            row.p99_ns as f64 / 1e3,
+            row.mean_ns / 1e3
+        );
+    }
+}
+
+/// Where the vCPUs' threads (host executor) or the scheduler spent time.
+fn render_threads(s: &mut String, r: &BenchReport) {
+    let run = &r.run;
+    let ts = &run.task_summary;
+    let n = r.per_vcpu.len().max(1) as f64;
+    let sum = |f: fn(&VcpuRow) -> u64| r.per_vcpu.iter().map(f).sum::<u64>();
+    if r.executor == ExecutorKind::Host {
+        let _ = writeln!(
+            *s,
+            "  host threads: {:.1} ms on CPU, {:.1} ms waiting on a host run queue (mean per vCPU)",
+            sum(|v| v.host_run_ns) as f64 / n / 1e6,
+            sum(|v| v.host_wait_ns) as f64 / n / 1e6
+        );
+    } else {
+        let _ = writeln!(
+            *s,
+            "  scheduler: wake-to-run p50 {} ns p99 {} ns; time running {:.0} ms, queued {:.0} ms, blocked {:.0} ms (all vCPUs); {} schedule calls, {:.0} ns each",
+            ts.wake_to_run_p50_ns,
+            ts.wake_to_run_p99_ns,
+            ts.running_ns as f64 / 1e6,
+            ts.queued_ns as f64 / 1e6,
+            ts.blocked_ns as f64 / 1e6,
+            run.sched_calls,
+            run.sched_ns_per_call
+        );
+        let per_cpu: Vec<String> = run
+            .sched_ns_per_cpu
+            .iter()
+            .map(|ns| format!("{:.1}", *ns as f64 / 1e6))
+            .collect();
+        let shown = per_cpu.len().min(16);
+        let _ = writeln!(
+            *s,
+            "  scheduler overhead per CPU (ms in schedule, whole run): {}{}",
+            per_cpu[..shown].join(" "),
+            if per_cpu.len() > shown {
+                format!(" ... ({} CPUs)", per_cpu.len())
+            } else {
+                String::new()
+            }
+        );
+        let c: Vec<String> = run
+            .counters
+            .fields()
+            .into_iter()
+            .filter(|(_, v)| *v > 0)
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(*s, "  counters (window): {}", c.join(", "));
+    }
+}
+
+/// One line per vCPU.
+fn render_per_vcpu(s: &mut String, r: &BenchReport) {
+    let _ = writeln!(
+        *s,
+        "  {:<14} {:>8} {:>7} {:>11} {:>11} {:>11} {:>6} {:>10} {:>10} {:>10}",
+        "vcpu",
+        "entries",
+        "halts",
+        "delay_us",
+        "w2r_p50_ns",
+        "w2r_p99_ns",
+        "migr",
+        "run_ms",
+        "queue_ms",
+        "block_ms"
+    );
+    for v in &r.per_vcpu {
+        let _ = writeln!(
+            *s,
+            "  {:<14} {:>8} {:>7} {:>11.1} {:>11} {:>11} {:>6} {:>10.1} {:>10.1} {:>10.1}",
+            v.name,
+            v.entries,
+            v.blocks,
+            v.run_delay_ns as f64 / 1e3,
+            v.wake_to_run_p50_ns,
+            v.wake_to_run_p99_ns,
+            v.migrations,
+            v.running_ns as f64 / 1e6,
+            v.queued_ns as f64 / 1e6,
+            v.blocked_ns as f64 / 1e6
+        );
+    }
+}
+
+/// Flags the chosen workload, executor or mode would ignore are errors.
+fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -> Result<()> {
+    let rt = matches!(workload, Workload::Cyclic | Workload::Transcode);
+    let here = format!("the {} workload", workload.name());
+    if a.period_us.is_some() && workload != Workload::Cyclic {
+        return Err(ignored("--period-us", "cyclic", &here).into());
+    }
+    if a.prio.is_some() && !rt {
+        return Err(ignored("--prio", "cyclic and transcode", &here).into());
+    }
+    if a.no_host_rt && !rt {
+        return Err(ignored("--no-host-rt", "cyclic and transcode", &here).into());
+    }
+    if a.compare.is_none() {
+        if a.reps.is_some() {
+            return Err(ignored("--reps", "--compare", "a single run").into());
+        }
+        if a.no_host {
+            return Err(ignored("--no-host", "--compare", "a single run").into());
+        }
+        if a.mitigations.is_some() && executor == ExecutorKind::Host {
+            return Err(ignored(
+                "--mitigations",
+                "the workers and threads executors",
+                "--executor host (the host kernel schedules)",
+            )
+            .into());
+        }
+    } else if a.per_vcpu {
+        return Err(ignored("--per-vcpu", "a single run", "--compare").into());
+    } else if a.breakdown {
+        return Err(ignored("--breakdown", "a single run", "--compare").into());
+    }
+    Ok(())
+}
+
+/// Runs `vmm bench`.
+pub fn run(a: BenchArgs) -> Result<()> {
+    let workload: Workload = a.workload.parse().map_err(anyhow::Error::new)?;
+    args::check_vcpus(a.vms, a.vcpus)?;
+    let executor: ExecutorKind = a.executor.parse().map_err(InputError)?;
+    check_applicable(&a, workload, executor)?;
+    if let Some(path) = &a.json {
+        args::check_output_file("--json", path, true)?;
+    }
+    let mut o = BenchOptions::new(workload, &a.topology, a.vms, a.vcpus);
+    o.duration = a.duration;
+    o.executor = executor;
+    o.check = a.check;
+    o.burst_us = a.burst_us;
+    o.period_us = a.period_us;
+    o.prio = a.prio.unwrap_or(vcpu_sched::workload::defs::RT_PRIO);
+    o.host_rt = !a.no_host_rt;
+    o.breakdown = a.breakdown;
+    o.pin = a.pin;
+    topology::load(&a.topology).with_context(|| format!("--topology {}", a.topology))?;
+    let bar = progress_bar();
+    let json = match &a.compare {
+        Some(list) => {
+            let variants = mitigation_sets(list)?;
+            let c = compare(
+                &CompareOptions {
+                    run: o,
+                    variants,
+                    repetitions: a.reps.unwrap_or(3),
+                    host_baseline: !a.no_host,
+                },
+                &mut |p| {
+                    let f = (p.done as f64 + p.run_fraction) / p.total.max(1) as f64;
+                    bar.set_position((f * 1000.0) as u64);
+                    bar.set_message(format!("{} ({}/{})", p.variant, p.done + 1, p.total));
+                },
+            )
+            .map_err(anyhow::Error::new)?;
+            bar.finish_and_clear();
+            outln!(
+                "{} VMs x {} vCPUs{}, scheduler rows on the {} executor",
+                c.vms,
+                c.vcpus,
+                if a.pin {
+                    ", each pinned to a CPU of its own (host row too)"
+                } else {
+                    ""
+                },
+                c.executor
+            );
+            outln!("{}", c.table.render_paired_table());
+            serde_json::to_string_pretty(&c).context("serialising the comparison")?
+        }
+        None => {
+            o.mitigations = a.mitigations.unwrap_or_else(Mitigations::all);
+            bar.set_message(format!("{} {}", executor, o.mitigations));
+            let r = run_bench(&o, &mut |f| bar.set_position((f * 1000.0) as u64))
+                .map_err(anyhow::Error::new)?;
+            bar.finish_and_clear();
+            out!("{}", render_report(&r, a.per_vcpu));
+            serde_json::to_string_pretty(&r).context("serialising the report")?
+        }
+    };
+    if let Some(path) = &a.json {
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("JSON written to {}", path.display());
+    }
+    Ok(())
+}

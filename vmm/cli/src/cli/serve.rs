@@ -1,0 +1,133 @@
+//! `vmm serve`: the REST API server's arguments and runner.
+//!
+//! WHAT: flags (and a `--config` TOML file with the same settings) for
+//! [`vmm_api::serve`]; checks of the topology and the socket's
+//! directory before anything starts, so that bad input is one line and
+//! exit 2.
+//! WHY: one file per subcommand.
+//! HOW: a flag wins over the file, the file over the default; the server
+//! itself lives in [`vmm_api`].
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use serde::Deserialize;
+
+use super::args::{self, InputError};
+use vmm_api::{serve, ServeOptions};
+use vmm_machine::vcpu_body::ExecutorKind;
+
+/// `vmm serve` arguments.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The Unix socket to listen on (removed again at shutdown).
+    #[arg(long, value_name = "PATH")]
+    pub api_socket: PathBuf,
+    /// The topology the scheduler manages and the planner packs: `host`
+    /// (the default), a preset or an hwloc spec (anything but `host` runs
+    /// emulated on this host's CPUs).
+    #[arg(long, short, value_name = "SPEC")]
+    pub topology: Option<String>,
+    /// The scheduler's fixes: none, all (the default), only:X, all-but:X.
+    #[arg(long, short, value_name = "SET", value_parser = args::mitigations)]
+    pub mitigations: Option<vcpu_sched::Mitigations>,
+    /// Which executor runs the vCPUs: workers (M:N, the default: one
+    /// scheduler shared by every VM) or host (1:1 threads named vcpuN, the
+    /// host kernel schedules them; no vcpu_sched).
+    #[arg(long, value_name = "KIND")]
+    pub executor: Option<ExecutorKind>,
+    /// Export KVM exits per vCPU on /metrics (one series per vCPU).
+    #[arg(long)]
+    pub metrics_per_vcpu: bool,
+    /// A TOML file with any of: topology, mitigations, executor,
+    /// metrics_per_vcpu. Flags win over it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// `--config`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServeFile {
+    topology: Option<String>,
+    mitigations: Option<String>,
+    executor: Option<String>,
+    #[serde(default)]
+    metrics_per_vcpu: bool,
+}
+
+fn load_file(path: &Path) -> Result<ServeFile> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        InputError(format!(
+            "--config {}: {}",
+            path.display(),
+            args::os_message(&e)
+        ))
+    })?;
+    Ok(toml::from_str(&text)
+        .map_err(|e| InputError(format!("--config {}: {}", path.display(), e.message())))?)
+}
+
+/// Runs `vmm serve` until `vmm.shutdown` or SIGTERM.
+pub fn run(a: ServeArgs) -> Result<()> {
+    let file = match &a.config {
+        Some(p) => load_file(p)?,
+        None => ServeFile::default(),
+    };
+    let at = |what: &str| {
+        a.config
+            .as_ref()
+            .map(|p| format!("--config {}: {what}", p.display()))
+    };
+    let topology = a
+        .topology
+        .clone()
+        .or(file.topology)
+        .unwrap_or_else(|| "host".into());
+    let mitigations = match (a.mitigations, &file.mitigations) {
+        (Some(m), _) => m,
+        (None, Some(s)) => args::mitigations(s)
+            .map_err(|e| InputError(format!("{}: {e}", at("mitigations").unwrap_or_default())))?,
+        (None, None) => vcpu_sched::Mitigations::all(),
+    };
+    let executor = match (a.executor, &file.executor) {
+        (Some(e), _) => e,
+        (None, Some(s)) => s
+            .parse()
+            .map_err(|e| InputError(format!("{}: {e}", at("executor").unwrap_or_default())))?,
+        (None, None) => ExecutorKind::Workers,
+    };
+    // Bad input before anything starts: exit 2, one line.
+    if executor == ExecutorKind::Threads {
+        return Err(InputError(
+            "executor threads: vmm serve runs every VM on one shared scheduler, which the \
+             threads executor cannot take VMs into while it runs; use workers (the default) \
+             or host (1:1 threads, no vcpu_sched)"
+                .into(),
+        )
+        .into());
+    }
+    topology::load(&topology).with_context(|| format!("--topology {topology}"))?;
+    let dir = a
+        .api_socket
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(InputError(format!(
+            "--api-socket {}: {} is not a directory",
+            a.api_socket.display(),
+            dir.display()
+        ))
+        .into());
+    }
+    let opts = ServeOptions {
+        socket: a.api_socket.clone(),
+        topology,
+        mitigations,
+        executor,
+        per_vcpu_metrics: a.metrics_per_vcpu || file.metrics_per_vcpu,
+    };
+    serve(opts).with_context(|| format!("vmm serve --api-socket {}", a.api_socket.display()))
+}

@@ -1,0 +1,145 @@
+//! The seeds' comparison on micro-guests: every mitigation set, the
+//! baseline's A/A row and the host 1:1 baseline, run repeatedly,
+//! interleaved.
+//!
+//! WHAT: [`compare`] and its options, progress and result types.
+//! WHY: one run is noisy; a comparison needs repetitions that no slow
+//! drift of the host can favour, and the table `vmm sched-bench` prints.
+//! HOW: [`vcpu_sched::bench::interleaved`] orders the runs;
+//! [`vcpu_sched::comparison::cells`] lays out the baseline, its A/A row and
+//! the other sets; [`Comparison::assemble`] builds the table (noise band
+//! and verdicts included) from every run's metric.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use vcpu_sched::bench::{interleaved, Comparison, ComparisonHeader, RowKind};
+use vcpu_sched::comparison;
+use vcpu_sched::Mitigations;
+
+use super::{run, BenchError, BenchOptions, BenchReport};
+use vmm_machine::vcpu_body::ExecutorKind;
+
+/// What to compare.
+#[derive(Clone, Debug)]
+pub struct CompareOptions {
+    /// The run; its `mitigations` is ignored, and its executor must be a
+    /// scheduler executor.
+    pub run: BenchOptions,
+    /// The sets; the first is the baseline.
+    pub variants: Vec<Mitigations>,
+    /// Repetitions of each.
+    pub repetitions: usize,
+    /// Also run the host 1:1 baseline in every repetition.
+    pub host_baseline: bool,
+}
+
+/// Where a comparison is.
+#[derive(Clone, Debug)]
+pub struct CompareProgress {
+    /// Runs finished.
+    pub done: usize,
+    /// Runs in all.
+    pub total: usize,
+    /// The variant running.
+    pub variant: String,
+    /// Fraction of it done.
+    pub run_fraction: f64,
+}
+
+/// A comparison and every run's full report.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BenchComparison {
+    /// The seeds' table (rows: the baseline, its A/A row, the other
+    /// sets, then `host 1:1`), its fields at the top level of the JSON as
+    /// in every comparison of the project.
+    #[serde(flatten)]
+    pub table: Comparison,
+    /// Executor of the scheduler rows.
+    pub executor: ExecutorKind,
+    /// VMs x vCPUs.
+    pub vms: usize,
+    /// vCPUs per VM.
+    pub vcpus: usize,
+    /// Every run, in order.
+    pub reports: Vec<BenchReport>,
+}
+
+/// Runs every variant (and the host baseline) `repetitions` times,
+/// interleaved: repetition `r` starts `r` places further along the list,
+/// so slow drift of the host favours no variant. One unrecorded warm-up
+/// run comes first.
+pub fn compare(
+    opts: &CompareOptions,
+    progress: &mut dyn FnMut(&CompareProgress),
+) -> Result<BenchComparison, BenchError> {
+    if opts.variants.is_empty() || opts.repetitions == 0 {
+        return Err(BenchError::Input(
+            "a comparison needs at least one mitigation set and one repetition".into(),
+        ));
+    }
+    if opts.run.executor == ExecutorKind::Host {
+        return Err(BenchError::Input(
+            "compare with --executor workers or threads; the host 1:1 baseline is added by itself"
+                .into(),
+        ));
+    }
+    // (label, kind, options): the baseline, its A/A row, the other sets,
+    // then the host's 1:1 threads as a peer
+    let mut cells: Vec<(String, RowKind, BenchOptions)> = comparison::cells(&opts.variants)
+        .map_err(|e| BenchError::Input(e.to_string()))?
+        .into_iter()
+        .map(|c| {
+            let mut o = opts.run.clone();
+            o.mitigations = c.mitigations;
+            (c.label, c.kind, o)
+        })
+        .collect();
+    if opts.host_baseline {
+        let mut o = opts.run.clone();
+        o.executor = ExecutorKind::Host;
+        cells.push(("host 1:1".into(), RowKind::Peer, o));
+    }
+    let nv = cells.len();
+    let total = nv * opts.repetitions;
+    {
+        let mut w = cells[0].2.clone();
+        w.duration = w.duration.min(Duration::from_millis(500));
+        w.check = false;
+        run(&w, &mut |f| {
+            progress(&CompareProgress {
+                done: 0,
+                total,
+                variant: "warm-up".into(),
+                run_fraction: f,
+            })
+        })?;
+    }
+    let mut values = vec![vec![f64::NAN; opts.repetitions]; nv];
+    let mut per_call = vec![0.0; nv];
+    let mut reports = Vec::with_capacity(total);
+    for (done, (rep, v)) in interleaved(nv, opts.repetitions).enumerate() {
+        let (label, _, o) = &cells[v];
+        let r = run(o, &mut |f| {
+            progress(&CompareProgress {
+                done,
+                total,
+                variant: label.clone(),
+                run_fraction: f,
+            })
+        })?;
+        values[v][rep] = r.run.metric.value;
+        per_call[v] += r.run.sched_ns_per_call / opts.repetitions as f64;
+        reports.push(r);
+    }
+    let labels: Vec<(String, RowKind)> = cells.iter().map(|(l, k, _)| (l.clone(), *k)).collect();
+    let header = ComparisonHeader::from_run(&reports[0].run, opts.run.duration.as_secs_f64());
+    let table = Comparison::assemble(header, &labels, &values, &per_call)?;
+    Ok(BenchComparison {
+        table,
+        executor: opts.run.executor,
+        vms: opts.run.vms,
+        vcpus: opts.run.vcpus,
+        reports,
+    })
+}

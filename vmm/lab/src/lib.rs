@@ -1,0 +1,276 @@
+//! `vmm bench`'s engine: the seeds' workloads as micro-guests on real KVM vCPUs,
+//! scheduled by `vcpu_sched` (the `workers` or `threads` executor) or by
+//! the host kernel (`host`, plain 1:1 threads), and the seeds'
+//! comparison of mitigation sets.
+//!
+//! One run ([`run`]) builds `vms` micro-guests of `vcpus` vCPUs each,
+//! every VM a task group, runs them for a warm-up and a measured window,
+//! and returns a [`BenchReport`]: the headline metric, the scheduler's
+//! counters and per-CPU overhead, and per-vCPU metrics. [`compare`] runs
+//! the baseline and each fix alone (or any list of sets), interleaved and
+//! repeated, plus the host 1:1 baseline, and returns
+//! [`vcpu_sched::bench::Comparison`], whose table and JSON it shares with
+//! `vmm sched-bench`.
+//!
+//! | workload | guest | metric |
+//! |---|---|---|
+//! | `cyclic` | every vCPU (FIFO) sleeps a period, computes a few us | p99 wakeup latency after the timer (lower is better); ops/s |
+//! | `messaging` | sender/receiver pairs through 16-message pipes, a doorbell per message | seconds per 100k messages (hackbench's total time; lower is better) |
+//! | `runq` | vCPU 0 rings all workers, each computes and answers (schbench) | requests/s; p99 doorbell-to-run latency |
+//! | `transcode` | 8 FIFO-99 vCPUs per VM pinned to 4 cores / 8 CPUs, a frame is a burst on each | frames/s |
+
+mod calibrate;
+mod compare;
+pub mod guests;
+mod run;
+
+pub use calibrate::iters_per_us;
+pub use compare::{compare, BenchComparison, CompareOptions, CompareProgress};
+pub use run::run;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use vcpu_sched::bench::RunReport;
+use vcpu_sched::stats::Histogram;
+use vcpu_sched::Mitigations;
+
+use vmm_machine::micro::MicroError;
+use vmm_machine::vcpu_body::{ExecutorKind, TaskError};
+
+/// Errors of a benchmark run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A bad request (exit status 2 in the `vmm` binary).
+    #[error("{0}")]
+    Input(String),
+    /// The topology.
+    #[error(transparent)]
+    Topology(#[from] topology::TopologyError),
+    /// The scheduler.
+    #[error(transparent)]
+    Sched(#[from] vcpu_sched::SchedError),
+    /// Building a micro-guest.
+    #[error(transparent)]
+    Micro(#[from] MicroError),
+    /// The executor.
+    #[error(transparent)]
+    Task(#[from] TaskError),
+    /// The run went wrong: a VM failed, a vCPU made no progress, the
+    /// checker found violations.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// The four guest workloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// RT vCPUs on periodic timers (stress-ng --cyclic).
+    Cyclic,
+    /// Pairs passing messages (hackbench, perf bench sched messaging).
+    Messaging,
+    /// Short bursts on many workers (schbench).
+    Runq,
+    /// Pinned FIFO-99 VMs in compute bursts (the 60-instance FFmpeg case).
+    Transcode,
+}
+
+impl Workload {
+    /// All four.
+    pub const ALL: [Workload; 4] = [
+        Workload::Cyclic,
+        Workload::Messaging,
+        Workload::Runq,
+        Workload::Transcode,
+    ];
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Cyclic => "cyclic",
+            Workload::Messaging => "messaging",
+            Workload::Runq => "runq",
+            Workload::Transcode => "transcode",
+        }
+    }
+}
+
+impl FromStr for Workload {
+    type Err = BenchError;
+    fn from_str(s: &str) -> Result<Self, BenchError> {
+        Workload::ALL
+            .into_iter()
+            .find(|w| w.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| {
+                BenchError::Input(format!(
+                    "unknown workload {s:?}; use cyclic, messaging, runq or transcode"
+                ))
+            })
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BenchOptions {
+    /// The workload.
+    pub workload: Workload,
+    /// Topology SPEC: `host` (the real CPUs) or anything `topology::load`
+    /// takes, emulated onto the CPUs this process may use.
+    pub topology: String,
+    /// VMs.
+    pub vms: usize,
+    /// vCPUs per VM.
+    pub vcpus: usize,
+    /// Measured time.
+    pub duration: Duration,
+    /// Warm-up; `None`: a fifth of `duration`, at most 1 s.
+    pub warmup: Option<Duration>,
+    /// The fixes (scheduler executors).
+    pub mitigations: Mitigations,
+    /// The executor.
+    pub executor: ExecutorKind,
+    /// Invariant checker on; a violation, a failed VM or a vCPU without
+    /// progress fails the run.
+    pub check: bool,
+    /// Compute per operation in microseconds (default per workload:
+    /// cyclic 5, messaging 1, runq 20, transcode 500).
+    pub burst_us: Option<u64>,
+    /// cyclic: timer period in microseconds (default: 1 ms, stretched so
+    /// that all vCPUs together wake about 16 times per millisecond).
+    pub period_us: Option<u64>,
+    /// RT priority of cyclic and transcode vCPUs (default 99).
+    pub prio: u8,
+    /// RT workloads on `workers`: run the worker threads at host
+    /// `SCHED_FIFO` (as the host baseline's vCPU threads are). Default on.
+    pub host_rt: bool,
+    /// Refuse a result that cannot be a measurement (nothing counted, a
+    /// non-finite metric, a saturated wake-to-run histogram) with an
+    /// error. Default on. Correctness tests that oversubscribe on purpose
+    /// (480 vCPUs on 2 CPUs) turn it off and check progress themselves.
+    #[serde(default = "yes")]
+    pub require_measurement: bool,
+    /// Stamp the stages of every wakeup in the window and report them
+    /// ([`BenchReport::breakdown`]).
+    #[serde(default)]
+    pub breakdown: bool,
+    /// Give vCPU `i` of VM `v` logical CPU `v * vcpus + i` alone (its
+    /// affinity), on every executor: one vCPU per CPU, pinned. The
+    /// vCPUs must fit the topology's CPUs.
+    #[serde(default)]
+    pub pin: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl BenchOptions {
+    /// Defaults: 1 s, baseline, `workers`, checker off.
+    pub fn new(workload: Workload, topology: &str, vms: usize, vcpus: usize) -> Self {
+        Self {
+            workload,
+            topology: topology.into(),
+            vms,
+            vcpus,
+            duration: Duration::from_secs(1),
+            warmup: None,
+            mitigations: Mitigations::none(),
+            executor: ExecutorKind::Workers,
+            check: false,
+            burst_us: None,
+            period_us: None,
+            prio: vcpu_sched::workload::defs::RT_PRIO,
+            host_rt: true,
+            require_measurement: true,
+            breakdown: false,
+            pin: false,
+        }
+    }
+}
+
+/// One vCPU's numbers.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct VcpuRow {
+    /// `vm/vcpuN`.
+    pub name: String,
+    /// `KVM_RUN` entries.
+    pub entries: u64,
+    /// Exits from `KVM_RUN` inside the measured window.
+    pub window_exits: u64,
+    /// Halts, sleeps, doorbells rung, preemption kicks.
+    pub blocks: u64,
+    /// Sleeps.
+    pub sleeps: u64,
+    /// Doorbells rung.
+    pub wakes_sent: u64,
+    /// Returns from `KVM_RUN` forced by a preemption kick.
+    pub preempt_kicks: u64,
+    /// Scheduler: time runnable but not running (ns).
+    pub run_delay_ns: u64,
+    /// Scheduler: wakeup-to-running p50 / p99 (ns, log2 buckets).
+    pub wake_to_run_p50_ns: u64,
+    /// See `wake_to_run_p50_ns`.
+    pub wake_to_run_p99_ns: u64,
+    /// Scheduler: CPU changes.
+    pub migrations: u64,
+    /// Scheduler: time in each state (ns).
+    pub running_ns: u64,
+    /// See `running_ns`.
+    pub queued_ns: u64,
+    /// See `running_ns`.
+    pub blocked_ns: u64,
+    /// Host executor: time on a host CPU and waiting on a host run queue
+    /// (ns, `/proc/thread-self/schedstat`).
+    pub host_run_ns: u64,
+    /// See `host_run_ns`.
+    pub host_wait_ns: u64,
+}
+
+/// One run's result: the shared [`RunReport`] plus what is particular to
+/// real vCPUs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BenchReport {
+    /// Workload, topology, metric, counters, per-CPU overhead, summaries.
+    pub run: RunReport,
+    /// Executor.
+    pub executor: ExecutorKind,
+    /// The host policy the threads that ran vCPUs had: the executor's
+    /// workers or vCPU threads (`SCHED_OTHER`, or `SCHED_FIFO P` when they
+    /// ran at host RT), or for the host executor the vCPUs' own policy.
+    /// Empty in reports written before it was recorded.
+    #[serde(default)]
+    pub thread_policy: String,
+    /// VMs.
+    pub vms: usize,
+    /// vCPUs per VM.
+    pub vcpus: usize,
+    /// Per vCPU.
+    pub per_vcpu: Vec<VcpuRow>,
+    /// Timer latency (cyclic) or doorbell latency (the others) of every
+    /// vCPU inside the window, measured by the VMM from the timer's due
+    /// time or the doorbell to the vCPU entering the guest again.
+    pub guest_latency: Histogram,
+    /// vCPUs that made no progress in the run (fewer than two entries
+    /// into the guest: never came back after their first exit).
+    pub stalled: Vec<String>,
+    /// With [`BenchOptions::breakdown`]: each stage of a wakeup
+    /// ([`vmm_machine::vcpu_body::STAGES`]) over every vCPU, in the window.
+    #[serde(default)]
+    pub breakdown: Vec<StageRow>,
+}
+
+/// One stage of the wakeup breakdown.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StageRow {
+    /// Which stage.
+    pub stage: String,
+    /// Samples.
+    pub count: u64,
+    /// Median (ns).
+    pub p50_ns: u64,
+    /// 99th percentile (ns).
+    pub p99_ns: u64,
+    /// Mean (ns).
+    pub mean_ns: f64,
+}

@@ -1,0 +1,635 @@
+//! Running a built Linux VM: on the host 1:1 runner ([`run_threads`],
+//! `vmm run --sched host`, the default) or under `vcpu_sched`
+//! ([`run_sched`], `vmm run --sched vcpu_sched`). Both go through the same
+//! [`VmSet`](super::VmSet) and [`LinuxMapper`]; the host runner is
+//! `vcpu_sched`'s `host` executor.
+//!
+//! # Under `vcpu_sched`
+//!
+//! A Linux guest has the in-kernel LAPIC, so `HLT` does not exit: KVM
+//! blocks the calling thread inside `KVM_RUN` until an interrupt arrives
+//! (and an AP the guest has not started yet blocks there until INIT and
+//! SIPI). Under the scheduler that thread holds a run slot, so a waiting
+//! vCPU would keep its CPU from every other vCPU. The [`HaltPoller`]
+//! (the caller's thread, every `poll`, 1 ms by default) makes such vCPUs
+//! give the slot up and gives it back when their wait is over:
+//!
+//! * it reads each vCPU's `blocking` stat from KVM's binary stats fd (1
+//!   while the vCPU waits inside `KVM_RUN`) and kicks the ones that wait
+//!   (`immediate_exit` + signal, so `KVM_RUN` returns `EINTR`); without a
+//!   stats fd it kicks every vCPU;
+//! * after any kick the runner asks `KVM_GET_MP_STATE`; a vCPU that waits
+//!   (halted, or an unstarted AP) sleeps in the scheduler for a
+//!   [`HaltSleep`]: 1 ms, doubling while it is found waiting again without
+//!   an exit in between, up to 16 ms, and never past its armed
+//!   TSC-deadline timer (so guest timers fire on time, give or take the
+//!   1 ms floor);
+//! * while it sleeps, the poller probes it each round (`KVM_GET_MP_STATE`,
+//!   which also accepts a pending SIPI, and `KVM_GET_LAPIC` for an
+//!   interrupt the LAPIC would deliver) and wakes it in the scheduler as
+//!   soon as its wait is over, as KVM would wake a blocked thread.
+//!
+//! Semantics and limits: an IPI for a sleeping vCPU reaches it within one
+//! poll period (plus the time to get a slot) instead of at once; an event
+//! the probe cannot see (an NMI) waits for the end of the sleep, 16 ms at
+//! most. A vCPU that halts and is woken inside KVM before the poller sees
+//! it simply keeps its slot, as on host threads. Per period the poller
+//! costs one `pread` per vCPU in the guest and two ioctls per sleeping
+//! vCPU; each find costs a kick, `KVM_GET_MP_STATE` and, for a halted
+//! vCPU, one `KVM_GET_MSRS`. Measured effect on the 12-vCPU boot:
+//! `docs/results-vcpus.md` ("Linux boot").
+
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use kvm_bindings::KVM_MP_STATE_HALTED;
+
+use super::{Action, ExitMapper};
+use crate::devices::LegacyDevices;
+use crate::vcpu::probe::{waits_in_kvm, BlockingStat, Probe};
+use crate::vcpu::{PortIo, Vcpu, VcpuExit};
+use crate::vm::handle_exit;
+
+/// How long a vCPU that waits inside `KVM_RUN` gives up its run slot.
+///
+/// The first sleep after the vCPU last did anything visible (an exit to
+/// the VMM, or a kick that found it running) is `base`; each further find
+/// in a row doubles it, up to `max`. A halted vCPU whose TSC-deadline
+/// timer is armed sleeps no longer than until that deadline (but at least
+/// `base`). Sleeps can be long because the [`HaltPoller`] wakes a
+/// sleeping vCPU as soon as an interrupt or SIPI is pending for it; what
+/// a re-entry costs is the slot, held by a vCPU that goes straight back to
+/// waiting until the next poll round finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HaltSleep {
+    /// The first sleep.
+    pub base: std::time::Duration,
+    /// The longest sleep.
+    pub max: std::time::Duration,
+}
+
+impl Default for HaltSleep {
+    fn default() -> Self {
+        Self {
+            base: std::time::Duration::from_millis(1),
+            max: std::time::Duration::from_millis(16),
+        }
+    }
+}
+
+/// [`HaltSleep`] at work: per-vCPU backoff and the guest's TSC rate.
+struct HaltState {
+    base_ns: u64,
+    max_ns: u64,
+    /// Finds in a row, per vCPU index (saturating).
+    found: Box<[AtomicU8]>,
+    /// Per vCPU index: [`IN_GUEST`], [`ASLEEP`] or [`PROBED`]. The halt
+    /// poller may issue ioctls on a vCPU only while it holds it
+    /// `PROBED`, which it can take only from `ASLEEP`; the thread that
+    /// enters `KVM_RUN` next takes it back to `IN_GUEST` first, waiting
+    /// out a probe in progress (KVM serialises a vCPU's ioctls on its
+    /// mutex, so a probe of a vCPU inside `KVM_RUN` would wait for its
+    /// next exit; this handshake keeps the poller from ever doing that).
+    probe: Box<[AtomicU8]>,
+    /// The guest TSC rate; 0 until first read, `u32::MAX` if unreadable.
+    tsc_khz: AtomicU32,
+}
+
+impl HaltState {
+    fn tsc_khz(&self, vcpu: &Vcpu) -> Option<u32> {
+        let k = match self.tsc_khz.load(Ordering::Relaxed) {
+            0 => {
+                let k = vcpu.tsc_khz().ok().filter(|&k| k > 0).unwrap_or(u32::MAX);
+                self.tsc_khz.store(k, Ordering::Relaxed);
+                k
+            }
+            k => k,
+        };
+        (k != u32::MAX).then_some(k)
+    }
+
+    /// The sleep for a vCPU found waiting in `mp_state`; `None` when its
+    /// timer is due (it goes straight back into `KVM_RUN`).
+    fn sleep_ns(&self, vcpu: &Vcpu, mp_state: u32) -> Option<u64> {
+        let found = self.found.get(vcpu.index());
+        let k = found.map_or(0, |f| f.load(Ordering::Relaxed));
+        let mut ns = self
+            .base_ns
+            .checked_shl(u32::from(k))
+            .unwrap_or(u64::MAX)
+            .min(self.max_ns);
+        if mp_state == KVM_MP_STATE_HALTED {
+            if let Some(khz) = self.tsc_khz(vcpu) {
+                if let Ok(Some(t)) = vcpu.tsc_deadline_in(khz) {
+                    if t == 0 {
+                        return None;
+                    }
+                    ns = ns.min(t.max(self.base_ns));
+                }
+            }
+        }
+        if let Some(f) = found {
+            f.store(k.saturating_add(1).min(63), Ordering::Relaxed);
+        }
+        Some(ns.max(1))
+    }
+
+    /// The vCPU is going to sleep in the scheduler: the poller may probe
+    /// it from now until it is entered again.
+    fn asleep(&self, index: usize) {
+        if let Some(p) = self.probe.get(index) {
+            p.store(ASLEEP, Ordering::Release);
+        }
+    }
+
+    /// Takes the vCPU back from the poller before `KVM_RUN`.
+    fn claim(&self, index: usize) {
+        let Some(p) = self.probe.get(index) else {
+            return;
+        };
+        let mut spins = 0u32;
+        loop {
+            match p.compare_exchange(ASLEEP, IN_GUEST, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) | Err(IN_GUEST) => return,
+                Err(_) => {
+                    // a probe is running: two ioctls, microseconds
+                    spins += 1;
+                    if spins < 100 {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+    }
+
+    fn active(&self, vcpu: &Vcpu) {
+        if let Some(f) = self.found.get(vcpu.index()) {
+            f.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The exit mapping of a Linux guest: devices as in `vmm run`; under the
+/// scheduler, a kicked vCPU found waiting in `KVM_RUN` sleeps in the
+/// scheduler as [`HaltSleep`] says.
+pub struct LinuxMapper {
+    devices: Arc<LegacyDevices>,
+    /// `None`: halted vCPUs keep their thread (the host runner).
+    halt: Option<HaltState>,
+}
+
+impl LinuxMapper {
+    /// For a VM's devices and `vcpus` vCPUs, under the scheduler.
+    pub fn new(devices: Arc<LegacyDevices>, vcpus: usize, sleep: HaltSleep) -> Self {
+        let base_ns = (sleep.base.as_nanos() as u64).max(1);
+        Self {
+            devices,
+            halt: Some(HaltState {
+                base_ns,
+                max_ns: (sleep.max.as_nanos() as u64).max(base_ns),
+                found: (0..vcpus).map(|_| AtomicU8::new(0)).collect(),
+                probe: (0..vcpus).map(|_| AtomicU8::new(IN_GUEST)).collect(),
+                tsc_khz: AtomicU32::new(0),
+            }),
+        }
+    }
+
+    /// For a VM's devices, on the host 1:1 runner: a halted vCPU waits in
+    /// `KVM_RUN` on its own thread.
+    pub fn host(devices: Arc<LegacyDevices>) -> Self {
+        Self {
+            devices,
+            halt: None,
+        }
+    }
+}
+
+impl ExitMapper for LinuxMapper {
+    fn io(&self) -> &dyn PortIo {
+        &*self.devices
+    }
+
+    fn map_exit(&self, vcpu: &Vcpu, exit: VcpuExit) -> Action {
+        if let Some(h) = &self.halt {
+            h.active(vcpu);
+        }
+        match handle_exit(vcpu, exit) {
+            Some(r) => Action::Fail(r),
+            None => Action::Continue,
+        }
+    }
+
+    fn on_kicked(&self, vcpu: &Vcpu) -> Option<Action> {
+        let h = self.halt.as_ref()?;
+        match vcpu.mp_state() {
+            Ok(s) if waits_in_kvm(s) => {
+                let ns = h.sleep_ns(vcpu, s)?;
+                h.asleep(vcpu.index());
+                Some(Action::Sleep(ns))
+            }
+            _ => {
+                h.active(vcpu);
+                None
+            }
+        }
+    }
+
+    fn before_entry(&self, vcpu: &Vcpu) {
+        if let Some(h) = &self.halt {
+            h.claim(vcpu.index());
+        }
+    }
+
+    /// The VMM put a halted vCPU to sleep in the scheduler; the poller
+    /// wakes it as soon as its interrupt is pending.
+    fn wake_ends_sleep(&self) -> bool {
+        true
+    }
+}
+
+/// Probe states of a vCPU (see `HaltState::probe`).
+const IN_GUEST: u8 = 0;
+const ASLEEP: u8 = 1;
+const PROBED: u8 = 2;
+
+/// One vCPU as the halt poller sees it.
+struct PolledVcpu {
+    stat: Option<BlockingStat>,
+    kicker: crate::vcpu::Kicker,
+    /// For probes while it sleeps.
+    probe: Option<Probe>,
+}
+
+/// The halt poller of one Linux VM under the scheduler (module docs). Each
+/// [`HaltPoller::round`] kicks the vCPUs that wait inside `KVM_RUN`, and
+/// probes the ones asleep in the scheduler: one whose wait is over (an
+/// interrupt its LAPIC would deliver, or SIPI for an AP) is woken at
+/// once instead of at the end of its sleep. That is what a thread
+/// blocked in `KVM_RUN` gets from KVM itself on host 1:1 threads.
+pub struct HaltPoller {
+    mapper: Arc<LinuxMapper>,
+    vcpus: Vec<PolledVcpu>,
+}
+
+/// What one [`HaltPoller::round`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollRound {
+    /// vCPUs found waiting inside `KVM_RUN` and kicked.
+    pub kicked: u64,
+    /// Sleeping vCPUs probed.
+    pub probed: u64,
+    /// Sleeping vCPUs found with an event and woken.
+    pub woken: u64,
+}
+
+impl std::ops::AddAssign for PollRound {
+    fn add_assign(&mut self, o: Self) {
+        self.kicked += o.kicked;
+        self.probed += o.probed;
+        self.woken += o.woken;
+    }
+}
+
+impl HaltPoller {
+    /// For the vCPUs of a VM whose exits `mapper` maps (built with
+    /// [`LinuxMapper::new`]). Call before handing the vCPUs over.
+    pub fn new(mapper: Arc<LinuxMapper>, vcpus: &[Vcpu]) -> Self {
+        let vcpus: Vec<PolledVcpu> = vcpus
+            .iter()
+            .map(|v| PolledVcpu {
+                stat: BlockingStat::open(v),
+                kicker: v.kicker(),
+                probe: Probe::new(v),
+            })
+            .collect();
+        if vcpus.iter().any(|v| v.stat.is_none()) {
+            tracing::warn!(
+                "no KVM stats fd with a `blocking` stat: the halt poller kicks every vCPU each period"
+            );
+        }
+        Self { mapper, vcpus }
+    }
+
+    /// One pass over the vCPUs; `wake(k)` wakes vCPU `k` in the scheduler.
+    pub fn round(&self, wake: &dyn Fn(usize) -> bool) -> PollRound {
+        let mut r = PollRound::default();
+        let halt = self.mapper.halt.as_ref();
+        for (k, v) in self.vcpus.iter().enumerate() {
+            let slot = halt.and_then(|h| h.probe.get(k));
+            if let (Some(p), Some(probe)) = (slot, &v.probe) {
+                if p.compare_exchange(ASLEEP, PROBED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    let ready = probe.wait_is_over();
+                    p.store(ASLEEP, Ordering::Release);
+                    r.probed += 1;
+                    if ready && wake(k) {
+                        r.woken += 1;
+                    }
+                    continue;
+                }
+            }
+            if v.stat.as_ref().is_none_or(|s| s.blocking()) {
+                r.kicked += 1;
+                v.kicker.kick();
+            }
+        }
+        r
+    }
+}
+
+/// How `vmm run --sched vcpu_sched` runs a Linux VM.
+#[derive(Clone, Debug)]
+pub struct LinuxSchedOptions {
+    /// The fixes.
+    pub mitigations: vcpu_sched::Mitigations,
+    /// The vCPUs' policy in the scheduler (`--rt`: FIFO/RR; else fair).
+    pub policy: vcpu_sched::Policy,
+    /// vCPU `i` may run on host CPU `pins[i]` only (`--pin`).
+    pub pins: Option<Vec<u32>>,
+    /// Give up after this long.
+    pub timeout: Option<std::time::Duration>,
+    /// Halt poll period.
+    pub poll: std::time::Duration,
+    /// How long a waiting vCPU gives up its slot.
+    pub halt: HaltSleep,
+}
+
+/// Runs a built Linux VM with its vCPUs as `vcpu_sched` tasks (one task
+/// group) on the M:N worker executor over the host's CPUs, until the VM
+/// stops or the timeout passes. Returns why it stopped.
+pub fn run_sched(
+    mut vm: crate::vm::LinuxVm,
+    opts: &LinuxSchedOptions,
+) -> Result<crate::vm::StopReason, super::TaskError> {
+    use std::time::{Duration, Instant};
+
+    use super::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
+    use crate::vm::StopReason;
+
+    crate::vcpu::install_kick_signal()?;
+    let topo = Arc::new(topology::load("host")?);
+    let vcpus = vm.take_vcpus();
+    let n = vcpus.len();
+    let control = vm.control();
+    let devices = vm.devices();
+    let placement = match &opts.pins {
+        None => vec![Placement {
+            policy: opts.policy,
+            affinity: None,
+        }],
+        Some(p) => p
+            .iter()
+            .map(|&os| {
+                let cpu = topo.cpu_by_os_index(os).ok_or_else(|| {
+                    super::TaskError::Input(format!("--pin: host CPU {os} is not available"))
+                })?;
+                Ok(Placement {
+                    policy: opts.policy,
+                    affinity: Some(vcpu_sched::CpuMask::from_cpus([cpu])),
+                })
+            })
+            .collect::<Result<Vec<_>, super::TaskError>>()?,
+    };
+    let mapper = Arc::new(LinuxMapper::new(devices.clone(), n, opts.halt));
+    let poller = HaltPoller::new(mapper.clone(), &vcpus);
+    let guest = GuestVm {
+        name: "vm0".into(),
+        vcpus,
+        mapper,
+        control: control.clone(),
+        placement,
+        keep: Box::new(vm),
+    };
+    let set = VmSet::new(vec![guest])?;
+    let mut eo = ExecOptions::new(topo, vcpu_sched::exec::CpuMapping::Host);
+    eo.kind = ExecutorKind::Workers;
+    eo.mitigations = opts.mitigations;
+    control.mark_started();
+    let running = Running::start(&eo, set.clone())?;
+    let t0 = Instant::now();
+    let mut polls = PollRound::default();
+    let wake = |k: usize| running.wake(0, k);
+    let reason = loop {
+        if let Some(r) = control.reason() {
+            break r;
+        }
+        if set.vms()[0].live() == 0 {
+            break control.reason().unwrap_or(StopReason::VcpuFailed {
+                vcpu: 0,
+                what: "every vCPU ended".into(),
+            });
+        }
+        if let Some(t) = opts.timeout {
+            if t0.elapsed() >= t {
+                control.request_stop(StopReason::Timeout(t));
+                break control.reason().unwrap_or(StopReason::Timeout(t));
+            }
+        }
+        polls += poller.round(&wake);
+        std::thread::sleep(opts.poll.max(Duration::from_micros(100)));
+    };
+    let out = running.stop(Duration::from_secs(10));
+    devices.flush_console();
+    match out {
+        Ok(o) => tracing::debug!(
+            vcpus = n,
+            kicked = polls.kicked,
+            probed = polls.probed,
+            woken = polls.woken,
+            switches = o.counters.switches,
+            violations = o.violations.len(),
+            "vcpu_sched run done"
+        ),
+        Err(e) => tracing::warn!("stopping the vCPUs: {e}"),
+    }
+    Ok(reason)
+}
+
+/// How [`run_threads`] runs the vCPUs.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadOptions {
+    /// vCPU `i` is pinned to OS CPU `pins[i]`.
+    pub pins: Option<Vec<u32>>,
+    /// Real-time policy for the vCPU threads.
+    pub rt: Option<vcpu_sched::placement::rt::RtPolicy>,
+    /// Give up after this long.
+    pub timeout: Option<std::time::Duration>,
+}
+
+/// Runs every vCPU on a thread of its own (`vcpu<N>`, the host executor)
+/// until the VM stops or the timeout passes, and returns why it stopped.
+/// Setup failures of a thread (pinning, an RT policy the host refuses)
+/// are returned as input errors before the guest runs.
+pub fn run_threads(
+    mut vm: crate::vm::LinuxVm,
+    opts: &ThreadOptions,
+) -> Result<crate::vm::StopReason, crate::Error> {
+    use std::time::Duration;
+
+    use super::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
+    use crate::vm::StopReason;
+
+    let topo = Arc::new(topology::load("host")?);
+    let vcpus = vm.take_vcpus();
+    let n = vcpus.len();
+    let control = vm.control();
+    let devices = vm.devices();
+    let policy = match opts.rt {
+        Some(vcpu_sched::placement::rt::RtPolicy::Fifo(p)) => vcpu_sched::Policy::Fifo(p),
+        Some(vcpu_sched::placement::rt::RtPolicy::Rr(p)) => vcpu_sched::Policy::Rr(p),
+        None => vcpu_sched::Policy::Fair(vcpu_sched::task::NICE_0_WEIGHT),
+    };
+    let guest = GuestVm {
+        name: "vm0".into(),
+        vcpus,
+        mapper: Arc::new(LinuxMapper::host(devices.clone())),
+        control: control.clone(),
+        placement: vec![Placement {
+            policy,
+            affinity: None,
+        }],
+        keep: Box::new(vm),
+    };
+    let set = VmSet::new(vec![guest]).map_err(task_err)?;
+    let mut eo = ExecOptions::new(topo, vcpu_sched::exec::CpuMapping::Host);
+    eo.kind = ExecutorKind::Host;
+    eo.host_pins = opts
+        .pins
+        .as_ref()
+        .map(|p| (0..n).map(|i| vec![p[i]]).collect());
+    eo.strict_policy = true;
+    control.mark_started();
+    let run = Running::start(&eo, set).map_err(task_err)?;
+    let reason = match control.wait(opts.timeout) {
+        Some(r) => r,
+        None => {
+            let t = opts.timeout.unwrap_or_default();
+            control.request_stop(StopReason::Timeout(t));
+            control.reason().unwrap_or(StopReason::Timeout(t))
+        }
+    };
+    if let Err(e) = run.stop(Duration::from_secs(5)) {
+        tracing::warn!("{e}; leaving them behind");
+    }
+    devices.flush_console();
+    Ok(reason)
+}
+
+/// Executor errors of `vmm run`: a thread setup the user asked for and
+/// the host refused is input; the rest is a runtime failure.
+fn task_err(e: super::TaskError) -> crate::Error {
+    match e {
+        super::TaskError::Input(m) => crate::Error::Input(m),
+        other => crate::Error::Other(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(vcpus: usize) -> HaltState {
+        HaltState {
+            base_ns: 1_000_000,
+            max_ns: 16_000_000,
+            found: (0..vcpus).map(|_| AtomicU8::new(0)).collect(),
+            probe: (0..vcpus).map(|_| AtomicU8::new(IN_GUEST)).collect(),
+            tsc_khz: AtomicU32::new(0),
+        }
+    }
+
+    /// The entering thread waits while the poller holds the vCPU, and the
+    /// poller can take only a vCPU that sleeps: never one in `KVM_RUN`.
+    #[test]
+    fn entry_waits_out_a_probe_and_the_poller_never_takes_a_vcpu_in_the_guest() {
+        let h = Arc::new(state(2));
+        let take = |h: &HaltState, k: usize| {
+            h.probe[k]
+                .compare_exchange(ASLEEP, PROBED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        };
+        // in the guest: the poller cannot take it
+        assert!(!take(&h, 0));
+        h.asleep(0);
+        assert!(take(&h, 0));
+        // entry now has to wait until the probe ends
+        let entered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let t = {
+            let (h, entered) = (h.clone(), entered.clone());
+            std::thread::spawn(move || {
+                h.claim(0);
+                entered.store(true, Ordering::SeqCst);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!entered.load(Ordering::SeqCst), "entered during a probe");
+        h.probe[0].store(ASLEEP, Ordering::Release);
+        t.join().unwrap();
+        assert!(entered.load(Ordering::SeqCst));
+        assert_eq!(h.probe[0].load(Ordering::SeqCst), IN_GUEST);
+        assert!(!take(&h, 0));
+        // the other vCPU was never touched; an unknown index is a no-op
+        assert_eq!(h.probe[1].load(Ordering::SeqCst), IN_GUEST);
+        h.claim(7);
+        h.asleep(7);
+    }
+
+    /// Many entries and probes racing: no probe ever overlaps an entry.
+    /// The entering side runs until the poller has probed many times (a
+    /// loaded host may not run the poller at first), within 20 s.
+    #[test]
+    fn probes_and_entries_never_overlap_under_stress() {
+        use std::sync::atomic::{AtomicBool, AtomicU64};
+        let h = Arc::new(state(1));
+        let inside = Arc::new(AtomicU8::new(0)); // 1: in guest, 2: probing
+        let stop = Arc::new(AtomicBool::new(false));
+        let probes = Arc::new(AtomicU64::new(0));
+        let poller = {
+            let (h, inside, stop, probes) =
+                (h.clone(), inside.clone(), stop.clone(), probes.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if h.probe[0]
+                        .compare_exchange(ASLEEP, PROBED, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        assert_eq!(
+                            inside.swap(2, Ordering::SeqCst),
+                            0,
+                            "probe inside the guest"
+                        );
+                        std::hint::spin_loop();
+                        assert_eq!(inside.swap(0, Ordering::SeqCst), 2);
+                        h.probe[0].store(ASLEEP, Ordering::Release);
+                        probes.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        };
+        let t0 = std::time::Instant::now();
+        let mut entries = 0u64;
+        while (entries < 20_000 || probes.load(Ordering::Relaxed) < 1_000)
+            && t0.elapsed() < std::time::Duration::from_secs(20)
+        {
+            h.claim(0);
+            assert_eq!(inside.swap(1, Ordering::SeqCst), 0, "entry during a probe");
+            std::hint::spin_loop();
+            assert_eq!(inside.swap(0, Ordering::SeqCst), 1);
+            h.asleep(0);
+            if entries % 16 == 0 {
+                // leave the poller a window even on one CPU
+                std::thread::yield_now();
+            }
+            entries += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+        poller.join().unwrap();
+        assert!(
+            probes.load(Ordering::Relaxed) > 0,
+            "the poller never got a sleeping vCPU in 20 s"
+        );
+    }
+}
