@@ -22,13 +22,13 @@
 //! flight, which is harmless: the pusher retries, and a pull from the other
 //! side catches it.
 //!
-//! Two layouts, chosen by fix 1 ([`crate::fixes::cpupri_split`]):
+//! Two layouts, chosen by fix 1 ([`crate::fixes::cpupri`]):
 //! [`FlatCpuPri`], the baseline, and [`SplitCpuPri`].
 
 use crate::sync::shared::{AtomicU32, Ordering};
 
 use crate::cpumask::{AtomicCpuMask, CpuMask};
-pub use crate::fixes::cpupri_split::{CpuPriCount, CpuPriMask, CpuPriSlot, SplitCpuPri};
+pub use crate::fixes::cpupri::{CpuPriCount, CpuPriMask, CpuPriSlot, SplitCpuPri};
 use crate::task::{CpuId, NR_PRI, PRI_FAIR};
 use crate::topo::TopoMap;
 

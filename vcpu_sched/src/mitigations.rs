@@ -27,7 +27,7 @@ use crate::error::SchedError;
 #[serde(rename_all = "lowercase")]
 pub enum Fix {
     /// 1: cpupri counts and masks on separate cache lines, hot vectors padded
-    /// apart, masks optionally split per NUMA node ([`crate::fixes::cpupri_split`]).
+    /// apart, masks optionally split per NUMA node ([`crate::fixes::cpupri`]).
     CpuPri,
     /// 2: per-node RT overload count and flag, hot root-domain fields away
     /// from read-mostly ones ([`crate::fixes::rto_node`]).
@@ -98,10 +98,15 @@ impl FromStr for Fix {
 
 /// Which fixes are on. Build with [`none`](Self::none), [`all`](Self::all),
 /// [`only`](Self::only), [`all_but`](Self::all_but) or by parsing a string.
+///
+/// Each field has its fix's name ([`Fix::name`]), as do the fix's file in
+/// [`crate::fixes`] and its criterion bench. Serialized sets written before
+/// that used longer field names (`cpupri_split`, ...), which still read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Mitigations {
     /// Fix 1, cpupri split.
-    pub cpupri_split: bool,
+    #[serde(alias = "cpupri_split")]
+    pub cpupri: bool,
     /// Fix 2, per-node RT overload tracking.
     pub rto_per_node: bool,
     /// Fix 3, sharded shared runqueue.
@@ -118,7 +123,7 @@ impl Mitigations {
     /// The baseline: the kernel's behaviour before the patches.
     pub const fn none() -> Self {
         Self {
-            cpupri_split: false,
+            cpupri: false,
             rto_per_node: false,
             sharded_shared_rq: false,
             llc_idle: false,
@@ -130,7 +135,7 @@ impl Mitigations {
     /// Every fix on.
     pub const fn all() -> Self {
         Self {
-            cpupri_split: true,
+            cpupri: true,
             rto_per_node: true,
             sharded_shared_rq: true,
             llc_idle: true,
@@ -163,7 +168,7 @@ impl Mitigations {
 
     fn field(&mut self, fix: Fix) -> &mut bool {
         match fix {
-            Fix::CpuPri => &mut self.cpupri_split,
+            Fix::CpuPri => &mut self.cpupri,
             Fix::Rto => &mut self.rto_per_node,
             Fix::ShardRq => &mut self.sharded_shared_rq,
             Fix::LlcIdle => &mut self.llc_idle,

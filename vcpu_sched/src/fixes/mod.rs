@@ -5,7 +5,7 @@
 //! [`crate::sched`], [`crate::group_load`]). Each is switched by one field
 //! of [`crate::Mitigations`].
 
-pub mod cpupri_split;
+pub mod cpupri;
 pub mod l2_wake;
 pub mod llc_idle;
 pub mod node_group_load;

@@ -178,7 +178,7 @@ impl Scheduler {
                 names: Mutex::new(names),
                 ntasks: (0..cfg.max_groups).map(|_| AtomicU32::new(0)).collect(),
             },
-            cpupri: CpuPri::new(&map, mit.cpupri_split, cfg.cpupri_node_masks),
+            cpupri: CpuPri::new(&map, mit.cpupri, cfg.cpupri_node_masks),
             rto: RtOverload::new(&map, mit.rto_per_node),
             shared: SharedRq::new(&map, mit.sharded_shared_rq, cfg.shard_size),
             idle: IdleTracker::new(&map, mit.llc_idle, true),

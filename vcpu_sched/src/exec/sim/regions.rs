@@ -12,7 +12,7 @@
 //! the core carries no hook for it.
 
 use crate::cpupri::CpuPri;
-use crate::fixes::cpupri_split::SplitCpuPri;
+use crate::fixes::cpupri::SplitCpuPri;
 use crate::fixes::llc_idle::LlcIdleSet;
 use crate::fixes::rto_node::NodeRto;
 use crate::group_load::GroupLoad;
@@ -75,12 +75,12 @@ fn cpupri(c: &CpuPri, out: &mut Vec<Region>) {
             out.push(slice(&f.vecs, "cpupri.vec(count+mask)"));
             out.push(slice(&f.cpu_to_pri, "cpupri.cpu_to_pri"));
         }
-        CpuPri::Split(s) => cpupri_split(s, out),
+        CpuPri::Split(s) => cpupri_fix(s, out),
     }
 }
 
 /// Fix 1's layout.
-fn cpupri_split(s: &SplitCpuPri, out: &mut Vec<Region>) {
+fn cpupri_fix(s: &SplitCpuPri, out: &mut Vec<Region>) {
     out.push(slice(&s.counts, "cpupri.counts"));
     out.push(slice(&s.masks, "cpupri.masks"));
     out.push(slice(&s.cpu_to_pri, "cpupri.cpu_to_pri"));
