@@ -30,7 +30,7 @@ pub enum Fix {
     /// apart, masks optionally split per NUMA node ([`crate::fixes::cpupri`]).
     CpuPri,
     /// 2: per-node RT overload count and flag, hot root-domain fields away
-    /// from read-mostly ones ([`crate::fixes::rto_node`]).
+    /// from read-mostly ones ([`crate::fixes::rto`]).
     Rto,
     /// 3: sharded per-LLC shared runqueue ([`crate::fixes::shard_rq`]).
     ShardRq,
@@ -108,7 +108,8 @@ pub struct Mitigations {
     #[serde(alias = "cpupri_split")]
     pub cpupri: bool,
     /// Fix 2, per-node RT overload tracking.
-    pub rto_per_node: bool,
+    #[serde(alias = "rto_per_node")]
+    pub rto: bool,
     /// Fix 3, sharded shared runqueue.
     pub sharded_shared_rq: bool,
     /// Fix 4, per-LLC idle tracking.
@@ -124,7 +125,7 @@ impl Mitigations {
     pub const fn none() -> Self {
         Self {
             cpupri: false,
-            rto_per_node: false,
+            rto: false,
             sharded_shared_rq: false,
             llc_idle: false,
             l2_wakeup: false,
@@ -136,7 +137,7 @@ impl Mitigations {
     pub const fn all() -> Self {
         Self {
             cpupri: true,
-            rto_per_node: true,
+            rto: true,
             sharded_shared_rq: true,
             llc_idle: true,
             l2_wakeup: true,
@@ -169,7 +170,7 @@ impl Mitigations {
     fn field(&mut self, fix: Fix) -> &mut bool {
         match fix {
             Fix::CpuPri => &mut self.cpupri,
-            Fix::Rto => &mut self.rto_per_node,
+            Fix::Rto => &mut self.rto,
             Fix::ShardRq => &mut self.sharded_shared_rq,
             Fix::LlcIdle => &mut self.llc_idle,
             Fix::L2Wake => &mut self.l2_wakeup,

@@ -6,14 +6,14 @@
 //! is set before the count goes up and cleared after it goes down, so that a
 //! reader that sees a non-zero count finds the CPU in the mask.
 //!
-//! Two layouts, chosen by fix 2 ([`crate::fixes::rto_node`]):
+//! Two layouts, chosen by fix 2 ([`crate::fixes::rto`]):
 //! [`FlatRootDomain`], the baseline, and [`NodeRto`].
 
 use crate::sync::shared::{AtomicU32, Ordering};
 
 pub use crate::cpumask::CpuMaskList;
 use crate::cpumask::{AtomicCpuMask, CpuMask};
-pub use crate::fixes::rto_node::{NodeRto, RootDomainRead, RtoNodeCount, RtoNodeFlag, RtoNodeMask};
+pub use crate::fixes::rto::{NodeRto, RootDomainRead, RtoNodeCount, RtoNodeFlag, RtoNodeMask};
 use crate::task::CpuId;
 use crate::topo::TopoMap;
 

@@ -9,7 +9,7 @@
 //! whether its fix is on; the table must equal the switches.
 //!
 //! WHY: The fixes are chosen by six booleans read in a handful of places.
-//! Two of them swapped (`mit.rto_per_node` passed where `mit.cpupri`
+//! Two of them swapped (`mit.rto` passed where `mit.cpupri`
 //! belongs) would compile, pass every per-structure test, and silently
 //! measure the wrong fix. The unit tests of each structure build it with an
 //! explicit flag and so cannot see that.

@@ -9,5 +9,5 @@ pub mod cpupri;
 pub mod l2_wake;
 pub mod llc_idle;
 pub mod node_group_load;
-pub mod rto_node;
+pub mod rto;
 pub mod shard_rq;

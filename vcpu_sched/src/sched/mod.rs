@@ -179,7 +179,7 @@ impl Scheduler {
                 ntasks: (0..cfg.max_groups).map(|_| AtomicU32::new(0)).collect(),
             },
             cpupri: CpuPri::new(&map, mit.cpupri, cfg.cpupri_node_masks),
-            rto: RtOverload::new(&map, mit.rto_per_node),
+            rto: RtOverload::new(&map, mit.rto),
             shared: SharedRq::new(&map, mit.sharded_shared_rq, cfg.shard_size),
             idle: IdleTracker::new(&map, mit.llc_idle, true),
             gload: GroupLoad::new(&map, cfg.max_groups, mit.node_group_load),

@@ -14,7 +14,7 @@
 use crate::cpupri::CpuPri;
 use crate::fixes::cpupri::SplitCpuPri;
 use crate::fixes::llc_idle::LlcIdleSet;
-use crate::fixes::rto_node::NodeRto;
+use crate::fixes::rto::NodeRto;
 use crate::group_load::GroupLoad;
 use crate::idle::{IdleKind, IdleTracker};
 use crate::rto::RtOverload;
@@ -92,12 +92,12 @@ fn rto(r: &RtOverload, out: &mut Vec<Region>) {
             out.push(one(&f.rto_count, "rto.count"));
             out.push(one(&f.rto_mask, "rto.mask"));
         }
-        RtOverload::PerNode(n) => rto_node(n, out),
+        RtOverload::PerNode(n) => rto_fix(n, out),
     }
 }
 
 /// Fix 2's layout.
-fn rto_node(n: &NodeRto, out: &mut Vec<Region>) {
+fn rto_fix(n: &NodeRto, out: &mut Vec<Region>) {
     out.push(slice(&n.counts, "rto.node_counts"));
     out.push(slice(&n.flags, "rto.node_flags"));
     out.push(slice(&n.masks, "rto.node_masks"));
