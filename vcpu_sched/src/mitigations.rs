@@ -32,7 +32,7 @@ pub enum Fix {
     /// 2: per-node RT overload count and flag, hot root-domain fields away
     /// from read-mostly ones ([`crate::fixes::rto`]).
     Rto,
-    /// 3: sharded per-LLC shared runqueue ([`crate::fixes::shard_rq`]).
+    /// 3: sharded per-LLC shared runqueue ([`crate::fixes::shardrq`]).
     ShardRq,
     /// 4: per-LLC idle mask and count ([`crate::fixes::llc_idle`]).
     LlcIdle,
@@ -111,7 +111,8 @@ pub struct Mitigations {
     #[serde(alias = "rto_per_node")]
     pub rto: bool,
     /// Fix 3, sharded shared runqueue.
-    pub sharded_shared_rq: bool,
+    #[serde(alias = "sharded_shared_rq")]
+    pub shardrq: bool,
     /// Fix 4, per-LLC idle tracking.
     pub llc_idle: bool,
     /// Fix 5, L2-local direct wakeups.
@@ -126,7 +127,7 @@ impl Mitigations {
         Self {
             cpupri: false,
             rto: false,
-            sharded_shared_rq: false,
+            shardrq: false,
             llc_idle: false,
             l2_wakeup: false,
             node_group_load: false,
@@ -138,7 +139,7 @@ impl Mitigations {
         Self {
             cpupri: true,
             rto: true,
-            sharded_shared_rq: true,
+            shardrq: true,
             llc_idle: true,
             l2_wakeup: true,
             node_group_load: true,
@@ -171,7 +172,7 @@ impl Mitigations {
         match fix {
             Fix::CpuPri => &mut self.cpupri,
             Fix::Rto => &mut self.rto,
-            Fix::ShardRq => &mut self.sharded_shared_rq,
+            Fix::ShardRq => &mut self.shardrq,
             Fix::LlcIdle => &mut self.llc_idle,
             Fix::L2Wake => &mut self.l2_wakeup,
             Fix::GrpLoad => &mut self.node_group_load,
@@ -426,7 +427,7 @@ mod tests {
     #[test]
     fn serde() {
         let j = serde_json::to_string(&Mitigations::only(Fix::ShardRq)).unwrap();
-        assert!(j.contains("\"sharded_shared_rq\":true"));
+        assert!(j.contains("\"shardrq\":true"));
         assert_eq!(serde_json::to_string(&Fix::L2Wake).unwrap(), "\"l2wake\"");
     }
 }

@@ -10,13 +10,13 @@
 //! task, so a queue never holds more entries than there are tasks.
 //!
 //! The baseline has one queue (one lock) per LLC; fix 3
-//! ([`crate::fixes::shard_rq`]) splits it into shards.
+//! ([`crate::fixes::shardrq`]) splits it into shards.
 
 use crate::sync::shared::Mutex;
 use crate::sync::shared::{AtomicU32, Ordering};
 use std::collections::VecDeque;
 
-pub use crate::fixes::shard_rq::shard_layout;
+pub use crate::fixes::shardrq::shard_layout;
 use crate::task::CpuId;
 use crate::topo::TopoMap;
 

@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use crate::cpumask::CpuMask;
-use crate::fixes::shard_rq::shard_layout;
+use crate::fixes::shardrq::shard_layout;
 use crate::mitigations::{Fix, Mitigations};
 use crate::sched::{NoKick, Prev, Scheduler};
 use crate::task::{CpuId, Policy, TaskSpec, TaskState, PRI_FAIR};

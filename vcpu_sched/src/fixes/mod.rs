@@ -10,4 +10,4 @@ pub mod l2_wake;
 pub mod llc_idle;
 pub mod node_group_load;
 pub mod rto;
-pub mod shard_rq;
+pub mod shardrq;

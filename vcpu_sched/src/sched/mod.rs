@@ -180,7 +180,7 @@ impl Scheduler {
             },
             cpupri: CpuPri::new(&map, mit.cpupri, cfg.cpupri_node_masks),
             rto: RtOverload::new(&map, mit.rto),
-            shared: SharedRq::new(&map, mit.sharded_shared_rq, cfg.shard_size),
+            shared: SharedRq::new(&map, mit.shardrq, cfg.shard_size),
             idle: IdleTracker::new(&map, mit.llc_idle, true),
             gload: GroupLoad::new(&map, cfg.max_groups, mit.node_group_load),
             ext: CpuStats::default(),

@@ -9,7 +9,7 @@ use vcpu_sched::shared_rq::SharedRq;
 fn bench(c: &mut Criterion) {
     let map = benches::map("gnr-2s");
     let llc0: Vec<u32> = map.llc_cpus(0).to_vec();
-    let mut g = c.benchmark_group("shared_rq");
+    let mut g = c.benchmark_group("shardrq");
     for (name, sharded) in [("baseline", false), ("fix", true)] {
         let q = SharedRq::new(&map, sharded, 6);
         for n in benches::writer_counts() {
