@@ -5,7 +5,7 @@
 //! scheduler and says it as an [`Action`]: go on, block until woken,
 //! sleep, yield, wake another task, end, or fail. [`Hooks`] are the few
 //! calls an executor makes on a task from other threads (preempt it; a
-//! wake of it or a pick of it just happened). [`apply`] is the one place
+//! wake of it or a pick of it just happened). `apply` is the one place
 //! where an action becomes executor work.
 //!
 //! WHY: one body runs on every executor. A KVM vCPU (its `enter` is one
@@ -233,7 +233,7 @@ impl<'a> Cx<'a> {
 
 /// The executor primitives an [`Action`] turns into. Each executor has
 /// its own (handing a run slot over, a flag for its worker loop, a futex
-/// park); [`apply`] is the one place that says which action is which.
+/// park); `apply` is the one place that says which action is which.
 pub(crate) trait Apply {
     /// Block until woken.
     fn block(&mut self);

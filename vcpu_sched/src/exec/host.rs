@@ -9,7 +9,7 @@
 //! permission for RT policies (`EPERM`) the threads stay `SCHED_OTHER`
 //! with a warning, unless the caller asked for a strict setup.
 //!
-//! HOW the actions map: [`Action::Block`](super::Action::Block) parks the
+//! HOW the actions map: `Action::Block` parks the
 //! thread on its token until a wake sets it (wakes are remembered one deep,
 //! as in the scheduler); a sleep is a timed park that a wake ends early;
 //! a yield is `sched_yield`; a wake sets the target's token and unparks it.

@@ -13,7 +13,7 @@
 //! | `sim` (simulator builds) | none: one event loop in virtual time | an event |
 //!
 //! The two threaded scheduler executors share one run-slot and kick
-//! protocol ([`shared`]) and one clock thread ([`clock`]); an
+//! protocol (`exec::shared`) and one clock thread ([`clock`]); an
 //! [`Action`] becomes executor work in one place ([`body`]).
 
 /// The `expect` message of an executor's scheduler calls with its own CPU

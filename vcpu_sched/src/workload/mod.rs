@@ -17,7 +17,7 @@
 //! histograms locally and publish them when they return, so measuring adds
 //! no shared hot counter.
 //!
-//! Compute bursts are a fixed amount of work ([`Burst`]), not a
+//! Compute bursts are a fixed amount of work (a `Burst`), not a
 //! wall-clock wait: on an emulated topology, where many logical CPUs share
 //! one host CPU, a burst then takes as long as the CPU time it really
 //! gets. A burst checks [`Cx::should_yield`] after every unit of work and
@@ -265,7 +265,7 @@ pub fn start(kind: WorkloadKind, p: &WorkloadParams, ex: &dyn Spawner) -> Result
     }
 }
 
-/// Nanoseconds one [`work`] unit takes on this host, measured once per
+/// Nanoseconds one unit of work takes on this host, measured once per
 /// process.
 pub fn work_unit_ns() -> f64 {
     static NS: OnceLock<f64> = OnceLock::new();

@@ -14,7 +14,7 @@
 //! * Each managed CPU has an idle context, a thread pinned to that CPU's
 //!   host CPU, which holds the slot while the CPU is idle and parks until
 //!   it is kicked.
-//! * The core's kicks land on the run slots ([`super::shared`]): a kicked
+//! * The core's kicks land on the run slots (`exec::shared`): a kicked
 //!   CPU's idle context is unparked, or its running task's preempt flag is
 //!   raised and its [`Hooks::preempt`] called.
 //! * One clock thread ticks every CPU and fires timers; the invariant

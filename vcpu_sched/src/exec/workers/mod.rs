@@ -11,7 +11,7 @@
 //!
 //! It drives the same [`Scheduler`] core through the same calls as the
 //! threads executor, over the same run slots and kicks
-//! ([`super::shared`]):
+//! (`exec::shared`):
 //! * a worker holds its CPU's run slot for good; whenever its task blocks,
 //!   sleeps, yields or ends, or the CPU needs attention, it calls
 //!   `schedule(cpu, prev, now)` and runs what comes back, or parks when

@@ -1,9 +1,14 @@
-//! The boot vCPU's 64-bit entry state and every vCPU's reset state.
+//! 64-bit entry state: what every guest of this VMM starts in, Linux or
+//! micro-guest, and the reset state of every vCPU.
 //!
-//! WHAT: the identity-mapped page tables, the flat GDT, and the registers,
-//! segments and MSRs the x86 64-bit boot protocol asks for
-//! ([`setup_boot_vcpu`]); the MSRs every vCPU starts with ([`setup_vcpu`]).
-//! WHY: kept apart from loading: it is KVM register state, not files.
+//! WHAT: the identity-mapped page tables, the flat GDT and an empty IDT in
+//! guest memory ([`write_long_mode_tables`]); the segments, control
+//! registers and EFER of long mode ([`enter_long_mode`]); the registers
+//! the x86 64-bit boot protocol asks for ([`setup_boot_vcpu`]); the MSRs
+//! every vCPU starts with ([`setup_vcpu`]).
+//! WHY: kept apart from loading: it is KVM register state, not files. One
+//! GDT at one address for every guest type (the micro-guests used to build
+//! a second one elsewhere).
 //! HOW: written into guest memory at the fixed addresses of
 //! [`crate::layout`] and set through the vCPU fd's ioctls.
 
@@ -15,8 +20,18 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::{BootEntry, BootError};
 use crate::layout::{BOOT_STACK, GDT_ADDR, IDT_ADDR, LAPIC_ADDR, PDPT_ADDR, PD_ADDR, PML4_ADDR};
+/// Writes what 64-bit long mode needs in guest memory, at the addresses of
+/// [`crate::layout`]: an identity map of the first GiB with 2 MiB pages
+/// (RAM or not: an access past the end of RAM is then an MMIO exit the
+/// VMM reports by address, not a page fault), the flat [`GDT`] and an
+/// empty IDT (any exception ends in a triple fault).
+pub fn write_long_mode_tables(mem: &GuestMemoryMmap) -> Result<(), vm_memory::GuestMemoryError> {
+    write_page_tables(mem)?;
+    write_gdt(mem)
+}
+
 /// Identity map of the first 1 GiB with 2 MiB pages.
-pub(super) fn write_page_tables(mem: &GuestMemoryMmap) -> Result<(), vm_memory::GuestMemoryError> {
+fn write_page_tables(mem: &GuestMemoryMmap) -> Result<(), vm_memory::GuestMemoryError> {
     mem.write_obj(PDPT_ADDR | 0x3, GuestAddress(PML4_ADDR))?;
     mem.write_obj(PD_ADDR | 0x3, GuestAddress(PDPT_ADDR))?;
     for i in 0..512u64 {
@@ -26,7 +41,7 @@ pub(super) fn write_page_tables(mem: &GuestMemoryMmap) -> Result<(), vm_memory::
 }
 
 /// Flat GDT: null, null, 64-bit code (0x10), data (0x18), TSS (0x20).
-pub(super) const GDT: [u64; 5] = [
+pub const GDT: [u64; 5] = [
     0,
     0,
     0x00af_9b00_0000_ffff,
@@ -34,7 +49,7 @@ pub(super) const GDT: [u64; 5] = [
     0x0080_8b00_0000_0000,
 ];
 
-pub(super) fn write_gdt(mem: &GuestMemoryMmap) -> Result<(), vm_memory::GuestMemoryError> {
+fn write_gdt(mem: &GuestMemoryMmap) -> Result<(), vm_memory::GuestMemoryError> {
     for (i, d) in GDT.iter().enumerate() {
         mem.write_obj(*d, GuestAddress(GDT_ADDR + i as u64 * 8))?;
     }
@@ -125,12 +140,12 @@ pub fn setup_vcpu(fd: &VcpuFd, index: usize) -> Result<(), BootError> {
     Ok(())
 }
 
-/// Puts the boot vCPU at the kernel's 64-bit entry point. With
-/// `x2apic`, its LAPIC starts in x2APIC mode, as firmware leaves it when
-/// APIC IDs exceed 254, so that Linux picks its x2APIC driver before it
-/// parses the MADT.
-pub fn setup_boot_vcpu(fd: &VcpuFd, boot: &BootEntry, x2apic: bool) -> Result<(), BootError> {
-    let mut sregs: kvm_sregs = fd.get_sregs().map_err(vcpu_err(0, "KVM_GET_SREGS"))?;
+/// Puts vCPU `vcpu` in 64-bit long mode over the tables of
+/// [`write_long_mode_tables`]: flat code (selector 0x10), data (0x18) and
+/// TSS (0x20) segments, paging with PAE, `EFER.LME|LMA`. Its general
+/// registers are left to the caller.
+pub fn enter_long_mode(fd: &VcpuFd, vcpu: usize) -> Result<(), BootError> {
+    let mut sregs: kvm_sregs = fd.get_sregs().map_err(vcpu_err(vcpu, "KVM_GET_SREGS"))?;
     let code = segment(0x10, GDT[2]);
     let data = segment(0x18, GDT[3]);
     let tss = segment(0x20, GDT[4]);
@@ -149,7 +164,16 @@ pub fn setup_boot_vcpu(fd: &VcpuFd, boot: &BootEntry, x2apic: bool) -> Result<()
     sregs.cr3 = PML4_ADDR;
     sregs.cr4 = 0x20; // PAE
     sregs.efer = 0x500; // LMA | LME
-    fd.set_sregs(&sregs).map_err(vcpu_err(0, "KVM_SET_SREGS"))?;
+    fd.set_sregs(&sregs)
+        .map_err(vcpu_err(vcpu, "KVM_SET_SREGS"))
+}
+
+/// Puts the boot vCPU at the kernel's 64-bit entry point. With
+/// `x2apic`, its LAPIC starts in x2APIC mode, as firmware leaves it when
+/// APIC IDs exceed 254, so that Linux picks its x2APIC driver before it
+/// parses the MADT.
+pub fn setup_boot_vcpu(fd: &VcpuFd, boot: &BootEntry, x2apic: bool) -> Result<(), BootError> {
+    enter_long_mode(fd, 0)?;
     let regs = kvm_regs {
         rflags: 0x2,
         rip: boot.entry,

@@ -34,8 +34,7 @@ use crate::memory::{E820Entry, HumanSize, MemoryPlan};
 mod entry;
 mod kernel;
 
-pub use entry::{setup_boot_vcpu, setup_vcpu};
-use entry::{write_gdt, write_page_tables};
+pub use entry::{enter_long_mode, setup_boot_vcpu, setup_vcpu, write_long_mode_tables, GDT};
 pub use kernel::{describe, inspect_kernel, KernelFormat, KernelInfo};
 use kernel::{ELF_BOOT_PROTOCOL, HDRS_MAGIC, KERNEL_HEADROOM};
 
@@ -251,8 +250,7 @@ pub fn load(
     write_e820(&mut params, &e820);
     mem.write_obj(params, GuestAddress(ZERO_PAGE))
         .map_err(mem_err("boot_params"))?;
-    write_page_tables(mem).map_err(mem_err("the boot page tables"))?;
-    write_gdt(mem).map_err(mem_err("the GDT"))?;
+    write_long_mode_tables(mem).map_err(mem_err("the boot page tables and GDT"))?;
     Ok(BootEntry {
         entry,
         boot_params: ZERO_PAGE,

@@ -16,8 +16,8 @@
 //! * RAM from guest-physical 0, 2 MiB by default (up to 1 GiB):
 //!
 //! ```text
-//! 0x0000_1000  GDT
-//! 0x0000_2000  PML4, PDPT (0x3000), PD (0x4000)
+//! 0x0000_0500  GDT, then the (empty) IDT          } the same long-mode
+//! 0x0000_9000  PML4, PDPT (0xA000), PD (0xB000)   } entry as a Linux guest
 //! 0x0001_0000  code (CODE_ADDR; at most CODE_MAX bytes), entry point
 //! 0x0004_0000  stacks, STACK_SIZE bytes per vCPU, growing down from STACK_TOP
 //! 0x0010_0000  shared data (DATA_ADDR) up to the end of RAM
@@ -34,7 +34,7 @@ pub mod proto;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use kvm_bindings::{kvm_segment, CpuId};
+use kvm_bindings::CpuId;
 use kvm_ioctls::{Kvm, VmFd};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
@@ -43,12 +43,6 @@ use crate::vcpu_body::{Action, ExitMapper};
 use crate::vm::{handle_exit, StopReason, VmControl};
 use proto::{ProtoError, Request};
 
-/// Guest-physical address of the GDT.
-pub const GDT_ADDR: u64 = 0x1000;
-/// Guest-physical address of the PML4 (then the PDPT and the PD).
-pub const PML4_ADDR: u64 = 0x2000;
-const PDPT_ADDR: u64 = 0x3000;
-const PD_ADDR: u64 = 0x4000;
 /// Where the code is loaded, and the entry point of every vCPU.
 pub const CODE_ADDR: u64 = 0x1_0000;
 /// The largest program.
@@ -342,86 +336,16 @@ impl std::fmt::Debug for MicroVm {
     }
 }
 
-const GDT: [u64; 4] = [0, 0, 0x00af_9b00_0000_ffff, 0x00cf_9300_0000_ffff];
-
-fn flat_segment(selector: u16, code: bool) -> kvm_segment {
-    kvm_segment {
-        base: 0,
-        limit: 0xffff_ffff,
-        selector,
-        type_: if code { 0xb } else { 0x3 },
-        present: 1,
-        dpl: 0,
-        db: if code { 0 } else { 1 },
-        s: 1,
-        l: if code { 1 } else { 0 },
-        g: 1,
-        avl: 0,
-        unusable: 0,
-        padding: 0,
-    }
-}
-
 impl MicroVm {
     /// Builds the VM: memory, page tables, GDT, program, data, vCPUs in
     /// long mode at the entry point. No vCPU runs yet.
     pub fn build(host: &MicroHost, spec: &MicroVmSpec) -> Result<Self, MicroError> {
-        let bad = |s: String| Err(MicroError::Input(format!("micro-guest {}: {s}", spec.name)));
-        if spec.vcpus == 0 || spec.vcpus > host.max_vcpus {
-            return bad(format!(
-                "{} vCPUs; a micro-guest has 1 to {} here",
-                spec.vcpus, host.max_vcpus
-            ));
-        }
-        if spec.memory < MIN_MEMORY || spec.memory > MAX_MEMORY || spec.memory % MIN_MEMORY != 0 {
-            return bad(format!(
-                "{} bytes of RAM; give a multiple of 2 MiB from 2 MiB to 1 GiB",
-                spec.memory
-            ));
-        }
-        if spec.code.len() as u64 > CODE_MAX {
-            return bad(format!(
-                "the program is {} bytes; at most {CODE_MAX} fit",
-                spec.code.len()
-            ));
-        }
-        if DATA_ADDR + spec.data.len() as u64 > spec.memory {
-            return bad(format!(
-                "{} bytes of data do not fit in {} bytes of RAM above {DATA_ADDR:#x}",
-                spec.data.len(),
-                spec.memory
-            ));
-        }
+        check_spec(host, spec)?;
         let vm = crate::vm::create_vm(&host.kvm, false).map_err(|e| match e {
             crate::Error::Kvm { op, source } => MicroError::Kvm { op, source },
             other => MicroError::Memory(other.to_string()),
         })?;
-        let memory = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), spec.memory as usize)])
-            .map_err(|e| MicroError::Memory(e.to_string()))?;
-        crate::vm::register_memory(&vm, &memory).map_err(|e| MicroError::Memory(e.to_string()))?;
-        let w = |v: u64, a: u64| {
-            memory
-                .write_obj(v, GuestAddress(a))
-                .map_err(|e| MicroError::Memory(e.to_string()))
-        };
-        for (i, d) in GDT.iter().enumerate() {
-            w(*d, GDT_ADDR + i as u64 * 8)?;
-        }
-        w(PDPT_ADDR | 0x3, PML4_ADDR)?;
-        w(PD_ADDR | 0x3, PDPT_ADDR)?;
-        // The whole first GiB, RAM or not: an access past the end of RAM
-        // is then an MMIO exit the VMM reports by address, not a page
-        // fault that ends in a triple fault.
-        for i in 0..MAX_MEMORY / MIN_MEMORY {
-            w((i << 21) | 0x83, PD_ADDR + i * 8)?;
-        }
-        memory
-            .write_slice(&spec.code, GuestAddress(CODE_ADDR))
-            .map_err(|e| MicroError::Memory(e.to_string()))?;
-        memory
-            .write_slice(&spec.data, GuestAddress(DATA_ADDR))
-            .map_err(|e| MicroError::Memory(e.to_string()))?;
-
+        let memory = guest_memory(&vm, spec)?;
         let io = Arc::new(MicroIo {
             name: spec.name.clone(),
             vcpus: spec.vcpus,
@@ -432,44 +356,13 @@ impl MicroVm {
             kickers: OnceLock::new(),
         });
         let control = VmControl::new();
-        let mut vcpus = Vec::with_capacity(spec.vcpus);
-        let kerr = |op: &'static str| move |source| MicroError::Kvm { op, source };
-        for i in 0..spec.vcpus {
-            let v = Vcpu::new(&vm, i, i as u64)?;
-            v.fd()
-                .set_cpuid2(&host.cpuid)
-                .map_err(kerr("KVM_SET_CPUID2"))?;
-            let mut s = v.fd().get_sregs().map_err(kerr("KVM_GET_SREGS"))?;
-            let code = flat_segment(0x10, true);
-            let data = flat_segment(0x18, false);
-            s.cs = code;
-            s.ds = data;
-            s.es = data;
-            s.fs = data;
-            s.gs = data;
-            s.ss = data;
-            s.gdt.base = GDT_ADDR;
-            s.gdt.limit = (GDT.len() * 8 - 1) as u16;
-            s.idt.base = 0;
-            s.idt.limit = 0;
-            s.cr0 = 0x8000_0011; // PG | ET | PE
-            s.cr3 = PML4_ADDR;
-            s.cr4 = 0x20; // PAE
-            s.efer = 0x500; // LMA | LME
-            v.fd().set_sregs(&s).map_err(kerr("KVM_SET_SREGS"))?;
-            let regs = kvm_bindings::kvm_regs {
-                rip: CODE_ADDR,
-                rflags: 0x2,
-                rsp: STACK_TOP - i as u64 * STACK_SIZE,
-                rdi: i as u64,
-                rsi: spec.vcpus as u64,
-                rbx: DATA_ADDR,
-                ..Default::default()
-            };
-            v.fd().set_regs(&regs).map_err(kerr("KVM_SET_REGS"))?;
-            control.add_kicker(v.kicker());
-            vcpus.push(v);
-        }
+        let vcpus = (0..spec.vcpus)
+            .map(|i| {
+                let v = entry_vcpu(host, &vm, spec, i)?;
+                control.add_kicker(v.kicker());
+                Ok(v)
+            })
+            .collect::<Result<Vec<_>, MicroError>>()?;
         let _ = io.kickers.set(vcpus.iter().map(|v| v.kicker()).collect());
         Ok(Self {
             vcpus,
@@ -486,6 +379,84 @@ impl MicroVm {
     pub fn read_data_u64(&self, offset: u64) -> Option<u64> {
         read_u64(&self.memory, DATA_ADDR + offset)
     }
+}
+
+/// Refuses a spec the machine cannot hold.
+fn check_spec(host: &MicroHost, spec: &MicroVmSpec) -> Result<(), MicroError> {
+    let bad = |s: String| Err(MicroError::Input(format!("micro-guest {}: {s}", spec.name)));
+    if spec.vcpus == 0 || spec.vcpus > host.max_vcpus {
+        return bad(format!(
+            "{} vCPUs; a micro-guest has 1 to {} here",
+            spec.vcpus, host.max_vcpus
+        ));
+    }
+    if spec.memory < MIN_MEMORY || spec.memory > MAX_MEMORY || spec.memory % MIN_MEMORY != 0 {
+        return bad(format!(
+            "{} bytes of RAM; give a multiple of 2 MiB from 2 MiB to 1 GiB",
+            spec.memory
+        ));
+    }
+    if spec.code.len() as u64 > CODE_MAX {
+        return bad(format!(
+            "the program is {} bytes; at most {CODE_MAX} fit",
+            spec.code.len()
+        ));
+    }
+    if DATA_ADDR + spec.data.len() as u64 > spec.memory {
+        return bad(format!(
+            "{} bytes of data do not fit in {} bytes of RAM above {DATA_ADDR:#x}",
+            spec.data.len(),
+            spec.memory
+        ));
+    }
+    Ok(())
+}
+
+/// The guest's RAM, registered with `vm`, holding the long-mode tables,
+/// the program and the data.
+fn guest_memory(vm: &VmFd, spec: &MicroVmSpec) -> Result<GuestMemoryMmap, MicroError> {
+    let mem_err = |e: &dyn std::fmt::Display| MicroError::Memory(e.to_string());
+    let memory = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), spec.memory as usize)])
+        .map_err(|e| mem_err(&e))?;
+    crate::vm::register_memory(vm, &memory).map_err(|e| mem_err(&e))?;
+    crate::boot::write_long_mode_tables(&memory).map_err(|e| mem_err(&e))?;
+    memory
+        .write_slice(&spec.code, GuestAddress(CODE_ADDR))
+        .map_err(|e| mem_err(&e))?;
+    memory
+        .write_slice(&spec.data, GuestAddress(DATA_ADDR))
+        .map_err(|e| mem_err(&e))?;
+    Ok(memory)
+}
+
+/// vCPU `i`, in long mode at the entry point with its registers set (see
+/// the module docs).
+fn entry_vcpu(
+    host: &MicroHost,
+    vm: &VmFd,
+    spec: &MicroVmSpec,
+    i: usize,
+) -> Result<Vcpu, MicroError> {
+    let kerr = |op: &'static str| move |source| MicroError::Kvm { op, source };
+    let v = Vcpu::new(vm, i, i as u64)?;
+    v.fd()
+        .set_cpuid2(&host.cpuid)
+        .map_err(kerr("KVM_SET_CPUID2"))?;
+    crate::boot::enter_long_mode(v.fd(), i).map_err(|e| match e {
+        crate::boot::BootError::Vcpu { op, source, .. } => MicroError::Kvm { op, source },
+        other => MicroError::Memory(other.to_string()),
+    })?;
+    let regs = kvm_bindings::kvm_regs {
+        rip: CODE_ADDR,
+        rflags: 0x2,
+        rsp: STACK_TOP - i as u64 * STACK_SIZE,
+        rdi: i as u64,
+        rsi: spec.vcpus as u64,
+        rbx: DATA_ADDR,
+        ..Default::default()
+    };
+    v.fd().set_regs(&regs).map_err(kerr("KVM_SET_REGS"))?;
+    Ok(v)
 }
 
 /// Reads an aligned `u64` of guest memory atomically.

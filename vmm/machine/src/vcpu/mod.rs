@@ -193,6 +193,63 @@ enum Step {
     Interrupted,
 }
 
+/// What the run loop does with one return of `KVM_RUN`: port and MMIO
+/// accesses go to `io` and the guest goes on, unless the device side asks
+/// for an exit.
+fn step_of(exit: KvmExit<'_>, index: usize, stats: &mut VcpuStats, io: &dyn PortIo) -> Step {
+    match exit {
+        KvmExit::IoIn(port, data) => {
+            stats.pio += 1;
+            io.pio_read(index, port, data);
+            Step::Continue
+        }
+        KvmExit::IoOut(port, data) => {
+            stats.pio += 1;
+            match io.pio_write(index, port, data) {
+                IoAction::Continue => Step::Continue,
+                IoAction::Reset => Step::Return(VcpuExit::Reset),
+                IoAction::PowerOff => Step::Return(VcpuExit::PowerOff),
+                IoAction::Exit => {
+                    let mut v = [0u8; 4];
+                    let n = data.len().min(4);
+                    v[..n].copy_from_slice(&data[..n]);
+                    Step::Return(VcpuExit::Io {
+                        port,
+                        value: u32::from_le_bytes(v),
+                        size: data.len() as u8,
+                    })
+                }
+            }
+        }
+        KvmExit::MmioRead(addr, data) => {
+            stats.mmio += 1;
+            io.mmio_read(index, addr, data);
+            Step::Continue
+        }
+        KvmExit::MmioWrite(addr, data) => {
+            stats.mmio += 1;
+            match io.mmio_write(index, addr, data) {
+                IoAction::Continue | IoAction::Exit => Step::Continue,
+                IoAction::Reset => Step::Return(VcpuExit::Reset),
+                IoAction::PowerOff => Step::Return(VcpuExit::PowerOff),
+            }
+        }
+        KvmExit::Hlt => Step::Return(VcpuExit::Halt),
+        KvmExit::Shutdown => Step::Return(VcpuExit::Shutdown),
+        KvmExit::SystemEvent(kind, _) => Step::Return(match kind {
+            KVM_SYSTEM_EVENT_SHUTDOWN => VcpuExit::PowerOff,
+            KVM_SYSTEM_EVENT_RESET => VcpuExit::Reset,
+            KVM_SYSTEM_EVENT_CRASH => VcpuExit::Unexpected("KVM system event: guest crash".into()),
+            k => VcpuExit::Unexpected(format!("KVM system event {k}")),
+        }),
+        KvmExit::InternalError => Step::Internal,
+        KvmExit::Intr => Step::Interrupted,
+        KvmExit::FailEntry(reason, _) => Step::Return(VcpuExit::FailEntry { reason }),
+        KvmExit::IrqWindowOpen => Step::Continue,
+        other => Step::Return(VcpuExit::Unexpected(format!("{other:?}"))),
+    }
+}
+
 impl Vcpu {
     /// Creates vCPU `index` of a VM with KVM vCPU id `kvm_id` (on x86 the
     /// initial APIC ID).
@@ -280,79 +337,11 @@ impl Vcpu {
         let index = self.index;
         loop {
             self.stats.exits += 1;
-            match self.due_fault() {
-                None => {}
-                Some(inject::FaultKind::Ioctl) => {
-                    return Err(VcpuError::Kvm {
-                        vcpu: index,
-                        op: "KVM_RUN",
-                        source: kvm_ioctls::Error::new(libc::EFAULT),
-                    })
-                }
-                Some(inject::FaultKind::InternalError) => {
-                    return Ok(VcpuExit::InternalError {
-                        suberror: KVM_INTERNAL_ERROR_EMULATION,
-                        insn: Vec::new(),
-                    })
-                }
-                Some(inject::FaultKind::Panic) => {
-                    panic!("vCPU {index}: injected panic on KVM_RUN {}", self.runs)
-                }
+            if let Some(r) = self.injected_fault() {
+                return r;
             }
             let step = match self.fd.run() {
-                Ok(exit) => match exit {
-                    KvmExit::IoIn(port, data) => {
-                        self.stats.pio += 1;
-                        io.pio_read(index, port, data);
-                        Step::Continue
-                    }
-                    KvmExit::IoOut(port, data) => {
-                        self.stats.pio += 1;
-                        match io.pio_write(index, port, data) {
-                            IoAction::Continue => Step::Continue,
-                            IoAction::Reset => Step::Return(VcpuExit::Reset),
-                            IoAction::PowerOff => Step::Return(VcpuExit::PowerOff),
-                            IoAction::Exit => {
-                                let mut v = [0u8; 4];
-                                let n = data.len().min(4);
-                                v[..n].copy_from_slice(&data[..n]);
-                                Step::Return(VcpuExit::Io {
-                                    port,
-                                    value: u32::from_le_bytes(v),
-                                    size: data.len() as u8,
-                                })
-                            }
-                        }
-                    }
-                    KvmExit::MmioRead(addr, data) => {
-                        self.stats.mmio += 1;
-                        io.mmio_read(index, addr, data);
-                        Step::Continue
-                    }
-                    KvmExit::MmioWrite(addr, data) => {
-                        self.stats.mmio += 1;
-                        match io.mmio_write(index, addr, data) {
-                            IoAction::Continue | IoAction::Exit => Step::Continue,
-                            IoAction::Reset => Step::Return(VcpuExit::Reset),
-                            IoAction::PowerOff => Step::Return(VcpuExit::PowerOff),
-                        }
-                    }
-                    KvmExit::Hlt => Step::Return(VcpuExit::Halt),
-                    KvmExit::Shutdown => Step::Return(VcpuExit::Shutdown),
-                    KvmExit::SystemEvent(kind, _) => Step::Return(match kind {
-                        KVM_SYSTEM_EVENT_SHUTDOWN => VcpuExit::PowerOff,
-                        KVM_SYSTEM_EVENT_RESET => VcpuExit::Reset,
-                        KVM_SYSTEM_EVENT_CRASH => {
-                            VcpuExit::Unexpected("KVM system event: guest crash".into())
-                        }
-                        k => VcpuExit::Unexpected(format!("KVM system event {k}")),
-                    }),
-                    KvmExit::InternalError => Step::Internal,
-                    KvmExit::Intr => Step::Interrupted,
-                    KvmExit::FailEntry(reason, _) => Step::Return(VcpuExit::FailEntry { reason }),
-                    KvmExit::IrqWindowOpen => Step::Continue,
-                    other => Step::Return(VcpuExit::Unexpected(format!("{other:?}"))),
-                },
+                Ok(exit) => step_of(exit, index, &mut self.stats, io),
                 Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => {
                     Step::Interrupted
                 }
@@ -386,6 +375,26 @@ impl Vcpu {
                     }
                     return Ok(VcpuExit::InternalError { suberror, insn });
                 }
+            }
+        }
+    }
+
+    /// What a fault injected for this `KVM_RUN` ([`inject`]) makes of it,
+    /// if one is due.
+    fn injected_fault(&mut self) -> Option<Result<VcpuExit, VcpuError>> {
+        let index = self.index;
+        match self.due_fault()? {
+            inject::FaultKind::Ioctl => Some(Err(VcpuError::Kvm {
+                vcpu: index,
+                op: "KVM_RUN",
+                source: kvm_ioctls::Error::new(libc::EFAULT),
+            })),
+            inject::FaultKind::InternalError => Some(Ok(VcpuExit::InternalError {
+                suberror: KVM_INTERNAL_ERROR_EMULATION,
+                insn: Vec::new(),
+            })),
+            inject::FaultKind::Panic => {
+                panic!("vCPU {index}: injected panic on KVM_RUN {}", self.runs)
             }
         }
     }

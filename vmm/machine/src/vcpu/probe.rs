@@ -141,7 +141,7 @@ impl Probe {
     }
 
     /// Is the wait of this vCPU, which is out of `KVM_RUN`, over? (See
-    /// [`wait_is_over`].)
+    /// `wait_is_over`.)
     pub fn wait_is_over(&self) -> bool {
         wait_is_over(&self.fd)
     }

@@ -5,7 +5,7 @@
 //! A vCPU is a task; a VM is a task group (so per-node group load, fix 6,
 //! sees real VMs). The executors are `vcpu_sched`'s
 //! ([`vcpu_sched::exec`]); this module supplies what they run: the body
-//! of a vCPU ([`VcpuBody`](body::VcpuBody)), one entry of which is one
+//! of a vCPU (`VcpuBody`), one entry of which is one
 //! `KVM_RUN` and the mapping of what comes back into an [`Action`] by the
 //! VM's [`ExitMapper`]:
 //!
