@@ -21,10 +21,10 @@
 //! The baseline ([`GlobalIdle`]) is one mask and one count for the machine,
 //! like Linux's `nohz.idle_cpus_mask` and `nohz.nr_cpus`: every entry and
 //! exit of every CPU writes the same lines. Fix 4
-//! ([`crate::fixes::llc_idle`]) keeps them per LLC.
+//! ([`crate::fixes::llcidle`]) keeps them per LLC.
 
 use crate::cpumask::{AtomicCpuMask, CpuMask};
-pub use crate::fixes::llc_idle::{IdleLlcCount, LlcIdle, LlcIdleSet};
+pub use crate::fixes::llcidle::{IdleLlcCount, LlcIdle, LlcIdleSet};
 use crate::sync::{AtomicI32, Ordering};
 use crate::task::CpuId;
 use crate::topo::TopoMap;

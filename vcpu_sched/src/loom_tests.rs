@@ -22,7 +22,7 @@ use loom::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 
-use crate::fixes::llc_idle::LlcIdleSet;
+use crate::fixes::llcidle::LlcIdleSet;
 use crate::idle::IdleTracker;
 use crate::topo::TopoMap;
 use crate::wakelist::{WakeList, NIL};
@@ -117,7 +117,7 @@ fn map(llcs: u32, per_llc: u32) -> TopoMap {
 /// LLC count, its mask and the global count of LLCs with idle CPUs end
 /// exact, whatever the interleaving of the 0<->1 transitions.
 #[test]
-fn loom_llc_idle_transitions_end_exact() {
+fn loom_llcidle_transitions_end_exact() {
     let m = map(2, 2);
     loom::model(move || {
         let s = Arc::new(LlcIdleSet::new(&m, false));
@@ -141,7 +141,7 @@ fn loom_llc_idle_transitions_end_exact() {
 /// idle LLC exists when every CPU has been busy throughout, and once all
 /// CPUs are busy again it is exactly zero.
 #[test]
-fn loom_llc_idle_count_returns_to_zero() {
+fn loom_llcidle_count_returns_to_zero() {
     let m = map(2, 2);
     bounded().check(move || {
         let s = Arc::new(LlcIdleSet::new(&m, false));

@@ -34,7 +34,7 @@ pub enum Fix {
     Rto,
     /// 3: sharded per-LLC shared runqueue ([`crate::fixes::shardrq`]).
     ShardRq,
-    /// 4: per-LLC idle mask and count ([`crate::fixes::llc_idle`]).
+    /// 4: per-LLC idle mask and count ([`crate::fixes::llcidle`]).
     LlcIdle,
     /// 5: direct wakeup enqueue only within an L2 ([`crate::fixes::l2_wake`]).
     L2Wake,
@@ -114,7 +114,8 @@ pub struct Mitigations {
     #[serde(alias = "sharded_shared_rq")]
     pub shardrq: bool,
     /// Fix 4, per-LLC idle tracking.
-    pub llc_idle: bool,
+    #[serde(alias = "llc_idle")]
+    pub llcidle: bool,
     /// Fix 5, L2-local direct wakeups.
     pub l2_wakeup: bool,
     /// Fix 6, per-node group load.
@@ -128,7 +129,7 @@ impl Mitigations {
             cpupri: false,
             rto: false,
             shardrq: false,
-            llc_idle: false,
+            llcidle: false,
             l2_wakeup: false,
             node_group_load: false,
         }
@@ -140,7 +141,7 @@ impl Mitigations {
             cpupri: true,
             rto: true,
             shardrq: true,
-            llc_idle: true,
+            llcidle: true,
             l2_wakeup: true,
             node_group_load: true,
         }
@@ -173,7 +174,7 @@ impl Mitigations {
             Fix::CpuPri => &mut self.cpupri,
             Fix::Rto => &mut self.rto,
             Fix::ShardRq => &mut self.shardrq,
-            Fix::LlcIdle => &mut self.llc_idle,
+            Fix::LlcIdle => &mut self.llcidle,
             Fix::L2Wake => &mut self.l2_wakeup,
             Fix::GrpLoad => &mut self.node_group_load,
         }

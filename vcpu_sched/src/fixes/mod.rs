@@ -7,7 +7,7 @@
 
 pub mod cpupri;
 pub mod l2_wake;
-pub mod llc_idle;
+pub mod llcidle;
 pub mod node_group_load;
 pub mod rto;
 pub mod shardrq;

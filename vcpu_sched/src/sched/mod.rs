@@ -181,7 +181,7 @@ impl Scheduler {
             cpupri: CpuPri::new(&map, mit.cpupri, cfg.cpupri_node_masks),
             rto: RtOverload::new(&map, mit.rto),
             shared: SharedRq::new(&map, mit.shardrq, cfg.shard_size),
-            idle: IdleTracker::new(&map, mit.llc_idle, true),
+            idle: IdleTracker::new(&map, mit.llcidle, true),
             gload: GroupLoad::new(&map, cfg.max_groups, mit.node_group_load),
             ext: CpuStats::default(),
             spread: AtomicU32::new(0),

@@ -13,7 +13,7 @@
 
 use crate::cpupri::CpuPri;
 use crate::fixes::cpupri::SplitCpuPri;
-use crate::fixes::llc_idle::LlcIdleSet;
+use crate::fixes::llcidle::LlcIdleSet;
 use crate::fixes::rto::NodeRto;
 use crate::group_load::GroupLoad;
 use crate::idle::{IdleKind, IdleTracker};
@@ -110,12 +110,12 @@ fn idle(t: &IdleTracker, out: &mut Vec<Region>) {
             out.push(one(&g.count, "idle.count"));
             out.push(one(&g.mask, "idle.mask"));
         }
-        IdleKind::PerLlc(l) => llc_idle(l, out),
+        IdleKind::PerLlc(l) => llcidle_fix(l, out),
     }
 }
 
 /// Fix 4's layout.
-fn llc_idle(l: &LlcIdleSet, out: &mut Vec<Region>) {
+fn llcidle_fix(l: &LlcIdleSet, out: &mut Vec<Region>) {
     out.push(slice(&l.llcs, "idle.per_llc(count+mask)"));
     out.push(one(&l.nr_idle_llcs, "idle.nr_idle_llcs"));
 }

@@ -18,7 +18,7 @@ use vcpu_sched::idle::IdleTracker;
 
 fn bench(c: &mut Criterion) {
     let map = benches::map("genoa-2s");
-    let mut g = c.benchmark_group("idle");
+    let mut g = c.benchmark_group("llcidle");
     for (scenario, all_idle) in [("mostly-idle", true), ("mostly-busy", false)] {
         for (name, per_llc) in [("baseline", false), ("fix", true)] {
             for n in benches::writer_counts() {
