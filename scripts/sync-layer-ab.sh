@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Is the binary operators run free of the simulator? The criterion bench of
-# every fix's hot path (cpupri, rto, shardrq, llcidle, wakeup, group_load),
+# every fix's hot path (cpupri, rto, shardrq, llcidle, l2wake, group_load),
 # in alternating passes of two builds of the same bench code:
 #
 #   prod   benches:       the plain vcpu_sched, the crate `vmm` links
@@ -24,7 +24,7 @@
 # (stdout) has each pass's time per iteration (criterion's slope), the
 # prod passes' spread ((max - min) / min), and twin's mean over prod's,
 # starred where every twin pass lies outside the prod passes' range.
-# BENCH_WRITERS=1 (single writer; wakeup still uses one waker and the
+# BENCH_WRITERS=1 (single writer; l2wake still uses one waker and the
 # target) unless set. Criterion's own output goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +46,7 @@ if [ -n "$out" ] && [ ! -d "$(dirname "$out")" ]; then
 fi
 export BENCH_WRITERS=${BENCH_WRITERS:-1}
 target=${CARGO_TARGET_DIR:-target}
-BENCHES=(--bench cpupri --bench rto --bench shardrq --bench llcidle --bench wakeup --bench group_load)
+BENCHES=(--bench cpupri --bench rto --bench shardrq --bench llcidle --bench l2wake --bench group_load)
 CRIT=(--warm-up-time 1 --measurement-time 3 --noplot)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

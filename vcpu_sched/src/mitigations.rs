@@ -36,7 +36,7 @@ pub enum Fix {
     ShardRq,
     /// 4: per-LLC idle mask and count ([`crate::fixes::llcidle`]).
     LlcIdle,
-    /// 5: direct wakeup enqueue only within an L2 ([`crate::fixes::l2_wake`]).
+    /// 5: direct wakeup enqueue only within an L2 ([`crate::fixes::l2wake`]).
     L2Wake,
     /// 6: per-node group load ([`crate::fixes::node_group_load`]).
     GrpLoad,
@@ -117,7 +117,8 @@ pub struct Mitigations {
     #[serde(alias = "llc_idle")]
     pub llcidle: bool,
     /// Fix 5, L2-local direct wakeups.
-    pub l2_wakeup: bool,
+    #[serde(alias = "l2_wakeup")]
+    pub l2wake: bool,
     /// Fix 6, per-node group load.
     pub node_group_load: bool,
 }
@@ -130,7 +131,7 @@ impl Mitigations {
             rto: false,
             shardrq: false,
             llcidle: false,
-            l2_wakeup: false,
+            l2wake: false,
             node_group_load: false,
         }
     }
@@ -142,7 +143,7 @@ impl Mitigations {
             rto: true,
             shardrq: true,
             llcidle: true,
-            l2_wakeup: true,
+            l2wake: true,
             node_group_load: true,
         }
     }
@@ -175,7 +176,7 @@ impl Mitigations {
             Fix::Rto => &mut self.rto,
             Fix::ShardRq => &mut self.shardrq,
             Fix::LlcIdle => &mut self.llcidle,
-            Fix::L2Wake => &mut self.l2_wakeup,
+            Fix::L2Wake => &mut self.l2wake,
             Fix::GrpLoad => &mut self.node_group_load,
         }
     }

@@ -6,7 +6,7 @@
 //! of [`crate::Mitigations`].
 
 pub mod cpupri;
-pub mod l2_wake;
+pub mod l2wake;
 pub mod llcidle;
 pub mod node_group_load;
 pub mod rto;

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use super::{After, Scheduler};
 use crate::cpumask::CpuMask;
 use crate::error::Result;
-use crate::fixes::l2_wake::direct_wakeup_allowed;
+use crate::fixes::l2wake::direct_wakeup_allowed;
 use crate::rq::Rq;
 use crate::task::{CpuId, TaskId};
 use crate::tasks::{lock, state_of, PENDING, ST_BLOCKED, ST_EXITED, ST_FREE, ST_MASK, ST_WAKING};
@@ -130,7 +130,7 @@ impl Scheduler {
         let target = self.select_cpu(id, &aff, waker);
         let st = self.stats_of(waker);
         match waker {
-            Some(w) if direct_wakeup_allowed(&self.map, self.mit.l2_wakeup, w, target) => {
+            Some(w) if direct_wakeup_allowed(&self.map, self.mit.l2wake, w, target) => {
                 let mut rq = self.lock_rq(target);
                 match self.enqueue_woken(&mut rq, id, now) {
                     true => {

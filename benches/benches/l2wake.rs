@@ -22,7 +22,7 @@ fn bench(c: &mut Criterion) {
     let topo = Arc::new(topology::load(&spec).expect("synthetic topology"));
     let epoch = Instant::now();
     let now = move || epoch.elapsed().as_nanos() as u64 + 1;
-    let mut g = c.benchmark_group("wakeup");
+    let mut g = c.benchmark_group("l2wake");
     for (name, mit) in [
         ("baseline", Mitigations::none()),
         ("fix", Mitigations::only(vcpu_sched::Fix::L2Wake)),
