@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Is the binary operators run free of the simulator? The criterion bench of
-# every fix's hot path (cpupri, rto, shardrq, llcidle, l2wake, group_load),
+# every fix's hot path (cpupri, rto, shardrq, llcidle, l2wake, grpload),
 # in alternating passes of two builds of the same bench code:
 #
 #   prod   benches:       the plain vcpu_sched, the crate `vmm` links
@@ -46,7 +46,7 @@ if [ -n "$out" ] && [ ! -d "$(dirname "$out")" ]; then
 fi
 export BENCH_WRITERS=${BENCH_WRITERS:-1}
 target=${CARGO_TARGET_DIR:-target}
-BENCHES=(--bench cpupri --bench rto --bench shardrq --bench llcidle --bench l2wake --bench group_load)
+BENCHES=(--bench cpupri --bench rto --bench shardrq --bench llcidle --bench l2wake --bench grpload)
 CRIT=(--warm-up-time 1 --measurement-time 3 --noplot)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -6,11 +6,11 @@
 //! The baseline ([`GroupSum`]) is one counter per group that every CPU
 //! running the group's tasks updates, and a migration subtracts from it and
 //! adds back, as Linux's `tg->load_avg` is updated on detach and attach.
-//! Fix 6 ([`crate::fixes::node_group_load`]) keeps it per node.
+//! Fix 6 ([`crate::fixes::grpload`]) keeps it per node.
 
 use crate::sync::shared::{AtomicI64, Ordering};
 
-pub use crate::fixes::node_group_load::NodeLoad;
+pub use crate::fixes::grpload::NodeLoad;
 use crate::task::CpuId;
 use crate::topo::TopoMap;
 

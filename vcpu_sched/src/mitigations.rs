@@ -38,7 +38,7 @@ pub enum Fix {
     LlcIdle,
     /// 5: direct wakeup enqueue only within an L2 ([`crate::fixes::l2wake`]).
     L2Wake,
-    /// 6: per-node group load ([`crate::fixes::node_group_load`]).
+    /// 6: per-node group load ([`crate::fixes::grpload`]).
     GrpLoad,
 }
 
@@ -120,7 +120,8 @@ pub struct Mitigations {
     #[serde(alias = "l2_wakeup")]
     pub l2wake: bool,
     /// Fix 6, per-node group load.
-    pub node_group_load: bool,
+    #[serde(alias = "node_group_load")]
+    pub grpload: bool,
 }
 
 impl Mitigations {
@@ -132,7 +133,7 @@ impl Mitigations {
             shardrq: false,
             llcidle: false,
             l2wake: false,
-            node_group_load: false,
+            grpload: false,
         }
     }
 
@@ -144,7 +145,7 @@ impl Mitigations {
             shardrq: true,
             llcidle: true,
             l2wake: true,
-            node_group_load: true,
+            grpload: true,
         }
     }
 
@@ -177,7 +178,7 @@ impl Mitigations {
             Fix::ShardRq => &mut self.shardrq,
             Fix::LlcIdle => &mut self.llcidle,
             Fix::L2Wake => &mut self.l2wake,
-            Fix::GrpLoad => &mut self.node_group_load,
+            Fix::GrpLoad => &mut self.grpload,
         }
     }
 
@@ -429,7 +430,22 @@ mod tests {
     #[test]
     fn serde() {
         let j = serde_json::to_string(&Mitigations::only(Fix::ShardRq)).unwrap();
-        assert!(j.contains("\"shardrq\":true"));
+        assert_eq!(
+            j,
+            r#"{"cpupri":false,"rto":false,"shardrq":true,"llcidle":false,"l2wake":false,"grpload":false}"#
+        );
+        // the fields' names before each fix had one name still read
+        let old = r#"{"cpupri_split":true,"rto_per_node":false,"sharded_shared_rq":true,"llc_idle":false,"l2_wakeup":true,"node_group_load":false}"#;
+        assert_eq!(
+            serde_json::from_str::<Mitigations>(old).unwrap(),
+            "only:cpupri,shardrq,l2wake".parse().unwrap()
+        );
+        for f in Fix::ALL {
+            let m = Mitigations::all_but(f);
+            let j = serde_json::to_string(&m).unwrap();
+            assert!(j.contains(&format!("\"{}\":false", f.name())), "{j}");
+            assert_eq!(serde_json::from_str::<Mitigations>(&j).unwrap(), m);
+        }
         assert_eq!(serde_json::to_string(&Fix::L2Wake).unwrap(), "\"l2wake\"");
     }
 }

@@ -6,8 +6,8 @@
 //! of [`crate::Mitigations`].
 
 pub mod cpupri;
+pub mod grpload;
 pub mod l2wake;
 pub mod llcidle;
-pub mod node_group_load;
 pub mod rto;
 pub mod shardrq;

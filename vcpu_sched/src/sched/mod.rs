@@ -182,7 +182,7 @@ impl Scheduler {
             rto: RtOverload::new(&map, mit.rto),
             shared: SharedRq::new(&map, mit.shardrq, cfg.shard_size),
             idle: IdleTracker::new(&map, mit.llcidle, true),
-            gload: GroupLoad::new(&map, cfg.max_groups, mit.node_group_load),
+            gload: GroupLoad::new(&map, cfg.max_groups, mit.grpload),
             ext: CpuStats::default(),
             spread: AtomicU32::new(0),
             anomalies: Mutex::new(Vec::new()),

@@ -9,7 +9,7 @@ use vcpu_sched::group_load::GroupLoad;
 
 fn bench(c: &mut Criterion) {
     let map = benches::map("genoa-2s");
-    let mut g = c.benchmark_group("group_load");
+    let mut g = c.benchmark_group("grpload");
     for (name, per_node) in [("baseline", false), ("fix", true)] {
         let gl = GroupLoad::new(&map, 4, per_node);
         for n in benches::writer_counts() {
