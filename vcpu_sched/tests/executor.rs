@@ -239,6 +239,51 @@ fn a_wake_ends_a_sleep_early_and_the_timer_ends_it_otherwise() {
     }
 }
 
+/// A task starts blocked: the wake that starts it is not also a wake for
+/// its first block. A second wake that lands before it has run is
+/// remembered for that block, as a wake of a running task is. (A micro-guest
+/// worker halts at once and counts on the doorbell it was sent while it
+/// was still starting: losing it stalled the host executor's vCPUs.)
+#[test]
+fn a_wake_before_the_first_run_is_kept_for_the_first_block() {
+    for kind in ExecutorKind::ALL {
+        let ex = exec(
+            kind,
+            "package:1 l3:1 l2:2 core:1 pu:1",
+            Mitigations::all(),
+            false,
+        );
+        let entries = Arc::new(AtomicU64::new(0));
+        let e2 = entries.clone();
+        let body = Box::new(move |cx: &Cx<'_>| {
+            // block once, then end
+            if e2.fetch_add(1, Ordering::AcqRel) == 0 && !cx.stopping() {
+                Action::Block
+            } else {
+                Action::Exit
+            }
+        });
+        let spec = TaskSpec::new("halts-at-once");
+        // added without running, then woken twice before it can run
+        let id = match &ex {
+            Executor::Workers(w) => w.add(&spec, body, None),
+            Executor::Threads(t) => t.add(&spec, body, None),
+            Executor::Host(h) => h.add(&spec, body, None, &HostThread::default()),
+        }
+        .unwrap();
+        let sp = ex.spawner();
+        assert!(sp.wake(id), "{kind}: the first wake found it awake");
+        sp.wake(id);
+        assert!(
+            wait_until(10, || entries.load(Ordering::Acquire) == 2),
+            "{kind}: the second wake was lost ({} entries)",
+            entries.load(Ordering::Acquire)
+        );
+        let r = ex.shutdown(Duration::from_secs(10)).unwrap();
+        assert!(r.failures.is_empty(), "{kind}: {:?}", r.failures);
+    }
+}
+
 #[test]
 fn emulated_genoa_runs_hundreds_of_tasks() {
     for kind in SCHED_KINDS {

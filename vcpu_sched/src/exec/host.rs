@@ -9,10 +9,13 @@
 //! permission for RT policies (`EPERM`) the threads stay `SCHED_OTHER`
 //! with a warning, unless the caller asked for a strict setup.
 //!
-//! HOW the actions map: `Action::Block` parks the
-//! thread on its token until a wake sets it (wakes are remembered one deep,
-//! as in the scheduler); a sleep is a timed park that a wake ends early;
-//! a yield is `sched_yield`; a wake sets the target's token and unparks it.
+//! HOW the actions map: each task is blocked or awake, as in the
+//! scheduler. `Action::Block` marks it blocked and parks the thread until a
+//! wake marks it awake; a wake of an awake task (running, or woken and not
+//! yet run) is remembered one deep, and its next block returns at once. A
+//! task starts blocked: the wake that starts it is not also a wake for its
+//! first block. A sleep is a timed park that a wake ends early; a yield is
+//! `sched_yield`; a wake marks the target awake and unparks it.
 //!
 //! The block path (`vmm bench --breakdown`): the host kernel does the
 //! switch, so only its total is seen. A task whose body stamped its exit
@@ -20,7 +23,7 @@
 //! first task to enter its body on that host CPU afterwards, if it was
 //! runnable since before the block, gets the stamp as its block path.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
@@ -50,13 +53,20 @@ pub struct HostThread {
     pub strict_policy: bool,
 }
 
-/// One task: its token and thread.
+/// A task's state: blocked (or never started), parked or about to park.
+const BLOCKED: u8 = 0;
+/// Awake: running, or woken and not yet back from its park.
+const AWAKE: u8 = 1;
+/// Awake with a wake remembered for its next block.
+const PENDING: u8 = 2;
+
+/// One task: its state and thread.
 #[repr(align(128))]
 #[derive(Default)]
 struct HostTask {
-    /// A wake not yet consumed.
-    token: AtomicBool,
-    /// When the last wake set the token (the block path's "runnable
+    /// [`BLOCKED`], [`AWAKE`] or [`PENDING`].
+    state: AtomicU8,
+    /// When the last wake made it awake (the block path's "runnable
     /// since").
     woken_at: AtomicU64,
     thread: OnceLock<Thread>,
@@ -104,20 +114,41 @@ impl Shared {
         (t.0 < n).then(|| self.tasks.get(t.0 as usize)).flatten()
     }
 
-    /// Sets `t`'s token and unparks its thread; its hooks hear of it.
+    /// Wakes `t`: a blocked task becomes awake and its thread is unparked
+    /// (true); an awake one keeps the wake for its next block (false).
+    /// Its hooks hear of it either way.
     fn wake(&self, t: TaskId) -> bool {
         let Some(h) = self.task(t) else {
             return false;
         };
-        h.woken_at.store(self.now(), Ordering::Relaxed);
-        let was = h.token.swap(true, Ordering::AcqRel);
-        if let Some(th) = h.thread.get() {
-            th.unpark();
+        let mut s = h.state.load(Ordering::Acquire);
+        let was_blocked = loop {
+            let (to, blocked) = match s {
+                BLOCKED => (AWAKE, true),
+                AWAKE => (PENDING, false),
+                _ => break false,
+            };
+            if blocked {
+                // before the state: the woken thread reads it as "since"
+                h.woken_at.store(self.now(), Ordering::Relaxed);
+            }
+            match h
+                .state
+                .compare_exchange_weak(s, to, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break blocked,
+                Err(x) => s = x,
+            }
+        };
+        if was_blocked {
+            if let Some(th) = h.thread.get() {
+                th.unpark();
+            }
         }
         if let Some(k) = h.hooks.get() {
             k.woken();
         }
-        !was
+        was_blocked
     }
 
     /// The host CPUs logical CPUs `mask` run on.
@@ -405,8 +436,8 @@ fn thread_main(
         failure: None,
         ended: false,
     };
-    // the first wake lets it run
-    run.park_until(None);
+    // the first wake lets it run (the task was made blocked)
+    run.wait_awake(None);
     while !run.ended {
         let bp = run.block_path();
         let engine = HostEngine { sh: &sh };
@@ -452,26 +483,55 @@ struct HostRun<'a> {
 }
 
 impl HostRun<'_> {
-    /// Parks until a wake's token (or `due`, or the stop); true if a token
-    /// was taken.
+    /// Blocks until a wake (or `due`, or the stop): a remembered wake
+    /// returns at once. True if a wake ended it; false if `due` or the stop
+    /// did, and the task is awake again either way.
     fn park_until(&mut self, due: Option<u64>) -> bool {
         let me = &self.sh.tasks[self.t.0 as usize];
+        // awake -> blocked, or consume the remembered wake
+        let mut s = me.state.load(Ordering::Acquire);
         loop {
-            if me.token.swap(false, Ordering::AcqRel) {
+            let to = if s == PENDING { AWAKE } else { BLOCKED };
+            match me
+                .state
+                .compare_exchange_weak(s, to, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) if s == PENDING => return true,
+                Ok(_) => break,
+                Err(x) => s = x,
+            }
+        }
+        self.wait_awake(due)
+    }
+
+    /// Parks while the task is blocked: until a wake (true), or until
+    /// `due` or the stop (false; the task is made awake).
+    fn wait_awake(&mut self, due: Option<u64>) -> bool {
+        let me = &self.sh.tasks[self.t.0 as usize];
+        loop {
+            if me.state.load(Ordering::Acquire) != BLOCKED {
                 return true;
             }
-            if self.sh.stopping.load(Ordering::Acquire) {
-                return false;
-            }
-            match due {
-                None => std::thread::park(),
-                Some(d) => {
-                    let now = self.sh.now();
-                    if now >= d {
-                        return false;
+            let out = self.sh.stopping.load(Ordering::Acquire)
+                || match due {
+                    None => {
+                        std::thread::park();
+                        false
                     }
-                    std::thread::park_timeout(Duration::from_nanos(d - now));
-                }
+                    Some(d) => {
+                        let now = self.sh.now();
+                        now >= d || {
+                            std::thread::park_timeout(Duration::from_nanos(d - now));
+                            false
+                        }
+                    }
+                };
+            if out {
+                // wake ourselves unless a wake got there first
+                return me
+                    .state
+                    .compare_exchange(BLOCKED, AWAKE, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err();
             }
         }
     }
