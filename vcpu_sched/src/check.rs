@@ -31,6 +31,7 @@ use std::sync::atomic::Ordering;
 use serde::{Deserialize, Serialize};
 
 use crate::cpumask::CpuMask;
+use crate::rq::Rq;
 use crate::sched::Scheduler;
 use crate::task::{CpuId, TaskId, NR_PRI, PRI_FAIR, PRI_IDLE};
 use crate::tasks::{lock, ST_FREE, ST_QUEUED, ST_RUNNING, ST_WAKING};
@@ -75,6 +76,46 @@ pub struct SnapshotReport {
     pub idle_cpus: u32,
 }
 
+/// What the pass over the runqueues gathers for the checks that follow it.
+struct Tally {
+    /// Where each task was seen, by task id: (CPU, running).
+    seen: Vec<Option<(u32, bool)>>,
+    /// Runqueues that say they are in the idle tracker's set.
+    idle_set: u32,
+    /// CPUs registered at each cpupri level, by the runqueues.
+    pri_count: Vec<u32>,
+    /// The same CPUs as masks.
+    pri_mask: Vec<CpuMask>,
+    /// The runqueues that say they are RT-overloaded.
+    rto_mask: CpuMask,
+}
+
+impl Tally {
+    fn new(tasks: usize) -> Self {
+        Self {
+            seen: vec![None; tasks],
+            idle_set: 0,
+            pri_count: vec![0; NR_PRI],
+            pri_mask: vec![CpuMask::empty(); NR_PRI],
+            rto_mask: CpuMask::empty(),
+        }
+    }
+
+    /// Task `id` is on `cpu`, running or queued; a second sighting is a
+    /// violation.
+    fn note(&mut self, v: &mut Vec<String>, id: u32, cpu: u32, running: bool) {
+        if let Some((c0, r0)) = self.seen[id as usize] {
+            v.push(format!(
+                "task {id} is on CPU {c0} ({}) and on CPU {cpu} ({})",
+                if r0 { "running" } else { "queued" },
+                if running { "running" } else { "queued" }
+            ));
+        } else {
+            self.seen[id as usize] = Some((cpu, running));
+        }
+    }
+}
+
 impl Scheduler {
     /// Locks every runqueue and checks the invariants listed in
     /// [`crate::check`]. Stops the whole scheduler for the duration: for
@@ -82,119 +123,144 @@ impl Scheduler {
     pub fn snapshot_check(&self) -> SnapshotReport {
         let n = self.num_cpus();
         let guards: Vec<_> = (0..n as u32).map(|c| self.lock_rq(c)).collect();
+        let rqs: Vec<&Rq> = guards.iter().map(|g| &**g).collect();
         let mut r = SnapshotReport::default();
         let mut v = Vec::new();
-        let cap = self.tasks.capacity();
-        // where each task was seen: (cpu, running)
-        let mut seen: Vec<Option<(u32, bool)>> = vec![None; cap];
-        let mut note = |v: &mut Vec<String>, id: u32, cpu: u32, running: bool| {
-            if let Some((c0, r0)) = seen[id as usize] {
-                v.push(format!(
-                    "task {id} is on CPU {c0} ({}) and on CPU {cpu} ({})",
-                    if r0 { "running" } else { "queued" },
-                    if running { "running" } else { "queued" }
-                ));
-            } else {
-                seen[id as usize] = Some((cpu, running));
-            }
-        };
-        let mut idle_set = 0u32;
-        let mut pri_count = vec![0u32; NR_PRI];
-        let mut pri_mask = vec![CpuMask::empty(); NR_PRI];
-        let mut rto_mask = CpuMask::empty();
-        for (cpu, rq) in guards.iter().enumerate() {
+        let mut tally = Tally::new(self.tasks.capacity());
+        for (cpu, rq) in rqs.iter().enumerate() {
             let cpu = cpu as u32;
-            let pc = &self.cpus[cpu as usize];
             if let Some(c) = rq.curr {
-                note(&mut v, c, cpu, true);
+                tally.note(&mut v, c, cpu, true);
             }
             for (id, _) in rq.rt.iter_by_prio() {
-                note(&mut v, id, cpu, false);
+                tally.note(&mut v, id, cpu, false);
             }
             for (_, id) in rq.fair.iter() {
-                note(&mut v, id, cpu, false);
+                tally.note(&mut v, id, cpu, false);
             }
-            // registrations made under this lock
-            let reg = self.cpupri.get(cpu);
-            if reg != crate::cpupri::level(rq.curr_pri) {
+            self.check_rq_levels(cpu, rq, &mut tally, &mut v);
+            self.check_rq_idle(cpu, rq, &mut tally, &mut r, &mut v);
+            self.check_rq_queues(cpu, rq, &mut tally, &mut v);
+        }
+        self.check_cpupri_rto_idle(&tally, r.idle_cpus, &mut v);
+        let load = self.check_tasks(&tally, &mut r, &mut v);
+        self.check_group_loads(&load, &mut v);
+        r.rt_waits = self.rt_waits(&rqs);
+        drop(rqs);
+        drop(guards);
+        r.violations = v;
+        r
+    }
+
+    /// One runqueue's cpupri registration (made under its lock) and, unless
+    /// it is balancing, its level and idle flag against its current task.
+    fn check_rq_levels(&self, cpu: CpuId, rq: &Rq, tally: &mut Tally, v: &mut Vec<String>) {
+        let reg = self.cpupri.get(cpu);
+        if reg != crate::cpupri::level(rq.curr_pri) {
+            v.push(format!(
+                "CPU {cpu}: cpupri has level {reg}, the runqueue {}",
+                rq.curr_pri
+            ));
+        }
+        tally.pri_count[reg as usize] += 1;
+        tally.pri_mask[reg as usize].set(cpu);
+        if !rq.in_balance {
+            let want = rq.curr.map_or(PRI_IDLE, |c| self.t(c).policy().pri_idx());
+            if want != rq.curr_pri {
                 v.push(format!(
-                    "CPU {cpu}: cpupri has level {reg}, the runqueue {}",
+                    "CPU {cpu} runs level {want} but is registered at {}",
                     rq.curr_pri
                 ));
             }
-            pri_count[reg as usize] += 1;
-            pri_mask[reg as usize].set(cpu);
-            if !rq.in_balance {
-                let want = rq.curr.map_or(PRI_IDLE, |c| self.t(c).policy().pri_idx());
-                if want != rq.curr_pri {
-                    v.push(format!(
-                        "CPU {cpu} runs level {want} but is registered at {}",
-                        rq.curr_pri
-                    ));
-                }
-                if rq.idle != rq.curr.is_none() {
-                    v.push(format!(
-                        "CPU {cpu}: idle flag {} with current task {:?}",
-                        rq.idle, rq.curr
-                    ));
-                }
-            }
-            // the set lags a CPU that became busy until it schedules after
-            // a tick, never one that went idle
-            if self.idle.is_idle(cpu) != rq.in_idle_set || (rq.idle && !rq.in_idle_set) {
+            if rq.idle != rq.curr.is_none() {
                 v.push(format!(
-                    "CPU {cpu}: idle tracker says {} but the runqueue idle {} (in the set {})",
-                    self.idle.is_idle(cpu),
-                    rq.idle,
-                    rq.in_idle_set
-                ));
-            }
-            r.idle_cpus += rq.idle as u32;
-            idle_set += rq.in_idle_set as u32;
-            let pushable = rq
-                .rt
-                .iter_by_prio()
-                .filter(|&(i, _)| self.t(i).pushable.load(Ordering::Relaxed))
-                .count() as u32;
-            if pushable != rq.rt.nr_pushable {
-                v.push(format!(
-                    "CPU {cpu}: {pushable} pushable RT tasks queued, counted {}",
-                    rq.rt.nr_pushable
-                ));
-            }
-            if rq.overloaded != (rq.rt.nr_pushable > 0) {
-                v.push(format!(
-                    "CPU {cpu}: overloaded flag {} with {} pushable",
-                    rq.overloaded, rq.rt.nr_pushable
-                ));
-            }
-            if rq.overloaded {
-                rto_mask.set(cpu);
-            }
-            let hq = pc.hot.nr_queued.load(Ordering::Relaxed);
-            if hq != rq.nr_queued() {
-                v.push(format!(
-                    "CPU {cpu}: lock-free queue length {hq}, real {}",
-                    rq.nr_queued()
+                    "CPU {cpu}: idle flag {} with current task {:?}",
+                    rq.idle, rq.curr
                 ));
             }
         }
+    }
+
+    /// One runqueue's idle flags against the idle tracker.
+    fn check_rq_idle(
+        &self,
+        cpu: CpuId,
+        rq: &Rq,
+        tally: &mut Tally,
+        r: &mut SnapshotReport,
+        v: &mut Vec<String>,
+    ) {
+        // the set lags a CPU that became busy until it schedules after
+        // a tick, never one that went idle
+        if self.idle.is_idle(cpu) != rq.in_idle_set || (rq.idle && !rq.in_idle_set) {
+            v.push(format!(
+                "CPU {cpu}: idle tracker says {} but the runqueue idle {} (in the set {})",
+                self.idle.is_idle(cpu),
+                rq.idle,
+                rq.in_idle_set
+            ));
+        }
+        r.idle_cpus += rq.idle as u32;
+        tally.idle_set += rq.in_idle_set as u32;
+    }
+
+    /// One runqueue's pushable count and overloaded flag against its RT
+    /// queue, and its lock-free queue length against its queues.
+    fn check_rq_queues(&self, cpu: CpuId, rq: &Rq, tally: &mut Tally, v: &mut Vec<String>) {
+        let pushable = rq
+            .rt
+            .iter_by_prio()
+            .filter(|&(i, _)| self.t(i).pushable.load(Ordering::Relaxed))
+            .count() as u32;
+        if pushable != rq.rt.nr_pushable {
+            v.push(format!(
+                "CPU {cpu}: {pushable} pushable RT tasks queued, counted {}",
+                rq.rt.nr_pushable
+            ));
+        }
+        if rq.overloaded != (rq.rt.nr_pushable > 0) {
+            v.push(format!(
+                "CPU {cpu}: overloaded flag {} with {} pushable",
+                rq.overloaded, rq.rt.nr_pushable
+            ));
+        }
+        if rq.overloaded {
+            tally.rto_mask.set(cpu);
+        }
+        let hq = self.cpus[cpu as usize]
+            .hot
+            .nr_queued
+            .load(Ordering::Relaxed);
+        if hq != rq.nr_queued() {
+            v.push(format!(
+                "CPU {cpu}: lock-free queue length {hq}, real {}",
+                rq.nr_queued()
+            ));
+        }
+    }
+
+    /// The shared bookkeeping against what the runqueues said: cpupri
+    /// counts and masks per level, the RT overload mask and count, and the
+    /// idle tracker's own consistency and size (`idle_cpus` runqueues are
+    /// idle).
+    fn check_cpupri_rto_idle(&self, tally: &Tally, idle_cpus: u32, v: &mut Vec<String>) {
         for p in 0..NR_PRI as u32 {
-            if self.cpupri.count(p) != pri_count[p as usize] {
+            if self.cpupri.count(p) != tally.pri_count[p as usize] {
                 v.push(format!(
                     "cpupri level {p}: count {} but {} CPUs registered",
                     self.cpupri.count(p),
-                    pri_count[p as usize]
+                    tally.pri_count[p as usize]
                 ));
             }
-            if self.cpupri.mask(p) != pri_mask[p as usize] {
+            if self.cpupri.mask(p) != tally.pri_mask[p as usize] {
                 v.push(format!(
                     "cpupri level {p}: mask {} but registered CPUs {}",
                     self.cpupri.mask(p),
-                    pri_mask[p as usize]
+                    tally.pri_mask[p as usize]
                 ));
             }
         }
+        let rto_mask = tally.rto_mask;
         if self.rto.mask() != rto_mask || self.rto.count() != rto_mask.count() {
             v.push(format!(
                 "RT overload mask {} count {}, runqueues say {}",
@@ -203,17 +269,23 @@ impl Scheduler {
                 rto_mask
             ));
         }
+        let idle_set = tally.idle_set;
         match self.idle.check_consistent() {
             Ok(k) if k != idle_set => v.push(format!(
-                "idle tracker holds {k} CPUs, {idle_set} runqueues are in its set ({} idle)",
-                r.idle_cpus
+                "idle tracker holds {k} CPUs, {idle_set} runqueues are in its set ({idle_cpus} idle)"
             )),
             Ok(_) => {}
             Err(e) => v.push(e),
         }
-        // tasks: states agree with what the runqueues hold; group loads
+    }
+
+    /// Every live task's state against where the runqueues hold it (on
+    /// one, on the CPU it names, inside its affinity); counts the report's
+    /// running, queued, waking and live tasks. Returns the weight of the
+    /// runnable tasks per group.
+    fn check_tasks(&self, tally: &Tally, r: &mut SnapshotReport, v: &mut Vec<String>) -> Vec<i64> {
         let mut load = vec![0i64; self.config().max_groups];
-        for id in 0..cap as u32 {
+        for id in 0..tally.seen.len() as u32 {
             let t = self.t(id);
             let code = t.code();
             if code == ST_FREE {
@@ -221,29 +293,13 @@ impl Scheduler {
             }
             r.live += 1;
             let cpu = t.cpu.load(Ordering::Acquire);
-            match (code, seen[id as usize]) {
+            match (code, tally.seen[id as usize]) {
                 (ST_RUNNING, Some((c, true))) | (ST_QUEUED, Some((c, false))) => {
                     if c != cpu {
                         v.push(format!("task {id} is on CPU {c} but says CPU {cpu}"));
                     }
                     load[t.group.load(Ordering::Relaxed) as usize] += t.policy().weight() as i64;
-                    let aff = t.affinity();
-                    if !aff.contains(c) {
-                        let pending = self.cpus[c as usize]
-                            .hot
-                            .need_resched
-                            .load(Ordering::SeqCst);
-                        if code == ST_QUEUED || !pending {
-                            v.push(format!(
-                                "task {id} is {} on CPU {c} outside its affinity {aff}",
-                                if code == ST_QUEUED {
-                                    "queued"
-                                } else {
-                                    "running"
-                                }
-                            ));
-                        }
-                    }
+                    self.check_affinity(id, c, code == ST_QUEUED, v);
                     if code == ST_RUNNING {
                         r.running += 1;
                     } else {
@@ -251,10 +307,15 @@ impl Scheduler {
                     }
                 }
                 (ST_RUNNING, None) | (ST_QUEUED, None) => {
+                    let state = if code == ST_RUNNING {
+                        "running"
+                    } else {
+                        "queued"
+                    };
                     v.push(format!(
-                    "task {id} is lost: its state says {} on CPU {cpu} but no runqueue holds it",
-                    if code == ST_RUNNING { "running" } else { "queued" }
-                ))
+                        "task {id} is lost: its state says {state} on CPU {cpu} \
+                         but no runqueue holds it"
+                    ));
                 }
                 (_, Some((c, run))) => v.push(format!(
                     "task {id} is {} on CPU {c} but its state is {}",
@@ -265,6 +326,31 @@ impl Scheduler {
                 _ => {}
             }
         }
+        load
+    }
+
+    /// Task `id`, queued or running on CPU `c`, is inside its affinity; a
+    /// running task outside it is allowed while `c` has been told to
+    /// reschedule.
+    fn check_affinity(&self, id: u32, c: CpuId, queued: bool, v: &mut Vec<String>) {
+        let aff = self.t(id).affinity();
+        if aff.contains(c) {
+            return;
+        }
+        let pending = self.cpus[c as usize]
+            .hot
+            .need_resched
+            .load(Ordering::SeqCst);
+        if queued || !pending {
+            v.push(format!(
+                "task {id} is {} on CPU {c} outside its affinity {aff}",
+                if queued { "queued" } else { "running" }
+            ));
+        }
+    }
+
+    /// Each group's load against the weight of its runnable tasks.
+    fn check_group_loads(&self, load: &[i64], v: &mut Vec<String>) {
         for (g, &want) in load.iter().enumerate() {
             let got = self.gload.total(g as u32);
             if got != want {
@@ -273,15 +359,22 @@ impl Scheduler {
                 ));
             }
         }
-        // RT waits
-        for (cpu, rq) in guards.iter().enumerate() {
+    }
+
+    /// The RT tasks queued on `rqs` (every runqueue, locked) that wait
+    /// while a CPU they may use, not balancing, runs a lower level (and,
+    /// for another CPU, queues nothing at their level or above): the first
+    /// such CPU of each task's affinity.
+    fn rt_waits(&self, rqs: &[&Rq]) -> Vec<RtWait> {
+        let mut waits = Vec::new();
+        for (cpu, rq) in rqs.iter().enumerate() {
             for (id, p) in rq.rt.iter_by_prio() {
                 let tp = p as u32 + PRI_FAIR;
                 let t = self.t(id);
                 let aff = *lock(&t.affinity);
                 let seq = t.enqueue_seq.load(Ordering::Relaxed);
                 for c in aff.iter() {
-                    let o = &guards[c as usize];
+                    let o = rqs[c as usize];
                     if o.in_balance {
                         continue;
                     }
@@ -292,27 +385,23 @@ impl Scheduler {
                         o.curr_pri < tp && queued_best < tp
                     };
                     if lower {
-                        r.rt_waits.push(RtWait {
+                        let hot = &self.cpus[c as usize].hot;
+                        waits.push(RtWait {
                             task: TaskId(id),
                             task_pri: tp,
                             seq,
                             on_cpu: cpu as u32,
                             cpu: c,
                             cpu_pri: o.curr_pri,
-                            cpu_seq: self.cpus[c as usize].hot.switch_seq.load(Ordering::Relaxed),
-                            need_resched: self.cpus[c as usize]
-                                .hot
-                                .need_resched
-                                .load(Ordering::SeqCst),
+                            cpu_seq: hot.switch_seq.load(Ordering::Relaxed),
+                            need_resched: hot.need_resched.load(Ordering::SeqCst),
                         });
                         break;
                     }
                 }
             }
         }
-        drop(guards);
-        r.violations = v;
-        r
+        waits
     }
 }
 
@@ -512,5 +601,93 @@ impl InvariantChecker {
         }
         self.watched = keep;
         self.violations.len() - before
+    }
+}
+
+#[cfg(all(test, not(loom), not(sim)))]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use crate::{CpuMask, Mitigations, NoKick, Prev, SchedConfig, Scheduler, TaskId, TaskSpec};
+
+    /// 4 CPUs; two fair tasks pinned to CPU 0, one running and one queued
+    /// behind it, returned in that order.
+    fn busy() -> (Scheduler, TaskId, TaskId) {
+        let topo = Arc::new(topology::load("package:1 l3:1 l2:2 core:2 pu:1").unwrap());
+        let s = Scheduler::new(
+            topo,
+            Mitigations::all(),
+            SchedConfig::default(),
+            Arc::new(NoKick),
+        )
+        .unwrap();
+        let spec = |n: &str| TaskSpec::new(n).affinity(CpuMask::single(0));
+        let a = s.add_task(&spec("a"), 0).unwrap();
+        let b = s.add_task(&spec("b"), 0).unwrap();
+        s.wake(a, Some(0), 10).unwrap();
+        s.wake(b, Some(0), 10).unwrap();
+        s.schedule(0, Prev::Keep, 20).unwrap();
+        let run = s.current(0).unwrap().expect("CPU 0 runs a task");
+        (s, run, if run == a { b } else { a })
+    }
+
+    fn violations(s: &Scheduler) -> Vec<String> {
+        s.snapshot_check().violations
+    }
+
+    #[test]
+    fn a_consistent_state_passes_and_is_counted() {
+        let (s, ..) = busy();
+        let r = s.snapshot_check();
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert!(r.rt_waits.is_empty(), "{:?}", r.rt_waits);
+        assert_eq!(
+            (r.running, r.queued, r.waking, r.live, r.idle_cpus),
+            (1, 1, 0, 2, 3)
+        );
+    }
+
+    /// Each step of the check finds the break it looks for, in words.
+    #[test]
+    fn each_step_reports_its_broken_invariant() {
+        let (s, ..) = busy();
+        s.cpus[0].hot.nr_queued.fetch_add(5, Ordering::Relaxed);
+        assert_eq!(violations(&s), ["CPU 0: lock-free queue length 6, real 1"]);
+
+        let (s, _, queued) = busy();
+        s.t(queued.0).cpu.store(2, Ordering::Release);
+        assert_eq!(
+            violations(&s),
+            [format!("task {} is on CPU 0 but says CPU 2", queued.0)]
+        );
+
+        let (s, ..) = busy();
+        s.lock_rq(1).overloaded = true;
+        let v = violations(&s);
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert_eq!(v[0], "CPU 1: overloaded flag true with 0 pushable");
+        assert!(v[1].starts_with("RT overload mask "), "{v:?}");
+
+        let (s, ..) = busy();
+        s.gload.add(0, 0, 7);
+        let v = violations(&s);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].starts_with("group 0: load ") && v[0].contains("but its runnable tasks weigh"),
+            "{v:?}"
+        );
+
+        let (s, _, q) = busy();
+        *crate::tasks::lock(&s.t(q.0).affinity) = CpuMask::single(3);
+        let v = violations(&s);
+        assert_eq!(
+            v,
+            [format!(
+                "task {} is queued on CPU 0 outside its affinity {}",
+                q.0,
+                CpuMask::single(3)
+            )]
+        );
     }
 }
