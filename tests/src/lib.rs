@@ -60,6 +60,7 @@ pub mod guest;
 pub mod guest_check;
 pub mod run_bounded;
 pub mod tools;
+pub mod user_error;
 
 pub use run_bounded::{run_bounded, BoundedOutput};
 pub use tools::{require_kvm, require_tool, skip_or_fail};

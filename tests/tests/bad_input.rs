@@ -300,7 +300,7 @@ fn config_special_files() {
     run_with_config(path(&fifo), &["not a regular file"]);
     let r = run_with_config(
         "/nonexistent/vm.toml",
-        &["cannot read it: No such file or directory"],
+        &["--config /nonexistent/vm.toml: no such file"],
     );
     assert!(!r.stderr.contains("os error"), "{}", r.describe());
     let big = dir.path().join("big.toml");
@@ -308,7 +308,7 @@ fn config_special_files() {
         .unwrap()
         .set_len(20 << 20)
         .unwrap();
-    run_with_config(path(&big), &["larger than 1024 KiB"]);
+    run_with_config(path(&big), &["the limit is 1048576 (1 MiB)"]);
 }
 
 #[test]

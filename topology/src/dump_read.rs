@@ -232,7 +232,8 @@ fn check_dump_file(path: &Path, name: &str) -> Result<(), String> {
 /// its newline: hwloc compares the line byte for byte and otherwise reads
 /// this machine's CPUID instead of the dump.
 fn check_info_file(path: &Path) -> Result<(), String> {
-    let f = std::fs::File::open(path).map_err(|e| format!("cannot read hwloc-cpuid-info: {e}"))?;
+    let (f, _) = crate::user_file::open(path, limits::MAX_DUMP_FILE_BYTES)
+        .map_err(|e| format!("hwloc-cpuid-info: {e}"))?;
     let mut first = Vec::new();
     // hwloc reads at most 31 bytes of the line; a few more word the message.
     BufReader::new(f.take(80))
@@ -332,7 +333,8 @@ struct PuLeaves {
 
 /// Reads a `puN` file until it has found leaves 0 and 1.
 fn read_pu_leaves(path: &Path, name: &str) -> Result<PuLeaves, String> {
-    let f = std::fs::File::open(path).map_err(|e| format!("cannot read {name}: {e}"))?;
+    let (f, _) = crate::user_file::open(path, limits::MAX_DUMP_FILE_BYTES)
+        .map_err(|e| format!("{name}: {e}"))?;
     let mut r = BufReader::new(f.take(limits::MAX_DUMP_FILE_BYTES));
     let mut found = PuLeaves::default();
     let mut buf = Vec::new();

@@ -41,6 +41,7 @@ pub mod load;
 pub mod presets;
 pub mod render;
 pub mod text;
+pub mod user_file;
 
 pub use cpuid::{CpuidEntry, CpuidSet, Vendor};
 pub use error::{Result, TopologyError};

@@ -22,10 +22,9 @@
 //! * a CPUID dump directory of at most [`MAX_CPUS`] `puN` files, each a
 //!   regular file of at most [`MAX_DUMP_FILE_BYTES`].
 
-use std::io::Read as _;
 use std::path::Path;
 
-use crate::text::{human_bytes, plural};
+use crate::text::plural;
 
 /// The most logical CPUs (PUs) a loaded topology may have.
 pub const MAX_CPUS: usize = 4096;
@@ -370,57 +369,16 @@ pub fn check_synthetic(spec: &str) -> Result<SyntheticCounts, String> {
 }
 
 /// Checks that `path` is a regular file of at most `max` bytes and reads
-/// it. `what` names the file in messages ("hwloc XML file").
+/// it, without blocking on a FIFO or reading a device for ever
+/// ([`crate::user_file::read`]).
 pub fn read_capped(path: &Path, max: u64) -> Result<Vec<u8>, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
-    let ft = meta.file_type();
-    if !ft.is_file() {
-        return Err(format!("it is {}, not a regular file", file_kind(&meta)));
-    }
-    if meta.len() > max {
-        return Err(format!(
-            "it is {} bytes; the limit is {max} ({})",
-            meta.len(),
-            human_bytes(max)
-        ));
-    }
-    let f = std::fs::File::open(path).map_err(|e| format!("cannot open it: {e}"))?;
-    let mut buf = Vec::new();
-    // Files in /proc and /sys claim size 0 and may be endless: read at most
-    // one byte more than allowed.
-    f.take(max + 1)
-        .read_to_end(&mut buf)
-        .map_err(|e| format!("cannot read it: {e}"))?;
-    if buf.len() as u64 > max {
-        return Err(format!(
-            "it holds more than {max} bytes ({}), the limit",
-            human_bytes(max)
-        ));
-    }
-    Ok(buf)
+    crate::user_file::read(path, max).map_err(|e| e.to_string())
 }
 
-/// "a directory", "a character device", ... for messages.
+/// "a directory", "a character device", ... for messages
+/// ([`crate::user_file::kind`]).
 pub fn file_kind(meta: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt as _;
-    let ft = meta.file_type();
-    if ft.is_dir() {
-        "a directory"
-    } else if ft.is_file() {
-        "a regular file"
-    } else if ft.is_symlink() {
-        "a symbolic link"
-    } else if ft.is_char_device() {
-        "a character device"
-    } else if ft.is_block_device() {
-        "a block device"
-    } else if ft.is_fifo() {
-        "a named pipe (FIFO)"
-    } else if ft.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
+    crate::user_file::kind(meta)
 }
 
 #[cfg(test)]

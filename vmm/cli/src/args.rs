@@ -1,26 +1,29 @@
-//! Argument parsing shared by the subcommands.
+//! The flag values every part of the binary parses: the subcommands in
+//! [`crate::cli`] and the `vmm run` settings in [`crate::config`].
 //!
 //! WHAT: the user-input error type of the command line ([`InputError`]);
 //! one parser per flag that more than one place takes (durations,
 //! `--burst-us`, `--period-us`, `--tasks`-like counts, `--prio`, `--pin`,
-//! `--rt`, `--mitigations`, `--compare`), each with one set of limits; the
-//! up-front checks of output paths; the process's start time (the origin
-//! of `--timeout`); whether stderr may be coloured; the progress bar.
+//! `--rt`, `--mitigations`, `--compare`), each with one set of limits;
+//! bounded reads of input files; the up-front checks of output paths; the
+//! process's start time (the origin of `--timeout`); whether stderr may be
+//! coloured; the progress bar.
 //!
 //! WHY: the same flag must follow the same rules in every subcommand and in
-//! a `--config` file, and a leaf every subcommand uses keeps them from
-//! importing each other (or the command table in [`super`]).
+//! a `--config` file. A leaf beneath both the subcommands and the settings
+//! keeps them from importing each other: the settings never reach up into
+//! the command line, and the subcommands never into one another.
 //!
-//! HOW: a leaf module. It imports nothing from the subcommands or from
-//! [`super`]; they import from it. What `vmm-sim` (`vmm sim`) needs too,
-//! the generic parsers, output checks, standard output and the progress
-//! bar, lives in the `cli_common` crate and is re-exported here, so both
-//! binaries follow one set of rules. The flag parsers return `String`
-//! messages (clap's `value_parser` prefixes the flag and exits 2; the
-//! `vmm run` settings wrap them in a [`crate::config::ConfigError`], also
-//! exit 2). A message says what is wrong with the value and what to give
-//! instead; it never repeats the flag, which the caller adds. Limits are
-//! errors, never silent caps. [`InputError`] is [`crate::exit::InputError`].
+//! HOW: a leaf module. It imports nothing from this crate. What `vmm-sim`
+//! (`vmm sim`) needs too, the generic parsers, output checks, standard
+//! output and the progress bar, lives in the `cli_common` crate and is
+//! re-exported here, so both binaries follow one set of rules. The flag
+//! parsers return `String` messages (clap's `value_parser` prefixes the
+//! flag and exits 2; the `vmm run` settings wrap them in a
+//! [`crate::config::ConfigError`], also exit 2). A message says what is
+//! wrong with the value and what to give instead; it never repeats the
+//! flag, which the caller adds. Limits are errors, never silent caps.
+//! [`InputError`] is `cli_common`'s, which [`crate::exit`] classifies.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -28,11 +31,11 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use cli_common::args::int_in;
 
-pub use crate::exit::InputError;
 pub use cli_common::args::{
     burst_us, check_output_dir, check_output_file, count, format_duration, ignored, os_message,
     parse_duration, period_us, prio, reps, MAX_COUNT, MAX_US,
 };
+pub use cli_common::exit::InputError;
 pub use cli_common::term::{progress_bar, stderr_styled, write_stdout};
 pub(crate) use cli_common::{out, outln};
 
@@ -163,6 +166,29 @@ pub fn mitigations(s: &str) -> Result<vcpu_sched::Mitigations, String> {
 pub fn mitigation_sets(list: &str) -> Result<Vec<vcpu_sched::Mitigations>> {
     vcpu_sched::Mitigations::parse_sets(list)
         .map_err(|e| InputError(format!("--compare: {e}")).into())
+}
+
+// ------------------------------------------------------------ input files
+
+/// The largest request or settings file read (`vmm plan --request`,
+/// `vmm serve --config`; `vmm run --config` has
+/// [`crate::config::MAX_CONFIG_BYTES`], the same): a real one is a few
+/// hundred bytes.
+pub const MAX_INPUT_BYTES: u64 = 1 << 20;
+
+/// Reads the text file `flag` names: a regular file of at most `max`
+/// bytes, in UTF-8, opened without blocking on a FIFO and read no further
+/// than the limit ([`topology::user_file`], the one implementation every
+/// input file goes through). `what` says what to give instead ("a TOML
+/// file").
+pub fn read_input(
+    flag: &str,
+    path: &std::path::Path,
+    max: u64,
+    what: &str,
+) -> Result<String, InputError> {
+    topology::user_file::read_text(path, max, what)
+        .map_err(|e| InputError(format!("{flag} {}: {e}", path.display())))
 }
 
 // ------------------------------------------------------------- messages

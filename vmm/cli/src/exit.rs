@@ -111,6 +111,7 @@ pub fn of_boot(e: &BootError) -> Fault {
         | BootError::NotAKernel { .. }
         | BootError::InitrdMissing(_)
         | BootError::Read { .. }
+        | BootError::File { .. }
         | BootError::Load { .. }
         | BootError::TooSmall { .. }
         | BootError::CmdlineTooLong { .. }

@@ -15,12 +15,14 @@
 //!
 //! | module | what |
 //! |---|---|
+//! | [`args`] | the flag values every part parses (a leaf) |
 //! | [`cli`] | one module per subcommand |
 //! | [`config`] | `vmm run` flags and TOML files |
 //! | [`exit`] | exit codes: the one table of whose fault an error is (0, 1, 2, 124) |
 //!
 //! The architecture is described in `docs/architecture.md`.
 
+pub mod args;
 pub mod cli;
 pub mod config;
 pub mod exit;

@@ -1,18 +1,19 @@
 //! Command-line interface (clap) and the glue from arguments to the library.
 //!
 //! One module per subcommand ([`topology`], [`demo`], [`run`],
-//! [`sched_bench`], [`bench`], [`sim`], [`plan`], [`serve`]) and a leaf,
-//! [`args`], for what they share (the input error, `--compare` lists,
-//! range checks, the progress bar). The subcommands import from [`args`]
-//! only, never from each other or from this module, so the module graph has
-//! no cycles.
+//! [`sched_bench`], [`bench`], [`sim`], [`plan`], [`serve`]). What they
+//! share (the input error, flag parsers, `--compare` lists, range checks,
+//! the progress bar) is the crate's leaf [`crate::args`], re-exported here
+//! as `args`. The subcommands import from it and from [`crate::config`],
+//! never from each other or from this module, so the module graph has no
+//! cycles.
 //!
 //! Errors leave as one line on stderr. Bad input (a malformed topology
 //! string, a missing file, an impossible request) exits with status 2, other
 //! failures with 1: [`crate::exit`] decides. Nothing here panics on user
 //! input.
 
-pub mod args;
+pub use crate::args;
 pub mod bench;
 pub mod demo;
 pub mod plan;

@@ -111,13 +111,12 @@ fn one() -> usize {
 }
 
 fn load_request(a: &mut PlanArgs, path: &std::path::Path) -> Result<()> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        InputError(format!(
-            "--request {}: {}",
-            path.display(),
-            args::os_message(&e)
-        ))
-    })?;
+    let text = args::read_input(
+        "--request",
+        path,
+        args::MAX_INPUT_BYTES,
+        "a TOML or JSON request file",
+    )?;
     let json = path.extension().is_some_and(|e| e == "json");
     let r: Request = if json {
         serde_json::from_str(&text)

@@ -58,13 +58,7 @@ struct ServeFile {
 }
 
 fn load_file(path: &Path) -> Result<ServeFile> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        InputError(format!(
-            "--config {}: {}",
-            path.display(),
-            args::os_message(&e)
-        ))
-    })?;
+    let text = args::read_input("--config", path, args::MAX_INPUT_BYTES, "a TOML file")?;
     Ok(toml::from_str(&text)
         .map_err(|e| InputError(format!("--config {}: {}", path.display(), e.message())))?)
 }

@@ -7,7 +7,6 @@
 //! HOW: reads the first 64 KiB (and an ELF's program headers and notes)
 //! and checks magic numbers, the setup header and the "Linux" ELF note.
 
-use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -107,13 +106,14 @@ pub fn describe(head: &[u8], len: u64) -> String {
     )
 }
 
+/// The first `n` bytes of the kernel file and its size; only a regular
+/// file of a plausible size is opened ([`super::open_kernel`]).
 fn read_head(path: &Path, n: usize) -> Result<(Vec<u8>, u64), BootError> {
     let read_err = |source| BootError::Read {
         path: path.to_path_buf(),
         source,
     };
-    let mut f = File::open(path).map_err(read_err)?;
-    let len = f.metadata().map_err(read_err)?.len();
+    let (mut f, len) = super::open_kernel(path)?;
     let mut buf = Vec::with_capacity(n);
     f.by_ref()
         .take(n as u64)
@@ -123,13 +123,9 @@ fn read_head(path: &Path, n: usize) -> Result<(Vec<u8>, u64), BootError> {
 }
 
 /// Looks at a kernel file and says what it is, or why it is not a kernel.
+/// A path that is no regular file of at most [`super::MAX_KERNEL_BYTES`]
+/// is refused before it is opened for reading (a FIFO never blocks).
 pub fn inspect_kernel(path: &Path) -> Result<KernelInfo, BootError> {
-    if !path.exists() {
-        return Err(BootError::KernelMissing(path.to_path_buf()));
-    }
-    if path.is_dir() {
-        return Err(not_kernel(path, "a directory".into()));
-    }
     let (head, len) = read_head(path, 64 * 1024)?;
     if head.len() >= 0x264 && u32_at(&head, 0x202) == Some(HDRS_MAGIC) {
         return inspect_bzimage(&head).map_err(|found| not_kernel(path, found));
@@ -260,10 +256,7 @@ struct ElfLoad {
 /// Reads the program headers, and the note segments they name, of the
 /// ELF at `path`.
 fn elf_load(path: &Path, h: &ElfHeader) -> Result<ElfLoad, BootError> {
-    let mut f = File::open(path).map_err(|source| BootError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let (mut f, _) = super::open_kernel(path)?;
     let mut ph = vec![0u8; (h.phentsize * h.phnum) as usize];
     f.seek(SeekFrom::Start(h.phoff))
         .and_then(|_| f.read_exact(&mut ph))

@@ -20,7 +20,6 @@
 //! pointing at boot_params. The E820 map, the command line, the initrd and
 //! the RSDP address go into boot_params.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use linux_loader::loader::bootparam::{boot_e820_entry, boot_params};
@@ -32,9 +31,11 @@ use crate::layout::{CMDLINE_ADDR, CMDLINE_MAX, HIMEM_START, MIB, ZERO_PAGE};
 use crate::memory::{E820Entry, HumanSize, MemoryPlan};
 
 mod entry;
+mod files;
 mod kernel;
 
 pub use entry::{enter_long_mode, setup_boot_vcpu, setup_vcpu, write_long_mode_tables, GDT};
+pub use files::{open_initrd, open_kernel, MAX_INITRD_BYTES, MAX_KERNEL_BYTES};
 pub use kernel::{describe, inspect_kernel, KernelFormat, KernelInfo};
 use kernel::{ELF_BOOT_PROTOCOL, HDRS_MAGIC, KERNEL_HEADROOM};
 
@@ -55,6 +56,18 @@ pub enum BootError {
     /// The initrd file does not exist.
     #[error("--initrd {0}: no such file")]
     InitrdMissing(PathBuf),
+    /// A kernel or initrd that is no regular file (a directory, device,
+    /// FIFO or socket), is larger than the limit, or cannot be read
+    /// ([`open_kernel`], [`open_initrd`]).
+    #[error("{flag} {}: {problem}", path.display())]
+    File {
+        /// `--kernel` or `--initrd`.
+        flag: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and what to give instead.
+        problem: String,
+    },
     /// A file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
@@ -150,33 +163,13 @@ pub fn check_cmdline(cmdline: &str) -> Result<(), BootError> {
     Ok(())
 }
 
-/// Checks that `--initrd` names a readable regular file, before any work:
-/// missing is [`BootError::InitrdMissing`]; a directory, socket, FIFO or
-/// anything `open` refuses is [`BootError::Read`] with the reason.
+/// Checks that `--initrd` names a readable regular file of at most
+/// [`MAX_INITRD_BYTES`], before any work, without blocking on a FIFO:
+/// missing is [`BootError::InitrdMissing`]; a directory, device, FIFO,
+/// socket, a file too large or one `open` refuses is [`BootError::File`]
+/// with the reason.
 pub fn check_initrd(p: &Path) -> Result<(), BootError> {
-    let read_err = |source| BootError::Read {
-        path: p.to_path_buf(),
-        source,
-    };
-    let meta = match std::fs::metadata(p) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(BootError::InitrdMissing(p.to_path_buf()))
-        }
-        Err(e) => return Err(read_err(e)),
-        Ok(m) => m,
-    };
-    if meta.is_dir() {
-        return Err(read_err(std::io::Error::other(
-            "it is a directory; give the initramfs file",
-        )));
-    }
-    std::fs::File::open(p).map_err(read_err)?;
-    if !meta.is_file() {
-        return Err(read_err(std::io::Error::other(
-            "not a regular file; give the initramfs file",
-        )));
-    }
-    Ok(())
+    open_initrd(p).map(drop)
 }
 
 /// Checks that a kernel and initrd fit the plan, before any memory is
@@ -188,17 +181,7 @@ pub fn check_fit(
 ) -> Result<u64, BootError> {
     let initrd_size = match initrd {
         None => 0,
-        Some(p) => {
-            if !p.exists() {
-                return Err(BootError::InitrdMissing(p.to_path_buf()));
-            }
-            std::fs::metadata(p)
-                .map_err(|source| BootError::Read {
-                    path: p.to_path_buf(),
-                    source,
-                })?
-                .len()
-        }
+        Some(p) => open_initrd(p)?.1,
     };
     let need = (info.end + initrd_size + KERNEL_HEADROOM).div_ceil(MIB) * MIB;
     if need > plan.low_ram_end() {
@@ -275,10 +258,7 @@ fn load_kernel(
         path: kernel.to_path_buf(),
         source,
     };
-    let mut file = File::open(kernel).map_err(|source| BootError::Read {
-        path: kernel.to_path_buf(),
-        source,
-    })?;
+    let (mut file, _) = open_kernel(kernel)?;
     let (entry, kernel_end) = match info.format {
         KernelFormat::Elf => {
             let r = Elf::load(mem, None, &mut file, Some(GuestAddress(HIMEM_START)))
@@ -329,10 +309,16 @@ fn load_initrd(
             initrd: HumanSize(initrd_size),
         });
     }
-    let mut f = File::open(p).map_err(|source| BootError::Read {
-        path: p.to_path_buf(),
-        source,
-    })?;
+    let (mut f, len) = open_initrd(p)?;
+    if len != initrd_size {
+        return Err(BootError::File {
+            flag: "--initrd",
+            path: p.to_path_buf(),
+            problem: format!(
+                "it changed size while the VM was being built ({initrd_size} bytes, then {len})"
+            ),
+        });
+    }
     mem.read_exact_volatile_from(GuestAddress(addr), &mut f, initrd_size as usize)
         .map_err(mem_err("the initrd"))?;
     debug!(

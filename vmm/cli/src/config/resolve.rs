@@ -1,0 +1,252 @@
+//! Merging `vmm run`'s flags over its file, and checking every value.
+//!
+//! WHAT: [`RunConfig::resolve`]: each setting from its flag, else from
+//! the file, else its default, checked by the same parser the flag uses
+//! ([`crate::args`], [`parse_size`], the types' own `FromStr`).
+//! WHY: one rule per setting wherever it comes from, and an error that
+//! names where the bad value was: `--memory`, or `memory (in FILE)`.
+//! HOW: [`Merge`] knows the file's path and picks each value with its
+//! origin; one small function per setting that needs more than a parse.
+
+use std::path::{Path, PathBuf};
+
+use vmm_machine::memory::parse_size;
+
+use super::{
+    ConfigError, ConsoleTarget, FileConfig, RunConfig, RunFlags, SchedMode, StrOrInt, VendorChoice,
+};
+use crate::args;
+
+/// Where values come from: the flags, or the file at `file`.
+struct Merge {
+    file: Option<PathBuf>,
+}
+
+impl Merge {
+    /// The name of a setting as the user gave it: `--flag`, or `flag (in
+    /// FILE)` for a value from the file.
+    fn name(&self, flag: &str, from_flag: bool) -> String {
+        match (&self.file, from_flag) {
+            (Some(p), false) => format!("{flag} (in {})", p.display()),
+            _ => format!("--{flag}"),
+        }
+    }
+
+    /// An error in setting `flag` (from the flag or the file).
+    fn err(&self, flag: &str, from_flag: bool, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            field: self.name(flag, from_flag),
+            message: message.into(),
+        }
+    }
+
+    /// A required setting given nowhere.
+    fn missing(flag: &str, example: &str) -> ConfigError {
+        ConfigError {
+            field: format!("--{flag}"),
+            message: format!("missing: give --{flag} {example} (or `{flag}` in a --config file)"),
+        }
+    }
+
+    /// The flag's value (true: from the flag), else the file's.
+    fn pick<T>(flag: Option<T>, file: Option<T>) -> Option<(T, bool)> {
+        match flag {
+            Some(v) => Some((v, true)),
+            None => file.map(|v| (v, false)),
+        }
+    }
+
+    /// Parses setting `flag` with `parse`, if it is given.
+    fn parsed<T>(
+        &self,
+        flag: &str,
+        v: Option<(String, bool)>,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Result<Option<T>, ConfigError> {
+        v.map(|(s, fl)| parse(&s).map_err(|m| self.err(flag, fl, m)))
+            .transpose()
+    }
+
+    fn memory(&self, flag: Option<String>, file: Option<StrOrInt>) -> Result<u64, ConfigError> {
+        match (flag, file) {
+            (Some(s), _) => parse_size(&s).map_err(|m| self.err("memory", true, m)),
+            (None, Some(StrOrInt::Str(s))) => {
+                parse_size(&s).map_err(|m| self.err("memory", false, m))
+            }
+            (None, Some(StrOrInt::Int(mib))) => mib
+                .checked_mul(1 << 20)
+                .ok_or_else(|| self.err("memory", false, format!("{mib} MiB is too large"))),
+            (None, None) => Err(Self::missing("memory", "SIZE (e.g. 1G)")),
+        }
+    }
+
+    fn numa_distance(
+        &self,
+        flag: Option<u32>,
+        file: Option<u32>,
+    ) -> Result<Option<u32>, ConfigError> {
+        match Self::pick(flag, file) {
+            Some((d, fl)) if !(11..=254).contains(&d) => Err(self.err(
+                "numa-distance",
+                fl,
+                format!("{d} is out of range: use 11..=254 (10 is the local distance)"),
+            )),
+            v => Ok(v.map(|(d, _)| d)),
+        }
+    }
+
+    fn console(
+        &self,
+        v: Option<(String, bool)>,
+        append: bool,
+    ) -> Result<ConsoleTarget, ConfigError> {
+        let console = match v {
+            None => ConsoleTarget::Stdout,
+            Some((v, _)) if v == "stdout" || v == "-" => ConsoleTarget::Stdout,
+            Some((v, _)) if v == "stderr" => ConsoleTarget::Stderr,
+            Some((v, fl)) if v.trim().is_empty() => {
+                return Err(self.err(
+                    "console",
+                    fl,
+                    "empty: use stdout, stderr, - (stdout) or a file path",
+                ))
+            }
+            Some((v, _)) if append => ConsoleTarget::Append(PathBuf::from(v)),
+            Some((v, _)) => ConsoleTarget::File(PathBuf::from(v)),
+        };
+        if append && !matches!(console, ConsoleTarget::Append(_)) {
+            return Err(ConfigError {
+                field: "--console-append".into(),
+                message: "appends to a --console FILE; without one it would be ignored: \
+                          give --console FILE or leave it out"
+                    .into(),
+            });
+        }
+        Ok(console)
+    }
+
+    fn until(&self, v: Option<(String, bool)>) -> Result<Option<String>, ConfigError> {
+        self.parsed("until", v, |s| {
+            regex::Regex::new(s).map(|_| s.to_string()).map_err(|e| {
+                // The regex crate's message spans several lines (the
+                // pattern, a caret, the error); keep the error.
+                let text = e.to_string();
+                let last = text.lines().last().unwrap_or("").trim();
+                let last = last.strip_prefix("error: ").unwrap_or(last);
+                format!("not a valid regex: {last}")
+            })
+        })
+    }
+
+    fn timeout(
+        &self,
+        flag: Option<String>,
+        file: Option<StrOrInt>,
+    ) -> Result<Option<std::time::Duration>, ConfigError> {
+        match (flag, file) {
+            (Some(s), _) => self.parsed("timeout", Some((s, true)), args::timeout),
+            (None, Some(StrOrInt::Str(s))) => {
+                self.parsed("timeout", Some((s, false)), args::timeout)
+            }
+            (None, Some(StrOrInt::Int(0))) => Err(self.err(
+                "timeout",
+                false,
+                "0 is not a time limit: give seconds > 0 or leave it out",
+            )),
+            (None, Some(StrOrInt::Int(s))) => {
+                self.parsed("timeout", Some((s.to_string(), false)), args::timeout)
+            }
+            (None, None) => Ok(None),
+        }
+    }
+
+    fn sched(&self, v: Option<(String, bool)>) -> Result<SchedMode, ConfigError> {
+        Ok(self
+            .parsed("sched", v, |v| {
+                match v.to_ascii_lowercase().replace('-', "_").as_str() {
+                    "host" => Ok(SchedMode::Host),
+                    "vcpu_sched" => Ok(SchedMode::VcpuSched),
+                    _ => Err(format!("{v:?} is not host or vcpu_sched")),
+                }
+            })?
+            .unwrap_or_default())
+    }
+
+    fn mitigations(
+        &self,
+        v: Option<(String, bool)>,
+        sched: SchedMode,
+    ) -> Result<vcpu_sched::Mitigations, ConfigError> {
+        if let Some((_, fl)) = v.as_ref().filter(|_| sched != SchedMode::VcpuSched) {
+            return Err(self.err(
+                "mitigations",
+                *fl,
+                "sets vcpu_sched's fixes; with --sched host (the default) the host \
+                 kernel schedules the vCPUs and it would be ignored: add \
+                 --sched vcpu_sched or leave it out",
+            ));
+        }
+        Ok(self
+            .parsed("mitigations", v, args::mitigations)?
+            .unwrap_or_else(vcpu_sched::Mitigations::all))
+    }
+}
+
+impl RunConfig {
+    /// Merges flags over a file (either may be empty) and checks every
+    /// value.
+    pub fn resolve(
+        flags: RunFlags,
+        file: Option<(&Path, FileConfig)>,
+    ) -> Result<Self, ConfigError> {
+        let (m, f) = match file {
+            Some((p, f)) => (
+                Merge {
+                    file: Some(p.to_path_buf()),
+                },
+                f,
+            ),
+            None => (Merge { file: None }, FileConfig::default()),
+        };
+        let pick = Merge::pick;
+        let kernel = flags
+            .kernel
+            .or(f.kernel)
+            .ok_or_else(|| Merge::missing("kernel", "PATH"))?;
+        let memory = m.memory(flags.memory, f.memory)?;
+        let guest = flags.guest.or(f.guest).ok_or_else(|| {
+            Merge::missing("guest", "SPEC (e.g. \"package:2 [numa] core:2 pu:2\")")
+        })?;
+        let append = flags.console_append || f.console_append.unwrap_or(false);
+        let sched = m.sched(pick(flags.sched, f.sched))?;
+        Ok(RunConfig {
+            kernel,
+            initrd: flags.initrd.or(f.initrd),
+            cmdline: flags.cmdline.or(f.cmdline).unwrap_or_default(),
+            memory,
+            guest,
+            numa_distance: m.numa_distance(flags.numa_distance, f.numa_distance)?,
+            pin: m
+                .parsed("pin", pick(flags.pin, f.pin), args::pin)?
+                .unwrap_or(vcpu_sched::placement::pin::PinSpec::None),
+            rt: m.parsed("rt", pick(flags.rt, f.rt), args::rt)?.flatten(),
+            console: m.console(pick(flags.console, f.console), append)?,
+            until: m.until(pick(flags.until, f.until))?,
+            timeout: m.timeout(flags.timeout, f.timeout)?,
+            vendor: m
+                .parsed("vendor", pick(flags.vendor, f.vendor), |v| {
+                    if v.eq_ignore_ascii_case("host") {
+                        Ok(VendorChoice::Host)
+                    } else {
+                        v.parse().map(VendorChoice::Fixed)
+                    }
+                })?
+                .unwrap_or(VendorChoice::Host),
+            compat: m
+                .parsed("compat", pick(flags.compat, f.compat), |v| v.parse())?
+                .unwrap_or_default(),
+            sched,
+            mitigations: m.mitigations(pick(flags.mitigations, f.mitigations), sched)?,
+        })
+    }
+}
