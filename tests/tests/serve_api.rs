@@ -1015,7 +1015,20 @@ fn bad_serve_and_plan_input_is_one_line_and_exit_2() {
     let sock = sock.to_str().unwrap();
     let bad_cfg = dir.path().join("bad.toml");
     std::fs::write(&bad_cfg, "topology = \"host\"\nbogus = 1\n").unwrap();
+    // A user's file where the socket would go: refused, kept as it was.
+    let precious = dir.path().join("precious.txt");
+    std::fs::write(&precious, "keep me").unwrap();
+    let fifo = dir.path().join("fifo");
+    integration_tests::user_error::mkfifo(&fifo);
     for (args, needle) in [
+        (
+            vec!["serve", "--api-socket", precious.to_str().unwrap()],
+            "a regular file is there, not a socket a server left",
+        ),
+        (
+            vec!["serve", "--api-socket", fifo.to_str().unwrap()],
+            "not a socket a server left",
+        ),
         (
             vec!["serve", "--api-socket", sock, "-t", "bogus"],
             "--topology bogus",
@@ -1075,7 +1088,18 @@ fn bad_serve_and_plan_input_is_one_line_and_exit_2() {
             "{args:?}: {}",
             out.context()
         );
+        assert!(
+            lines[0].matches("--api-socket").count() <= 1,
+            "the flag named once: {}",
+            lines[0]
+        );
     }
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "keep me");
+    use std::os::unix::fs::FileTypeExt as _;
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
 }
 
 #[test]

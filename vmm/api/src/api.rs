@@ -7,8 +7,12 @@
 //! guest topology or names the field that is wrong.
 //! WHY: operators' tools (curl scripts, Kata's clh driver) send CH's JSON;
 //! a typo must be a 400 naming the field, never a silently ignored key,
-//! so every struct denies unknown fields.
-//! HOW: plain serde types; no I/O.
+//! so every struct denies unknown fields; and a known field set to what
+//! this VMM cannot honour (a PTY console, NUMA distances other than the
+//! guest's, a placement that `cpus.affinity` overrides) is a 400 naming
+//! it, never ignored.
+//! HOW: plain serde types, one check per part of the config; no I/O (the
+//! files a config names are checked by the crate's `files` module).
 
 use serde::{Deserialize, Serialize};
 
@@ -222,8 +226,8 @@ pub struct Extensions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<PlacementConfig>,
     /// A built-in micro-guest as the payload: `ticker` (reports and sleeps
-    /// 1 ms, forever), `exit` (every vCPU ends at once) or `crash` (vCPU 0
-    /// triple-faults).
+    /// 1 ms, forever), `exit` (every vCPU ends at once), `crash` (vCPU 0
+    /// triple-faults) or `spin` (computes without an exit, forever).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub micro: Option<String>,
 }
@@ -288,8 +292,6 @@ impl VmConfig {
         self.payload.as_ref().is_some_and(|p| p.kernel.is_some())
     }
 
-    /// Checks the fields this VMM does not take and returns the guest
-    /// shape as an hwloc synthetic string (or the preset named).
     /// The guest RAM this VM holds when booted: `memory.size`, or the
     /// default of its payload (CH's 512 MiB for Linux, 2 MiB for a
     /// micro-guest).
@@ -301,7 +303,36 @@ impl VmConfig {
         }
     }
 
+    /// Checks every field against what this VMM can honour and returns
+    /// the guest shape as an hwloc synthetic string (or the preset
+    /// named); an error names the field. Reads no file: the files a
+    /// config names are checked apart, with no lock held (the crate's
+    /// `files` module).
     pub fn guest_shape(&self) -> Result<String, ApiError> {
+        self.check_cpus()?;
+        self.check_payload()?;
+        self.check_extensions()?;
+        self.check_memory()?;
+        self.check_consoles()?;
+        let (shape, field) = self.shape()?;
+        let g = topology::GuestTopology::from_spec(&shape)
+            .map_err(|e| ApiError::bad(field, format!("{shape:?}: {e}")))?;
+        if g.num_vcpus() != self.cpus.boot_vcpus as usize {
+            return Err(ApiError::bad(
+                field,
+                format!(
+                    "{shape:?} has {} vCPUs, but boot_vcpus is {}",
+                    g.num_vcpus(),
+                    self.cpus.boot_vcpus
+                ),
+            ));
+        }
+        self.check_numa(&g)?;
+        Ok(shape)
+    }
+
+    /// `cpus.boot_vcpus` and `cpus.max_vcpus`.
+    fn check_cpus(&self) -> Result<(), ApiError> {
         let c = &self.cpus;
         if c.boot_vcpus == 0 {
             return Err(ApiError::bad("cpus.boot_vcpus", "give at least 1 vCPU"));
@@ -323,34 +354,39 @@ impl VmConfig {
                 ));
             }
         }
-        let x = self.x_vmm.clone().unwrap_or_default();
-        let linux = self.linux_payload();
-        if let Some(p) = &self.payload {
-            if p.kernel.is_none() && (p.initramfs.is_some() || p.cmdline.is_some()) {
-                return Err(ApiError::bad(
-                    "payload.kernel",
-                    "initramfs and cmdline need a kernel",
-                ));
-            }
-            if let Some(k) = &p.kernel {
-                if x.micro.is_some() {
-                    return Err(ApiError::bad(
-                        "x_vmm.micro",
-                        "give a micro-guest or payload.kernel, not both",
-                    ));
-                }
-                vmm_machine::boot::inspect_kernel(std::path::Path::new(k))
-                    .map_err(|e| ApiError::bad("payload.kernel", e.to_string()))?;
-            }
-            if let Some(i) = &p.initramfs {
-                vmm_machine::boot::check_initrd(std::path::Path::new(i))
-                    .map_err(|e| ApiError::bad("payload.initramfs", e.to_string()))?;
-            }
-            if let Some(c) = &p.cmdline {
-                vmm_machine::boot::check_cmdline(c)
-                    .map_err(|e| ApiError::bad("payload.cmdline", e.to_string()))?;
-            }
+        Ok(())
+    }
+
+    /// `payload`: what goes with what, and the command line (its files
+    /// are checked apart).
+    fn check_payload(&self) -> Result<(), ApiError> {
+        let Some(p) = &self.payload else {
+            return Ok(());
+        };
+        if p.kernel.is_none() && (p.initramfs.is_some() || p.cmdline.is_some()) {
+            return Err(ApiError::bad(
+                "payload.kernel",
+                "initramfs and cmdline need a kernel",
+            ));
         }
+        if p.kernel.is_some() && self.x_vmm.as_ref().is_some_and(|x| x.micro.is_some()) {
+            return Err(ApiError::bad(
+                "x_vmm.micro",
+                "give a micro-guest or payload.kernel, not both",
+            ));
+        }
+        if let Some(c) = &p.cmdline {
+            vmm_machine::boot::check_cmdline(c)
+                .map_err(|e| ApiError::bad("payload.cmdline", e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// `x_vmm`: the micro-guest, the RT policy, the placement.
+    fn check_extensions(&self) -> Result<(), ApiError> {
+        let Some(x) = &self.x_vmm else {
+            return Ok(());
+        };
         if let Some(m) = &x.micro {
             if !MICRO_PROGRAMS.contains(&m.as_str()) {
                 return Err(ApiError::bad(
@@ -360,26 +396,7 @@ impl VmConfig {
             }
         }
         if let Some(rt) = &x.rt {
-            if !matches!(rt.policy.as_str(), "fifo" | "rr") {
-                return Err(ApiError::bad("x_vmm.rt.policy", "give fifo or rr"));
-            }
-            if !(1..=99).contains(&rt.priority) {
-                return Err(ApiError::bad(
-                    "x_vmm.rt.priority",
-                    "an RT priority is 1..=99",
-                ));
-            }
-            if let Some(v) = &rt.vcpu_priorities {
-                if v.len() != c.boot_vcpus as usize || v.iter().any(|p| !(1..=99).contains(p)) {
-                    return Err(ApiError::bad(
-                        "x_vmm.rt.vcpu_priorities",
-                        format!(
-                            "give one RT priority (1..=99) per vCPU: {} of them",
-                            c.boot_vcpus
-                        ),
-                    ));
-                }
-            }
+            rt.check(self.cpus.boot_vcpus)?;
         }
         if let Some(p) = &x.placement {
             if !matches!(p.policy.as_str(), "pinned" | "none") {
@@ -388,29 +405,28 @@ impl VmConfig {
                     "give pinned or none",
                 ));
             }
-        }
-        if let (true, Some(m)) = (linux, &self.memory) {
-            if let Some(total) = vmm_machine::memory::host_mem_total() {
-                if m.size > total {
-                    return Err(ApiError::bad(
-                        "memory.size",
-                        format!(
-                            "{} bytes is more than this host's {total} bytes of RAM",
-                            m.size
-                        ),
-                    ));
-                }
-            }
-            if m.size < LINUX_MIN_MEMORY || m.size % (2 << 20) != 0 {
+            if self.cpus.affinity.is_some() {
                 return Err(ApiError::bad(
-                    "memory.size",
-                    format!(
-                        "{} bytes; a Linux guest takes a multiple of 2 MiB, at least {LINUX_MIN_MEMORY}",
-                        m.size
-                    ),
+                    "x_vmm.placement",
+                    "cpus.affinity already places every vCPU; give one of the two",
                 ));
             }
-        } else if let Some(m) = &self.memory {
+        }
+        if x.topology.is_some() && self.cpus.topology.is_some() {
+            return Err(ApiError::bad(
+                "x_vmm.topology",
+                "cpus.topology gives the shape too; give one of the two",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `memory.size`, against the payload's limits and the host's RAM.
+    fn check_memory(&self) -> Result<(), ApiError> {
+        let Some(m) = &self.memory else {
+            return Ok(());
+        };
+        if !self.linux_payload() {
             let (lo, hi) = (
                 vmm_machine::micro::MIN_MEMORY,
                 vmm_machine::micro::MAX_MEMORY,
@@ -424,78 +440,242 @@ impl VmConfig {
                     ),
                 ));
             }
+            return Ok(());
         }
-        let nodes = self.numa.as_ref().map_or(0, Vec::len);
-        let (shape, field) = if let Some(t) = &x.topology {
-            (t.clone(), "x_vmm.topology")
-        } else if let Some(t) = &c.topology {
-            let n = [
-                t.threads_per_core,
-                t.cores_per_die,
-                t.dies_per_package,
-                t.packages,
-            ];
-            if n.contains(&0) {
+        if let Some(total) = vmm_machine::memory::host_mem_total() {
+            if m.size > total {
                 return Err(ApiError::bad(
-                    "cpus.topology",
-                    "every count must be at least 1",
-                ));
-            }
-            let total: u64 = n.iter().map(|&v| v as u64).product();
-            if total != c.boot_vcpus as u64 {
-                return Err(ApiError::bad(
-                    "cpus.topology",
+                    "memory.size",
                     format!(
-                        "{} x {} x {} x {} = {total} vCPUs, but boot_vcpus is {}",
-                        t.packages,
-                        t.dies_per_package,
-                        t.cores_per_die,
-                        t.threads_per_core,
-                        c.boot_vcpus
+                        "{} bytes is more than this host's {total} bytes of RAM",
+                        m.size
                     ),
                 ));
             }
-            if nodes > 1 && nodes as u32 != t.packages {
+        }
+        if m.size < LINUX_MIN_MEMORY || m.size % (2 << 20) != 0 {
+            return Err(ApiError::bad(
+                "memory.size",
+                format!(
+                    "{} bytes; a Linux guest takes a multiple of 2 MiB, at least {LINUX_MIN_MEMORY}",
+                    m.size
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `serial` and `console`: only what this VMM has (a Linux guest's
+    /// 16550 serial port, to a file or the server's stdout; no virtio
+    /// console), never a field it would ignore.
+    fn check_consoles(&self) -> Result<(), ApiError> {
+        if let Some(s) = &self.serial {
+            let honoured: &[&str] = if self.linux_payload() {
+                &["Off", "Null", "Tty", "File"]
+            } else {
+                &["Off", "Null"]
+            };
+            if !honoured.contains(&s.mode.as_str()) {
+                let why = if self.linux_payload() {
+                    "this VMM sends a serial port to a file (File) or its stdout (Tty), or nowhere"
+                } else {
+                    "a micro-guest has no serial port"
+                };
                 return Err(ApiError::bad(
-                    "numa",
-                    format!("{nodes} guest nodes; give one per package ({})", t.packages),
+                    "serial.mode",
+                    format!("{:?}: {why}; give one of {honoured:?}", s.mode),
                 ));
             }
-            (
-                ch_shape(
-                    t.packages,
-                    t.dies_per_package,
-                    t.cores_per_die,
-                    t.threads_per_core,
-                    nodes > 1,
-                ),
-                "cpus.topology",
-            )
-        } else {
+            check_console_file("serial", s)?;
+        }
+        if let Some(c) = &self.console {
+            if !matches!(c.mode.as_str(), "Off" | "Null") {
+                return Err(ApiError::bad(
+                    "console.mode",
+                    format!(
+                        "{:?}: this VMM has no virtio console; give Off or Null (a Linux \
+                         guest's console is the serial port: serial)",
+                        c.mode
+                    ),
+                ));
+            }
+            check_console_file("console", c)?;
+        }
+        Ok(())
+    }
+
+    /// The guest shape: `x_vmm.topology`, `cpus.topology` (CH's terms) or
+    /// one package of `boot_vcpus` cores; and the field it came from.
+    fn shape(&self) -> Result<(String, &'static str), ApiError> {
+        let c = &self.cpus;
+        let nodes = self.numa.as_ref().map_or(0, Vec::len);
+        if let Some(t) = self.x_vmm.as_ref().and_then(|x| x.topology.as_ref()) {
+            return Ok((t.clone(), "x_vmm.topology"));
+        }
+        let Some(t) = &c.topology else {
             if nodes > 1 {
                 return Err(ApiError::bad(
                     "numa",
                     "several guest nodes need cpus.topology",
                 ));
             }
-            (
+            return Ok((
                 format!("package:1 l3:1 l2:{} core:1 pu:1", c.boot_vcpus),
                 "cpus.boot_vcpus",
-            )
+            ));
         };
-        let g = topology::GuestTopology::from_spec(&shape)
-            .map_err(|e| ApiError::bad(field, format!("{shape:?}: {e}")))?;
-        if g.num_vcpus() != c.boot_vcpus as usize {
+        let n = [
+            t.threads_per_core,
+            t.cores_per_die,
+            t.dies_per_package,
+            t.packages,
+        ];
+        if n.contains(&0) {
             return Err(ApiError::bad(
-                field,
+                "cpus.topology",
+                "every count must be at least 1",
+            ));
+        }
+        let total: u64 = n.iter().map(|&v| v as u64).product();
+        if total != c.boot_vcpus as u64 {
+            return Err(ApiError::bad(
+                "cpus.topology",
                 format!(
-                    "{shape:?} has {} vCPUs, but boot_vcpus is {}",
-                    g.num_vcpus(),
+                    "{} x {} x {} x {} = {total} vCPUs, but boot_vcpus is {}",
+                    t.packages,
+                    t.dies_per_package,
+                    t.cores_per_die,
+                    t.threads_per_core,
                     c.boot_vcpus
                 ),
             ));
         }
-        Ok(shape)
+        if nodes > 1 && nodes as u32 != t.packages {
+            return Err(ApiError::bad(
+                "numa",
+                format!("{nodes} guest nodes; give one per package ({})", t.packages),
+            ));
+        }
+        let shape = ch_shape(
+            t.packages,
+            t.dies_per_package,
+            t.cores_per_die,
+            t.threads_per_core,
+            nodes > 1,
+        );
+        Ok((shape, "cpus.topology"))
+    }
+
+    /// `numa`: one entry per guest node of the shape, each saying what
+    /// the guest gets (its vCPUs, its distances) or leaving it out; no
+    /// memory zones (this VMM has none).
+    fn check_numa(&self, g: &topology::GuestTopology) -> Result<(), ApiError> {
+        let Some(numa) = &self.numa else {
+            return Ok(());
+        };
+        let nodes = g.num_nodes() as u32;
+        if numa.len() as u32 != nodes {
+            return Err(ApiError::bad(
+                "numa",
+                format!(
+                    "{} entries, but the guest has {nodes} NUMA nodes; give one per node",
+                    numa.len()
+                ),
+            ));
+        }
+        let mut seen = vec![false; nodes as usize];
+        for n in numa {
+            let id = n.guest_numa_id;
+            if id >= nodes || std::mem::replace(&mut seen[id as usize], true) {
+                return Err(ApiError::bad(
+                    "numa.guest_numa_id",
+                    format!("{id}: give each of 0..{nodes} once"),
+                ));
+            }
+            n.check_against(g)?;
+        }
+        Ok(())
+    }
+}
+
+/// A console's `file`: given with mode `File` only, and needed there.
+fn check_console_file(name: &str, c: &ConsoleConfig) -> Result<(), ApiError> {
+    match (c.mode.as_str(), &c.file) {
+        ("File", None) => Err(ApiError::bad(
+            &format!("{name}.file"),
+            "give a file for mode File",
+        )),
+        ("File", Some(_)) | (_, None) => Ok(()),
+        (m, Some(_)) => Err(ApiError::bad(
+            &format!("{name}.file"),
+            format!("mode {m} writes no file; give mode File, or leave file out"),
+        )),
+    }
+}
+
+impl NumaConfig {
+    /// Its `cpus` and `distances` are what the guest gets, if given.
+    fn check_against(&self, g: &topology::GuestTopology) -> Result<(), ApiError> {
+        let id = self.guest_numa_id;
+        if let Some(cpus) = &self.cpus {
+            let mut mine = cpus.clone();
+            mine.sort_unstable();
+            let real = g.node_cpus(id);
+            if mine != real {
+                return Err(ApiError::bad(
+                    "numa.cpus",
+                    format!(
+                        "node {id}: {cpus:?}, but the guest topology puts vCPUs {real:?} there; \
+                         give those, or leave cpus out"
+                    ),
+                ));
+            }
+        }
+        for d in self.distances.iter().flatten() {
+            let real =
+                (d.destination < g.num_nodes() as u32).then(|| g.distance(id, d.destination));
+            if real != Some(d.distance) {
+                return Err(ApiError::bad(
+                    "numa.distances",
+                    format!(
+                        "node {id} to {}: {}, but the guest's distance (from its topology) is \
+                         {real:?}; give that, or leave distances out",
+                        d.destination, d.distance
+                    ),
+                ));
+            }
+        }
+        if self.memory_zones.as_ref().is_some_and(|z| !z.is_empty()) {
+            return Err(ApiError::bad(
+                "numa.memory_zones",
+                "this VMM has no memory zones; leave memory_zones out",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl RtConfig {
+    /// The policy and priorities, for a VM of `vcpus` vCPUs.
+    fn check(&self, vcpus: u32) -> Result<(), ApiError> {
+        if !matches!(self.policy.as_str(), "fifo" | "rr") {
+            return Err(ApiError::bad("x_vmm.rt.policy", "give fifo or rr"));
+        }
+        if !(1..=99).contains(&self.priority) {
+            return Err(ApiError::bad(
+                "x_vmm.rt.priority",
+                "an RT priority is 1..=99",
+            ));
+        }
+        if let Some(v) = &self.vcpu_priorities {
+            if v.len() != vcpus as usize || v.iter().any(|p| !(1..=99).contains(p)) {
+                return Err(ApiError::bad(
+                    "x_vmm.rt.vcpu_priorities",
+                    format!("give one RT priority (1..=99) per vCPU: {vcpus} of them"),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -552,5 +732,47 @@ mod tests {
         assert_eq!(e.field.as_deref(), Some("x_vmm.micro"));
         let e = cfg("{").unwrap_err();
         assert!(e.error.contains("invalid JSON"), "{e:?}");
+    }
+
+    fn field_of(j: &str) -> Option<String> {
+        cfg(j).unwrap().guest_shape().unwrap_err().field
+    }
+
+    #[test]
+    fn a_value_the_server_cannot_honour_names_its_field() {
+        let linux = r#""payload":{"kernel":"/k"}"#;
+        for (j, field) in [
+            (format!(r#"{{{linux},"serial":{{"mode":"Pty"}}}}"#), "serial.mode"),
+            (format!(r#"{{{linux},"serial":{{"mode":"bogus"}}}}"#), "serial.mode"),
+            (format!(r#"{{{linux},"serial":{{"mode":"File"}}}}"#), "serial.file"),
+            (format!(r#"{{{linux},"serial":{{"mode":"Tty","file":"/x"}}}}"#), "serial.file"),
+            (r#"{"serial":{"mode":"File","file":"/x"}}"#.into(), "serial.mode"),
+            (r#"{"console":{"mode":"Tty"}}"#.into(), "console.mode"),
+            (r#"{"console":{"mode":"Off","file":"/x"}}"#.into(), "console.file"),
+            (
+                r#"{"cpus":{"boot_vcpus":1,"affinity":[{"vcpu":0,"host_cpus":[0]}]},"x_vmm":{"placement":{"policy":"none"}}}"#.into(),
+                "x_vmm.placement",
+            ),
+            (
+                r#"{"cpus":{"boot_vcpus":1,"topology":{"threads_per_core":1,"cores_per_die":1,"dies_per_package":1,"packages":1}},"x_vmm":{"topology":"package:1 core:1 pu:1"}}"#.into(),
+                "x_vmm.topology",
+            ),
+            (r#"{"numa":[{"guest_numa_id":0,"memory_zones":["z"]}]}"#.into(), "numa.memory_zones"),
+            (r#"{"numa":[{"guest_numa_id":1}]}"#.into(), "numa.guest_numa_id"),
+            (r#"{"cpus":{"boot_vcpus":2},"numa":[{"guest_numa_id":0,"cpus":[0]}]}"#.into(), "numa.cpus"),
+            (r#"{"numa":[{"guest_numa_id":0,"distances":[{"destination":0,"distance":99}]}]}"#.into(), "numa.distances"),
+            (r#"{"x_vmm":{"topology":"package:2 [numa] core:1 pu:1"},"cpus":{"boot_vcpus":2},"numa":[{"guest_numa_id":0}]}"#.into(), "numa"),
+        ] {
+            assert_eq!(field_of(&j).as_deref(), Some(field), "{j}");
+        }
+        // What it honours passes.
+        for j in [
+            format!(r#"{{{linux},"serial":{{"mode":"File","file":"/x"}},"console":{{"mode":"Off"}}}}"#),
+            format!(r#"{{{linux},"serial":{{"mode":"Tty"}}}}"#),
+            r#"{"serial":{"mode":"Null"},"console":{"mode":"Null"}}"#.into(),
+            r#"{"cpus":{"boot_vcpus":2},"numa":[{"guest_numa_id":0,"cpus":[1,0],"distances":[{"destination":0,"distance":10}]}]}"#.into(),
+        ] {
+            cfg(&j).unwrap().guest_shape().unwrap_or_else(|e| panic!("{j}: {e:?}"));
+        }
     }
 }

@@ -20,20 +20,67 @@
 //! ([`to_classic`]). Names follow Prometheus conventions: base units,
 //! `_total` for counters, `_seconds` for times.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 use vcpu_sched::TaskStats;
 
-use super::State;
+use super::vms::{VmRecord, VmState};
 
 type Labels = Vec<(String, String)>;
+
+/// The API's own series: requests by endpoint and status code, and the
+/// time each took. Kept by the HTTP front end, outside the VM table's
+/// lock (the families synchronise themselves).
+pub struct ApiMetrics {
+    latency: Histogram,
+    requests: Family<Labels, Counter>,
+}
+
+impl Default for ApiMetrics {
+    fn default() -> Self {
+        Self {
+            latency: Histogram::new(exponential_buckets(5e-6, 4.0, 10)),
+            requests: Family::default(),
+        }
+    }
+}
+
+impl ApiMetrics {
+    /// Counts one answered request.
+    pub fn observe(&self, endpoint: String, code: u16, seconds: f64) {
+        self.latency.observe(seconds);
+        self.requests
+            .get_or_create(&vec![
+                ("endpoint".into(), endpoint),
+                ("code".into(), code.to_string()),
+            ])
+            .inc();
+    }
+}
+
+/// What a scrape reads.
+pub struct Sources<'a> {
+    /// The VM table.
+    pub vms: &'a BTreeMap<String, VmRecord>,
+    /// `--metrics-per-vcpu`.
+    pub per_vcpu: bool,
+    /// The scheduler every VM shares (none with `--executor host`).
+    pub sched: Option<&'a vcpu_sched::Scheduler>,
+    /// The API's own series.
+    pub api: &'a ApiMetrics,
+    /// When the server started.
+    pub started: Instant,
+}
 
 /// Upper bounds (seconds) of the latency histograms: 1 us x 4^k up to
 /// about 1 s, then +Inf.
@@ -175,8 +222,8 @@ fn gauge_family() -> Family<Labels, Gauge> {
     Family::default()
 }
 
-/// The exposition text of `state`.
-pub fn render(state: &State) -> String {
+/// The exposition text of `src`.
+pub fn render(src: &Sources) -> String {
     let mut reg = Registry::with_prefix("vmm");
     let exits = counter_family();
     let vcpu_exits = counter_family();
@@ -186,12 +233,12 @@ pub fn render(state: &State) -> String {
     let running = gauge_family();
     let tasks = TaskFamilies::default();
     let by_reason = counter_family();
-    for (id, v) in &state.vms {
+    for (id, v) in src.vms {
         let l = vec![("vm".to_string(), id.clone())];
         let (st, _) = v.observed_state();
         running
             .get_or_create(&l)
-            .set(i64::from(st == super::VmState::Running));
+            .set(i64::from(st == VmState::Running));
         vcpus.get_or_create(&l).set(v.config.cpus.boot_vcpus as i64);
         boots.get_or_create(&l).inc_by(v.boots);
         let mut total = v.past_exits;
@@ -200,14 +247,14 @@ pub fn render(state: &State) -> String {
             let snap = r.set().progress_snapshot();
             total += snap.iter().sum::<u64>();
             nlive = r.set().vms()[0].live();
-            if state.opts.per_vcpu_metrics {
+            if src.per_vcpu {
                 for (k, n) in snap.iter().enumerate() {
                     let mut lk = l.clone();
                     lk.push(("vcpu".into(), k.to_string()));
                     vcpu_exits.get_or_create(&lk).inc_by(*n);
                 }
             }
-            tasks.add(&l, &r.task_stats(), state.opts.per_vcpu_metrics);
+            tasks.add(&l, &r.task_stats(), src.per_vcpu);
         }
         exits.get_or_create(&l).inc_by(total);
         for (reason, n) in v.exit_counts.snapshot() {
@@ -235,29 +282,29 @@ pub fn render(state: &State) -> String {
         "1 if the VM is booted and its guest has not ended",
         running,
     );
-    if state.opts.per_vcpu_metrics {
+    if src.per_vcpu {
         reg.register(
             "vcpu_kvm_exits",
             "Exits from KVM_RUN per vCPU (this boot)",
             vcpu_exits,
         );
     }
-    tasks.register(&mut reg, state.opts.per_vcpu_metrics);
-    if let Some(pool) = &state.pool {
-        register_scheduler(&mut reg, pool.scheduler());
+    tasks.register(&mut reg, src.per_vcpu);
+    if let Some(sched) = src.sched {
+        register_scheduler(&mut reg, sched);
     }
     reg.register(
         "api_requests",
         "API requests answered, by endpoint and status code",
-        state.api_requests.clone(),
+        src.api.requests.clone(),
     );
     reg.register(
         "api_request_duration_seconds",
         "Time to answer an API request",
-        state.api_latency.clone(),
+        src.api.latency.clone(),
     );
     let up = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
-    up.set(state.started.elapsed().as_secs_f64());
+    up.set(src.started.elapsed().as_secs_f64());
     reg.register("uptime_seconds", "Seconds since the server started", up);
     let mut out = String::new();
     if encode(&mut out, &reg).is_err() {

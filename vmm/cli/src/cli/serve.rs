@@ -123,5 +123,13 @@ pub fn run(a: ServeArgs) -> Result<()> {
         executor,
         per_vcpu_metrics: a.metrics_per_vcpu || file.metrics_per_vcpu,
     };
-    serve(opts).with_context(|| format!("vmm serve --api-socket {}", a.api_socket.display()))
+    serve(opts).map_err(|e| {
+        if e.is_user_fault() {
+            // the message names --api-socket (or the executor) itself
+            InputError(e.to_string()).into()
+        } else {
+            anyhow::Error::from(e)
+                .context(format!("vmm serve --api-socket {}", a.api_socket.display()))
+        }
+    })
 }

@@ -1,0 +1,59 @@
+//! What the server is started with, and why it may not start.
+//!
+//! WHAT: [`ServeOptions`] (the socket, the topology, the fixes, the
+//! executor, per-vCPU metrics) and [`ServeError`].
+//! WHY: every other module of the crate reads these; keeping them in a
+//! file of their own, importing no sibling, keeps the module graph
+//! one-way.
+//! HOW: plain types.
+
+use std::path::PathBuf;
+
+use vcpu_sched::Mitigations;
+use vmm_machine::vcpu_body::ExecutorKind;
+
+/// How the server runs VMs.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// The socket path.
+    pub socket: PathBuf,
+    /// The topology spec the scheduler manages (`host`, a preset, ...).
+    pub topology: String,
+    /// The fixes.
+    pub mitigations: Mitigations,
+    /// Which executor runs each VM.
+    pub executor: ExecutorKind,
+    /// Per-vCPU metric series.
+    pub per_vcpu_metrics: bool,
+}
+
+/// Errors starting the server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The topology.
+    #[error(transparent)]
+    Topology(#[from] topology::TopologyError),
+    /// The scheduler's CPU mapping.
+    #[error(transparent)]
+    Sched(#[from] vcpu_sched::SchedError),
+    /// KVM.
+    #[error(transparent)]
+    Micro(#[from] vmm_machine::micro::MicroError),
+    /// The shared scheduler and its workers.
+    #[error("starting the shared scheduler: {0}")]
+    Executor(#[from] vmm_machine::vcpu_body::TaskError),
+    /// The user's input: an executor the server cannot share, a socket
+    /// path the server will not take (a user's file, a live server).
+    #[error("{0}")]
+    Input(String),
+    /// The socket, the signal handlers, the runtime.
+    #[error("{0}: {1}")]
+    Io(String, std::io::Error),
+}
+
+impl ServeError {
+    /// Is it the user's mistake (a different command line would work)?
+    pub fn is_user_fault(&self) -> bool {
+        matches!(self, ServeError::Input(_))
+    }
+}
