@@ -84,6 +84,61 @@ fn a_small_comparison_has_the_aa_and_host_rows() {
     assert_eq!(v["reports"].as_array().map(|r| r.len()), Some(8), "{v}");
 }
 
+/// `--compare-executors`: the same set on the workers (baseline and A/A),
+/// on the threads executor and on host 1:1 threads, interleaved; every
+/// report says which executor ran it.
+#[test]
+fn executors_compare_with_the_same_set_interleaved() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("e.json");
+    let o = vmm(&[
+        "bench",
+        "runq",
+        "--vms",
+        "1",
+        "--vcpus",
+        "4",
+        "--duration",
+        "0.2",
+        "--compare-executors",
+        "--reps",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = integration_tests::comparison::check_comparison(
+        &v,
+        &["all", "all (A/A)", "all on threads", "host 1:1"],
+        2,
+    );
+    assert_eq!(rows[2]["kind"], "variant");
+    let execs: Vec<String> = v["reports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["executor"].as_str().unwrap().to_string())
+        .collect();
+    // a warm-up run is not reported; 4 rows x 2 repetitions are
+    assert_eq!(execs.len(), 8, "{execs:?}");
+    for (e, n) in [("workers", 4), ("threads", 2), ("host", 2)] {
+        assert_eq!(execs.iter().filter(|x| *x == e).count(), n, "{execs:?}");
+    }
+    // the host kernel's executor has nothing to compare with itself
+    let o = vmm(&["bench", "runq", "--executor", "host", "--compare-executors"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--compare-executors"));
+    let o = vmm(&["bench", "runq", "--compare-executors", "--compare", "seeds"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
 #[test]
 fn bad_input_exits_2_with_one_line() {
     for (args, msg) in [

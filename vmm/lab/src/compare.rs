@@ -1,6 +1,6 @@
-//! The seeds' comparison on micro-guests: every mitigation set, the
-//! baseline's A/A row and the host 1:1 baseline, run repeatedly,
-//! interleaved.
+//! The seeds' comparison on micro-guests: every mitigation set (or the
+//! same set on another executor), the baseline's A/A row and the host 1:1
+//! baseline, run repeatedly, interleaved.
 //!
 //! WHAT: [`compare`] and its options, progress and result types.
 //! WHY: one run is noisy; a comparison needs repetitions that no slow
@@ -32,6 +32,10 @@ pub struct CompareOptions {
     pub repetitions: usize,
     /// Also run the host 1:1 baseline in every repetition.
     pub host_baseline: bool,
+    /// Scheduler executors to compare with the run's own: each runs the
+    /// first set, as a row of its own (`SET on threads`), so that a table
+    /// compares executors with everything else equal.
+    pub executors: Vec<ExecutorKind>,
 }
 
 /// Where a comparison is.
@@ -95,6 +99,18 @@ pub fn compare(
             (c.label, c.kind, o)
         })
         .collect();
+    for &e in &opts.executors {
+        if !e.has_scheduler() || e == opts.run.executor {
+            return Err(BenchError::Input(format!(
+                "compare {} with another scheduler executor (workers or threads); \
+                 the host 1:1 row is added by itself",
+                opts.run.executor
+            )));
+        }
+        let mut o = cells[0].2.clone();
+        o.executor = e;
+        cells.push((format!("{} on {e}", o.mitigations), RowKind::Variant, o));
+    }
     if opts.host_baseline {
         let mut o = opts.run.clone();
         o.executor = ExecutorKind::Host;

@@ -57,6 +57,12 @@ pub struct BenchArgs {
     #[arg(long, value_name = "R", value_parser = args::reps,
           allow_negative_numbers = true)]
     pub reps: Option<usize>,
+    /// Compare the executors instead of mitigation sets: the chosen
+    /// --mitigations set (default all) on the --executor (the baseline and
+    /// its A/A row), on the other scheduler executor, and the host 1:1
+    /// baseline; the same repetitions, interleaved.
+    #[arg(long, conflicts_with = "compare")]
+    pub compare_executors: bool,
     /// Leave the host 1:1 baseline out of a --compare.
     #[arg(long)]
     pub no_host: bool,
@@ -291,7 +297,15 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
     if a.no_host_rt && !rt {
         return Err(ignored("--no-host-rt", "cyclic and transcode", &here).into());
     }
-    if a.compare.is_none() {
+    if a.compare_executors && executor == ExecutorKind::Host {
+        return Err(ignored(
+            "--compare-executors",
+            "the workers and threads executors (the host 1:1 row is added by itself)",
+            "--executor host",
+        )
+        .into());
+    }
+    if a.compare.is_none() && !a.compare_executors {
         if a.reps.is_some() {
             return Err(ignored("--reps", "--compare", "a single run").into());
         }
@@ -307,9 +321,9 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
             .into());
         }
     } else if a.per_vcpu {
-        return Err(ignored("--per-vcpu", "a single run", "--compare").into());
+        return Err(ignored("--per-vcpu", "a single run", "a comparison").into());
     } else if a.breakdown {
-        return Err(ignored("--breakdown", "a single run", "--compare").into());
+        return Err(ignored("--breakdown", "a single run", "a comparison").into());
     }
     Ok(())
 }
@@ -335,15 +349,29 @@ pub fn run(a: BenchArgs) -> Result<()> {
     o.pin = a.pin;
     topology::load(&a.topology).with_context(|| format!("--topology {}", a.topology))?;
     let bar = progress_bar();
-    let json = match &a.compare {
-        Some(list) => {
-            let variants = mitigation_sets(list)?;
+    let compare_list = match (&a.compare, a.compare_executors) {
+        (Some(list), _) => Some((mitigation_sets(list)?, Vec::new())),
+        (None, true) => {
+            let other = match executor {
+                ExecutorKind::Workers => ExecutorKind::Threads,
+                _ => ExecutorKind::Workers,
+            };
+            Some((
+                vec![a.mitigations.unwrap_or_else(Mitigations::all)],
+                vec![other],
+            ))
+        }
+        (None, false) => None,
+    };
+    let json = match compare_list {
+        Some((variants, executors)) => {
             let c = compare(
                 &CompareOptions {
                     run: o,
                     variants,
                     repetitions: a.reps.unwrap_or(3),
                     host_baseline: !a.no_host,
+                    executors,
                 },
                 &mut |p| {
                     let f = (p.done as f64 + p.run_fraction) / p.total.max(1) as f64;
