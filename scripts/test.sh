@@ -30,6 +30,9 @@ guest/build.sh
 step "format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+# every intra-doc link resolves (private items are not linked from
+# public docs)
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
 step "build"
 # vmm and vmm-sim side by side in target/debug: `vmm sim` runs vmm-sim

@@ -3,6 +3,11 @@
 //! task, on a modelled genoa-2s (384 CPUs, 2 nodes). Baseline: the packed
 //! layout; fix: counts and masks on their own lines, per-node masks.
 
+// benches-twin builds this file against the simulator's build of
+// vcpu_sched, with its own copy of the helper library.
+#[cfg(twin)]
+extern crate benches_twin as benches;
+
 use criterion::{BenchmarkId, Criterion};
 use vcpu_sched::cpupri::CpuPri;
 use vcpu_sched::Policy;

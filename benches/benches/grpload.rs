@@ -4,6 +4,11 @@
 //! Baseline: one shared sum per group (a migration subtracts and adds);
 //! fix: per-node sums (a migration inside a node writes nothing).
 
+// benches-twin builds this file against the simulator's build of
+// vcpu_sched, with its own copy of the helper library.
+#[cfg(twin)]
+extern crate benches_twin as benches;
+
 use criterion::{BenchmarkId, Criterion};
 use vcpu_sched::group_load::GroupLoad;
 

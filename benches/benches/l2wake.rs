@@ -6,6 +6,11 @@
 //! L2 sharing does, so they push onto its lock-free wake list and the
 //! target drains it in batches. Time per successful wakeup.
 
+// benches-twin builds this file against the simulator's build of
+// vcpu_sched, with its own copy of the helper library.
+#[cfg(twin)]
+extern crate benches_twin as benches;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;

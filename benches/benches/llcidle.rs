@@ -13,6 +13,11 @@
 //!   global count every time, like the baseline, on top of its own work
 //!   (its worst case).
 
+// benches-twin builds this file against the simulator's build of
+// vcpu_sched, with its own copy of the helper library.
+#[cfg(twin)]
+extern crate benches_twin as benches;
+
 use criterion::{BenchmarkId, Criterion};
 use vcpu_sched::idle::IdleTracker;
 

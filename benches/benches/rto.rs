@@ -13,6 +13,11 @@
 //!   node's 0->1 and 1->0 transition and the fix rewrites its flag every
 //!   time (its worst case).
 
+// benches-twin builds this file against the simulator's build of
+// vcpu_sched, with its own copy of the helper library.
+#[cfg(twin)]
+extern crate benches_twin as benches;
+
 use criterion::{BenchmarkId, Criterion};
 use vcpu_sched::rto::RtOverload;
 

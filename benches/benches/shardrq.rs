@@ -3,6 +3,11 @@
 //! gnr-2s (one 240-CPU LLC per socket). Baseline: one queue and lock per
 //! LLC; fix: shards of 6 CPUs.
 
+// benches-twin builds this file against the simulator's build of
+// vcpu_sched, with its own copy of the helper library.
+#[cfg(twin)]
+extern crate benches_twin as benches;
+
 use criterion::{BenchmarkId, Criterion};
 use vcpu_sched::shared_rq::SharedRq;
 

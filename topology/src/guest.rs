@@ -266,7 +266,7 @@ fn guest_caches(host: &HostTopology) -> Caches {
 
 impl GuestTopology {
     /// A guest shaped like a topology SPEC (preset, synthetic string, XML or
-    /// CPUID dump; see [`crate::load`]). The vCPUs mirror no host CPU.
+    /// CPUID dump; see [`crate::load()`]). The vCPUs mirror no host CPU.
     pub fn from_spec(spec: &str) -> Result<Self> {
         let t = crate::load::load(spec)?;
         let all: Vec<u32> = (0..t.num_cpus() as u32).collect();

@@ -266,7 +266,7 @@ fn verdict(kind: RowKind, lo: f64, hi: f64, band: (f64, f64)) -> Verdict {
 }
 
 /// Each repetition of `vals` relative to the baseline run of the same
-/// repetition, in percent, oriented as [`relative`]; repetitions without a
+/// repetition, in percent, oriented as `relative`; repetitions without a
 /// ratio are left out.
 pub fn per_repetition_ratios(vals: &[f64], base: &[f64], higher_is_better: bool) -> Vec<f64> {
     vals.iter()

@@ -5,7 +5,7 @@
 //! Levels are the cpupri indices of [`crate::task`]: 1 for a CPU that runs
 //! a fair task or nothing, and 2..=100 for RT priorities 1..=99. An idle
 //! CPU registers at the fair level ([`level`]), as in Linux since v5.10
-//! (Dietmar Eggemann, "sched/cpupri: Remove pri_to_cpu[CPUPRI_IDLE]",
+//! (Dietmar Eggemann, "sched/cpupri: Remove pri_to_cpu\[CPUPRI_IDLE\]",
 //! 2020): RT placement gains nothing from telling idle from fair CPUs
 //! apart that the idle tracker cannot tell it more cheaply, and with a
 //! separate idle level every idle entry and exit of every CPU, RT or not,

@@ -15,7 +15,7 @@
 //!   real CPUs or on a big topology emulated onto them.
 //! * **Workloads** ([`workload`]) shaped like the seeds' benchmarks, a
 //!   runner that returns a serialisable report, and a comparison runner
-//!   ([`bench`]) that interleaves mitigation sets and renders the seeds'
+//!   ([`bench`](mod@bench)) that interleaves mitigation sets and renders the seeds'
 //!   table.
 //! * **Checking**: the [invariant checker](check), loom tests of the wake
 //!   list and the idle accounting (`RUSTFLAGS="--cfg loom" cargo test -p

@@ -10,7 +10,7 @@
 //!   simulator, by its build script; no feature of `vcpu_sched` turns it
 //!   on): `#[repr(transparent)]` wrappers around the `std` types
 //!   that report every access (cache line = address / 64, kind) to a
-//!   thread-local [recorder](recorder) before doing it. The simulator
+//!   thread-local [recorder] before doing it. The simulator
 //!   (`exec::sim`) turns the reports into coherence traffic. Because the
 //!   line comes from the real address, a layout change (a field moved to
 //!   its own line, a counter split per node) changes the simulated cost by

@@ -16,7 +16,7 @@
 //! list, cpupri, RT overload, idle tracking and group load are lock-free.
 //!
 //! # Flow of a wakeup
-//! `wake` claims the blocked task (one CAS), [selects a CPU](Self::select_cpu)
+//! `wake` claims the blocked task (one CAS), selects a CPU (`select_cpu`)
 //! (cpupri for RT, idle tracking for fair), then either enqueues it directly
 //! under the target's lock (waker shares an LLC with the target, or an L2
 //! with fix 5) or pushes it onto the target's wake list and kicks the target.

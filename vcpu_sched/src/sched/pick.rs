@@ -211,7 +211,7 @@ impl Scheduler {
     /// slot, with `prev` saying what happens to the current task (the idle
     /// context passes [`Prev::Keep`]).
     ///
-    /// A CPU id it does not manage is an error ([`SchedError::NoSuchCpu`]).
+    /// A CPU id it does not manage is an error ([`SchedError::NoSuchCpu`](crate::SchedError::NoSuchCpu)).
     pub fn schedule(&self, cpu: CpuId, prev: Prev, now: u64) -> Result<Pick> {
         let cpu = self.check_cpu(cpu)?;
         Ok(self.schedule_checked(cpu, prev, now))

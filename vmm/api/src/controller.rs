@@ -15,7 +15,7 @@
 //! those run on tokio's blocking pool with the lock let go, a `busy` flag
 //! on the record keeping other requests off the VM meanwhile, and the lock
 //! taken again to record the result. `vm.create` checks the request's
-//! files ([`files`](super::files)) with no lock held, then checks again
+//! files ([`files`]) with no lock held, then checks again
 //! under it what others may have changed since (the id, the memory).
 
 use std::collections::BTreeMap;

@@ -1,8 +1,8 @@
 //! The server's life: socket, runtime, signals, and the end.
 //!
-//! WHAT: [`serve`] claims the socket ([`socket`](super::socket)), starts
+//! WHAT: [`serve`] claims the socket ([`socket`]), starts
 //! the [`Controller`] (KVM, the shared scheduler), accepts connections
-//! and hands each request to [`http::handle`](super::http::handle) until
+//! and hands each request to [`http::handle`] until
 //! `vmm.shutdown`, SIGTERM or SIGINT; then it stops every VM and removes
 //! the socket if it is still the one it made.
 //! WHY: the one place where the parts meet.

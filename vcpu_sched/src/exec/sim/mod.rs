@@ -6,7 +6,7 @@
 //!
 //! One thread, one event queue ordered by (virtual ns, sequence number),
 //! one simulated CPU per topology CPU. Each event calls the same
-//! [`Scheduler`] entry points the thread executor calls (`wake`,
+//! [`Scheduler`](crate::Scheduler) entry points the thread executor calls (`wake`,
 //! `schedule`, `tick`); there is no scheduling decision here. While a core
 //! call runs, the [`sync`](crate::sync) layer reports every shared access
 //! (line, kind); the [`coherence`] model charges them on the calling CPU in
@@ -15,15 +15,15 @@
 //!
 //! Tasks follow small behaviour models of the seeds' workloads
 //! ([`SimWorkload`]); VMs are task groups. Same inputs and seed give the
-//! same report, byte for byte. The [`InvariantChecker`] observes the core
+//! same report, byte for byte. The [`InvariantChecker`](crate::check::InvariantChecker) observes the core
 //! every 10 ms of virtual time.
 
 //!
-//! Files, by concern: [`workload`] what to simulate, [`state`] the
-//! simulated machine and its set-up, [`events`] the CPUs' events and core
-//! calls, [`model`] the workloads' behaviour, [`memory`] what a core call
-//! costs, [`report`] what a run reports; [`coherence`] and [`costs`] the
-//! memory model, [`queue`] the event queue, [`regions`] the names of the
+//! Files, by concern: `workload` what to simulate, `state` the
+//! simulated machine and its set-up, `events` the CPUs' events and core
+//! calls, `model` the workloads' behaviour, `memory` what a core call
+//! costs, `report` what a run reports; [`coherence`] and [`costs`] the
+//! memory model, `queue` the event queue, [`regions`] the names of the
 //! core's structures.
 
 pub mod coherence;

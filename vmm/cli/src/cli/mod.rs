@@ -1,7 +1,7 @@
 //! Command-line interface (clap) and the glue from arguments to the library.
 //!
-//! One module per subcommand ([`topology`], [`demo`], [`run`],
-//! [`sched_bench`], [`bench`], [`sim`], [`plan`], [`serve`]). What they
+//! One module per subcommand ([`topology`], [`demo`], [`run`](mod@run),
+//! [`sched_bench`], [`bench`](mod@bench), [`sim`], [`plan`], [`serve`]). What they
 //! share (the input error, flag parsers, `--compare` lists, range checks,
 //! the progress bar) is the crate's leaf [`crate::args`], re-exported here
 //! as `args`. The subcommands import from it and from [`crate::config`],

@@ -49,7 +49,7 @@ pub struct RunArgs {
     #[arg(long, short, value_name = "SIZE")]
     pub memory: Option<String>,
     /// Guest CPU topology: an hwloc synthetic string
-    /// ("package:2 [numa] l3:1 l2:2 core:1 pu:2"), a preset, an hwloc XML
+    /// (`package:2 [numa] l3:1 l2:2 core:1 pu:2`), a preset, an hwloc XML
     /// file or a CPUID dump directory.
     #[arg(long, short, value_name = "SPEC")]
     pub guest: Option<String>,
@@ -103,7 +103,7 @@ pub struct RunArgs {
 
 /// Runs `vmm run`: the exit status is the stop reason's
 /// ([`crate::exit::for_stop`]). `--timeout` counts from the start of the
-/// process and covers every phase: a [`Watchdog`] ends the process with
+/// process and covers every phase: a `Watchdog` ends the process with
 /// 124 if setup (topology, memory, boot) outlives it, and the guest runs
 /// for what is left.
 pub fn run(args: RunArgs) -> Result<ExitCode> {

@@ -23,7 +23,7 @@
 //! on the command line override the file's values. The file must be a
 //! regular file of at most [`MAX_CONFIG_BYTES`] (1 MiB) of UTF-8.
 //!
-//! Parts: [`file`] reads and parses the TOML file; [`resolve`] merges the
+//! Parts: [`file`](mod@file) reads and parses the TOML file; [`resolve`] merges the
 //! flags over it and checks each value with the parsers of
 //! [`crate::args`], the same the flags use.
 

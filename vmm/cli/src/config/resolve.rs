@@ -5,7 +5,7 @@
 //! ([`crate::args`], [`parse_size`], the types' own `FromStr`).
 //! WHY: one rule per setting wherever it comes from, and an error that
 //! names where the bad value was: `--memory`, or `memory (in FILE)`.
-//! HOW: [`Merge`] knows the file's path and picks each value with its
+//! HOW: `Merge` knows the file's path and picks each value with its
 //! origin; one small function per setting that needs more than a parse.
 
 use std::path::{Path, PathBuf};

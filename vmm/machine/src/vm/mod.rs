@@ -130,7 +130,7 @@ pub fn create_vm_with_irqchip(kvm: &Kvm) -> Result<VmFd, Error> {
 
 /// Creates a KVM VM, with the in-kernel irqchip and PIT or without them.
 /// Without, every HLT and every interrupt-controller access exits to
-/// userspace ([`VcpuExit::Halt`]): what micro-guests want.
+/// userspace ([`VcpuExit::Halt`](crate::vcpu::VcpuExit::Halt)): what micro-guests want.
 pub fn create_vm(kvm: &Kvm, irqchip: bool) -> Result<VmFd, Error> {
     let vm = kvm.create_vm().map_err(kvm_err("KVM_CREATE_VM"))?;
     // Intel needs a TSS area for real-mode emulation; harmless elsewhere.
