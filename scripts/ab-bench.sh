@@ -39,6 +39,7 @@ trap 'rm -rf "$tmp"' EXIT
 one() { # BIN ARGS... -> the run's metric value
     local bin=$1
     shift
+    rm -f "$tmp/r.json" # vmm never replaces a file
     "$bin" bench "$w" "$@" --json "$tmp/r.json" >"$tmp/out" 2>&1 || {
         echo "error: $bin bench $w failed:" >&2
         tail -5 "$tmp/out" >&2

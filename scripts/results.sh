@@ -76,6 +76,8 @@ run() {
     shift
     local cmd=("$VMM_BIN" "$@" --json "$data/$name.json")
     echo "== $name: ${cmd[*]}" >&2
+    # vmm never replaces a file: this script regenerates its own output
+    rm -f "$data/$name.json"
     local t0=$SECONDS
     "${cmd[@]}"
     echo "== $name: $((SECONDS - t0)) s" >&2

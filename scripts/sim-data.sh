@@ -77,7 +77,9 @@ one() {
     out=$TMPD/$(echo "$f" | tr '/' '_')
     local t0=$SECONDS
     if [ "$f" = "$SWEEP" ]; then
-        # the curve: its SVG and CSV (the CSV beside the SVG)
+        # the curve: its SVG and CSV (the CSV beside the SVG); vmm never
+        # replaces a file
+        rm -f "$out.svg" "$out.csv"
         "$VMM_BIN" sim cyclic --topology gnr-2s --duration 10ms --compare "none;all" \
             --sweep cpus=16,64,192,384,480 --plot "$out.svg" > "$out.log" 2>&1 || {
             echo "FAILED $f"; cat "$out.log"; return 1; }

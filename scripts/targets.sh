@@ -49,6 +49,8 @@ for workload in ${WORKLOADS:-messaging cyclic runq transcode}; do
             shape=(--vms 4 --vcpus "$n1")
         fi
         f="$out/$workload-$point"
+        # vmm never replaces a file: this script regenerates its own output
+        rm -f "$f.json" "$f.json.gz"
         cmd=(bench "$workload" "${shape[@]}" --duration "$dur" --reps "$reps" --compare "all;none" --json "$f.json")
         { echo "# vmm ${cmd[*]}"; echo "# $(date -u +%FT%TZ), commit $commit, dirty $dirty, $ncpu host CPUs (machine: meta.txt)"; vmm "${cmd[@]}" 2>/dev/null; } >"$f.txt"
         # the JSON keeps every run's histograms: megabytes, compressed well

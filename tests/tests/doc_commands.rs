@@ -809,6 +809,18 @@ fn run_form(doc: &str, form: &Form, tmp: &Path) -> Duration {
     let vmm = vmm_bin();
     let root = workspace_root();
     let mut cmd = form.run.replace("{tmp}", &tmp.display().to_string());
+    // vmm never replaces a result file: an earlier form's is removed, as a
+    // user running the documented commands one after another would.
+    let ws = words(&cmd);
+    for pair in ws.windows(2) {
+        if matches!(pair[0].as_str(), "--json" | "--plot") {
+            let out = Path::new(&pair[1]);
+            if out.starts_with(tmp) {
+                let _ = std::fs::remove_file(out);
+                let _ = std::fs::remove_file(out.with_extension("csv"));
+            }
+        }
+    }
     let first = words(&cmd)[0].clone();
     if ["vmm", "target/debug/vmm", "target/release/vmm"].contains(&first.as_str()) {
         cmd = format!("{}{}", shell_quote(&vmm), &cmd[first.len()..]);

@@ -38,16 +38,55 @@ pub fn format_pu(set: &CpuidSet) -> String {
     out
 }
 
+/// The file that marks a directory as a dump this library wrote: only such
+/// a directory (or an empty or new one) is written into, and only its
+/// `puN` files are ever removed.
+pub const DUMP_MARKER: &str = ".vmm-cpuid-dump";
+
+/// Checks that `dir` may take a dump: absent, empty, or one this library
+/// wrote (it holds [`DUMP_MARKER`]). Anything else, a user's own dump or
+/// files, is refused untouched; the message says what to give instead.
+pub fn check_dump_dir(dir: &Path) -> std::result::Result<(), String> {
+    let meta = match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("cannot look at it: {e}")),
+        Ok(m) => m,
+    };
+    if !meta.is_dir() {
+        return Err(format!(
+            "it is {}, not a directory; give a new or empty directory",
+            crate::user_file::kind(&meta)
+        ));
+    }
+    let mut entries = std::fs::read_dir(dir).map_err(|e| format!("cannot list it: {e}"))?;
+    if entries.next().is_none() || dir.join(DUMP_MARKER).is_file() {
+        return Ok(());
+    }
+    Err(format!(
+        "it holds files that vmm did not write (no {DUMP_MARKER} marker), which it would \
+         replace; give a new or empty directory (vmm rewrites only a dump it wrote)"
+    ))
+}
+
 /// Writes the CPUID of every vCPU of `guest`, computed from `base` in
-/// `vendor`'s encoding, as an hwloc CPUID dump in `dir` (created if needed).
+/// `vendor`'s encoding, as an hwloc CPUID dump in `dir` (created if needed;
+/// an existing one must pass [`check_dump_dir`]), with its
+/// [`DUMP_MARKER`].
 pub fn write_cpuid_dump(
     guest: &GuestTopology,
     base: &CpuidSet,
     vendor: Vendor,
     dir: &Path,
 ) -> Result<()> {
+    check_dump_dir(dir).map_err(|m| TopologyError::Output(format!("{}: {m}", dir.display())))?;
     std::fs::create_dir_all(dir)
         .map_err(|e| TopologyError::io(format!("creating {}", dir.display()), e))?;
+    let marker = dir.join(DUMP_MARKER);
+    std::fs::write(
+        &marker,
+        "An hwloc CPUID dump written by `vmm topology cpuid-dump`; vmm may rewrite it.\n",
+    )
+    .map_err(|e| TopologyError::io(format!("writing {}", marker.display()), e))?;
     // Stale puN files from a bigger guest would be read as extra CPUs.
     let entries = std::fs::read_dir(dir)
         .map_err(|e| TopologyError::io(format!("reading {}", dir.display()), e))?;

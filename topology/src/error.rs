@@ -68,6 +68,10 @@ pub enum TopologyError {
     )]
     NotSymmetric,
 
+    /// An output the library will not write: a path holding what it did
+    /// not make.
+    #[error("{0}")]
+    Output(String),
     /// I/O while writing a CPUID dump or reading a file.
     #[error("{context}: {source}")]
     Io {

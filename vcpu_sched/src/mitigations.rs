@@ -203,6 +203,18 @@ impl Mitigations {
         if list.trim() == "seeds" {
             return Ok(Self::seeds_variants());
         }
+        let n = list.split(';').filter(|s| !s.trim().is_empty()).count();
+        if n > MAX_SETS {
+            // every run of a comparison runs each set: a list this long is
+            // a mistake (and quoting it whole would flood the terminal)
+            return Err(SchedError::Mitigations {
+                input: format!("{:.40}...", list),
+                reason: format!(
+                    "{n} sets; a comparison takes at most {MAX_SETS}, every distinct set once"
+                ),
+                fixes: join(&Fix::ALL).replace(',', ", "),
+            });
+        }
         let sets = list
             .split(';')
             .filter(|s| !s.trim().is_empty())
@@ -217,6 +229,10 @@ impl Mitigations {
         Ok(sets)
     }
 }
+
+/// The most sets one `--compare` list takes: each of the six fixes on or
+/// off.
+pub const MAX_SETS: usize = 1 << 6;
 
 /// The error for a mitigation string `input` that does not parse, naming
 /// the valid fix names. Here rather than in [`crate::error`], so that the

@@ -18,8 +18,10 @@
 //! link swapped in later is refused instead of waited on. No HTTP types.
 
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
+
+use topology::user_file::kind;
 
 use super::api::{ApiError, VmConfig};
 
@@ -29,27 +31,6 @@ pub const MAX_KERNEL_FILE: u64 = 2 << 30;
 
 /// A file's identity: (device, inode).
 pub type FileId = (u64, u64);
-
-/// What a file that is not a regular file is, in words.
-pub(crate) fn what_is(ft: std::fs::FileType) -> &'static str {
-    if ft.is_dir() {
-        "a directory"
-    } else if ft.is_fifo() {
-        "a FIFO"
-    } else if ft.is_socket() {
-        "a socket"
-    } else if ft.is_char_device() {
-        "a character device"
-    } else if ft.is_block_device() {
-        "a block device"
-    } else if ft.is_symlink() {
-        "a symbolic link"
-    } else if ft.is_file() {
-        "a regular file"
-    } else {
-        "not a regular file"
-    }
-}
 
 /// Checks, without opening it, that `path` (the request's `field`) is a
 /// regular file of at most `max` bytes. A path that does not exist passes:
@@ -68,7 +49,7 @@ pub fn check_input_file(field: &str, path: &str, max: u64) -> Result<(), ApiErro
             field,
             format!(
                 "{path} is {}; give a regular file (the server never opens anything else)",
-                what_is(meta.file_type())
+                kind(&meta)
             ),
         ));
     }
@@ -98,7 +79,7 @@ pub fn check_output_file(field: &str, path: &str) -> Result<(), ApiError> {
                 format!(
                     "{path} exists ({}); the server never writes over a file it did not make: \
                      give a new path, or remove it first",
-                    what_is(m.file_type())
+                    kind(&m)
                 ),
             ))
         }
@@ -214,7 +195,10 @@ mod tests {
         let f = fifo(d.path());
         let e = check_input_file("payload.kernel", &f, 1 << 20).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("payload.kernel"));
-        assert!(e.error.contains("a FIFO") && e.error.contains(&f), "{e:?}");
+        assert!(
+            e.error.contains("a named pipe (FIFO)") && e.error.contains(&f),
+            "{e:?}"
+        );
         let dir = d.path().to_str().unwrap();
         let e = check_input_file("payload.initramfs", dir, 1 << 20).unwrap_err();
         assert!(e.error.contains("a directory"), "{e:?}");
@@ -256,7 +240,7 @@ mod tests {
         let e = check_output_file("serial.file", old.to_str().unwrap()).unwrap_err();
         assert!(e.error.contains("exists (a regular file)"), "{e:?}");
         let e = check_output_file("serial.file", &fifo(d.path())).unwrap_err();
-        assert!(e.error.contains("a FIFO"), "{e:?}");
+        assert!(e.error.contains("a named pipe (FIFO)"), "{e:?}");
         let e = check_output_file("serial.file", "/nonexistent/dir/c.log").unwrap_err();
         assert!(e.error.contains("not a directory"), "{e:?}");
         assert!(open_console(old.to_str().unwrap(), None).is_err());

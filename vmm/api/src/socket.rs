@@ -16,7 +16,9 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use super::files::{what_is, FileId};
+use topology::user_file::kind;
+
+use super::files::FileId;
 use super::options::ServeError;
 
 fn input(path: &Path, what: String) -> ServeError {
@@ -38,7 +40,7 @@ pub fn claim(path: &Path) -> Result<(), ServeError> {
             format!(
                 "{} is there, not a socket a server left; the server removes nothing but \
                  its own socket: give another path, or remove it yourself",
-                what_is(meta.file_type())
+                kind(&meta)
             ),
         ));
     }

@@ -167,6 +167,33 @@ pub fn ignored(flag: &str, applies_to: &str, here: &str) -> InputError {
     ))
 }
 
+// ------------------------------------------------------------ work size
+
+/// The longest a command runs without `--long`: a comparison estimated
+/// longer is more often a slip (a digit too many in `--duration` or
+/// `--reps`, a `--compare` list pasted twice) than a plan.
+pub const MAX_WORK: Duration = Duration::from_secs(2 * 3600);
+
+/// Refuses work estimated over [`MAX_WORK`] unless `long` (the command's
+/// `--long`): `what` says what would run ("27 runs of 1m"), `lower` which
+/// flags make it smaller.
+pub fn check_work(
+    what: &str,
+    estimate: Duration,
+    long: bool,
+    lower: &str,
+) -> Result<(), InputError> {
+    if long || estimate <= MAX_WORK {
+        return Ok(());
+    }
+    let hours = estimate.as_secs_f64() / 3600.0;
+    Err(InputError(format!(
+        "{what} would take about {hours:.1} h, over the {} h a command runs without --long: \
+         {lower}, or add --long to run it anyway",
+        MAX_WORK.as_secs() / 3600
+    )))
+}
+
 // ---------------------------------------------------------- output paths
 
 /// Checks, before any work, that a result file can be written at `path`:
@@ -265,6 +292,31 @@ fn probe_dir(flag: &str, path: &Path, dir: &Path) -> Result<(), InputError> {
             os_message(&e)
         ))),
     }
+}
+
+/// Writes a result file that [`check_output_file`] (without `overwrite`)
+/// accepted before the run: created new (`O_EXCL`), so that a file someone
+/// put there during the run is refused too, never replaced. The error is
+/// the user's (exit 2) when something is there, and names `flag`.
+pub fn write_new(flag: &str, path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| {
+            let what = if e.kind() == std::io::ErrorKind::AlreadyExists {
+                "something was put there during the run; it is left as it is: give \
+                 another path"
+                    .to_string()
+            } else {
+                format!("cannot create it ({})", os_message(&e))
+            };
+            InputError(format!("{flag} {}: {what}", path.display()))
+        })?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| anyhow::anyhow!("writing {}: {}", path.display(), os_message(&e)))
 }
 
 /// An OS error in words, without Rust's `(os error N)` suffix.

@@ -29,7 +29,7 @@ pub fn progress_bar() -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(1000);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {percent:>3}% {msg}",
+            "{spinner} [{elapsed_precise}] {wide_bar} {percent:>3}% (about {eta} left) {msg}",
         )
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );

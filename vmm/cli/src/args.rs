@@ -32,8 +32,8 @@ use anyhow::Result;
 use cli_common::args::int_in;
 
 pub use cli_common::args::{
-    burst_us, check_output_dir, check_output_file, count, format_duration, ignored, os_message,
-    parse_duration, period_us, prio, reps, MAX_COUNT, MAX_US,
+    burst_us, check_output_dir, check_output_file, check_work, count, format_duration, ignored,
+    os_message, parse_duration, period_us, prio, reps, write_new, MAX_COUNT, MAX_US,
 };
 pub use cli_common::exit::InputError;
 pub use cli_common::term::{progress_bar, stderr_styled, write_stdout};

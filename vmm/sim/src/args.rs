@@ -63,7 +63,8 @@ pub struct SimArgs {
     /// Repetitions (seeds) of every set with --compare (1..=100, default 1).
     #[arg(long, value_name = "N", value_parser = common::reps, allow_negative_numbers = true)]
     pub reps: Option<usize>,
-    /// Also write the result as JSON here.
+    /// Also write the result as JSON here: a new file (one that exists is
+    /// refused, never replaced).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Print cache-line transfers and their cost per structure and field.
@@ -76,9 +77,41 @@ pub struct SimArgs {
     /// topology), each with every --compare set (or the one set).
     #[arg(long, value_name = "cpus=N,N..")]
     pub sweep: Option<String>,
-    /// With --sweep: write the curve as SVG here and as CSV beside it.
+    /// With --sweep: write the curve as SVG here and as CSV beside it
+    /// (FILE.csv); both new files (one that exists is refused).
     #[arg(long, value_name = "FILE.svg", requires = "sweep")]
     pub plot: Option<PathBuf>,
+    /// Run a simulation estimated over 2 h of real time (otherwise refused
+    /// as a likely slip in --duration, --reps, --compare or --sweep).
+    #[arg(long)]
+    pub long: bool,
+}
+
+/// Real seconds one CPU costs per second of virtual time, at most: the
+/// slowest measured case, messaging with every fix on gnr-2s, took 51 s
+/// for 480 CPUs x 1 s in a release build (`docs/simulator.md`, Speed;
+/// `docs/data/sim/speed-1s-gnr-2s.txt`). Cyclic runs about 13x faster,
+/// so the estimate is an upper bound.
+const SIM_S_PER_CPU_S: f64 = 51.0 / 480.0;
+
+/// Refuses a simulation estimated over the limit ([`common::check_work`]):
+/// every size of the sweep (or the topology's CPUs) for every cell and
+/// repetition.
+pub fn check_work(a: &SimArgs, plan: &Plan, sizes: &[usize]) -> Result<(), InputError> {
+    let cells = plan.variants.len() + usize::from(a.compare.is_some());
+    let runs = cells * a.reps.unwrap_or(1) * sizes.len();
+    let cpu_s: f64 = sizes.iter().sum::<usize>() as f64 * a.duration.as_secs_f64();
+    let estimate = cpu_s * SIM_S_PER_CPU_S * (cells * a.reps.unwrap_or(1)) as f64;
+    common::check_work(
+        &format!(
+            "the simulation ({runs} runs of {} virtual on up to {} CPUs)",
+            common::format_duration(a.duration),
+            sizes.iter().max().copied().unwrap_or(0)
+        ),
+        Duration::from_secs_f64(estimate.min(1e9)),
+        a.long,
+        "give a shorter --duration, fewer --reps, --compare sets or --sweep points",
+    )
 }
 
 fn latency_scale(s: &str) -> Result<f64, String> {
@@ -101,8 +134,19 @@ fn mitigations(s: &str) -> Result<Mitigations, String> {
     s.parse::<Mitigations>().map_err(|e| e.to_string())
 }
 
-/// `--sweep cpus=N,N..`: the sizes, each at least 2.
+/// The most points one `--sweep` takes.
+pub const MAX_SWEEP_POINTS: usize = 64;
+
+/// `--sweep cpus=N,N..`: the sizes, each at least 2; at most
+/// [`MAX_SWEEP_POINTS`] of them.
 pub fn parse_sweep(s: &str) -> Result<Vec<usize>, InputError> {
+    let points = s.split(',').count();
+    if points > MAX_SWEEP_POINTS {
+        return Err(InputError(format!(
+            "--sweep: {points} points; a sweep takes at most {MAX_SWEEP_POINTS} (each runs \
+             every set): give fewer sizes, such as cpus=16,64,192"
+        )));
+    }
     let bad = || {
         InputError(format!(
             "--sweep {s:?}: give cpus=N,N.. such as cpus=16,64,192"
@@ -151,10 +195,11 @@ impl Plan {
             return Err(ignored("--reps", "--compare", "a single run").into());
         }
         if let Some(path) = &a.json {
-            common::check_output_file("--json", path, true)?;
+            common::check_output_file("--json", path, false)?;
         }
         if let Some(path) = &a.plot {
-            common::check_output_file("--plot", path, true)?;
+            common::check_output_file("--plot", path, false)?;
+            common::check_output_file("--plot", &path.with_extension("csv"), false)?;
         }
         let topo = load(&a.topology)?;
         let cost = cost_table(a)?;

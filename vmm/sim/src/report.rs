@@ -5,16 +5,17 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use cli_common::outln;
 use vcpu_sched_sim::comparison::Cell;
 use vcpu_sched_sim::exec::sim::SimReport;
 
 use crate::args::SimArgs;
 
-/// Writes `s` to `path` (checked before the run) and says so on stderr.
+/// Writes `s` to the new file `path` (`--json`, checked before the run)
+/// and says so on stderr.
 pub fn write(path: &Path, s: &str) -> Result<()> {
-    std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))?;
+    cli_common::args::write_new("--json", path, s.as_bytes())?;
     eprintln!("written to {}", path.display());
     Ok(())
 }

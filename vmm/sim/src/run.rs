@@ -26,8 +26,10 @@ pub fn run(a: SimArgs) -> Result<()> {
             ))
             .into());
         }
+        crate::args::check_work(&a, &plan, &sizes)?;
         return crate::sweep::run(&a, &plan, &sizes);
     }
+    crate::args::check_work(&a, &plan, &[plan.topo.num_cpus()])?;
     if a.compare.is_some() {
         compare(&a, &plan)
     } else {

@@ -36,10 +36,9 @@ pub fn run(a: &SimArgs, plan: &Plan, sizes: &[usize]) -> Result<()> {
             if partial { " PARTIAL" } else { "" }
         );
         let drawn = plot_svg(&title, &format!("{metric} ({unit})"), &points)?;
-        std::fs::write(svg, drawn).with_context(|| format!("writing {}", svg.display()))?;
+        cli_common::args::write_new("--plot", svg, drawn.as_bytes())?;
         let csv_path = svg.with_extension("csv");
-        std::fs::write(&csv_path, &csv)
-            .with_context(|| format!("writing {}", csv_path.display()))?;
+        cli_common::args::write_new("--plot", &csv_path, csv.as_bytes())?;
         eprintln!("written to {} and {}", svg.display(), csv_path.display());
     }
     Ok(())

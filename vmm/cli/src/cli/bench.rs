@@ -66,6 +66,10 @@ pub struct BenchArgs {
     /// Leave the host 1:1 baseline out of a --compare.
     #[arg(long)]
     pub no_host: bool,
+    /// Run a comparison estimated over 2 h (otherwise refused as a
+    /// likely slip in --duration, --reps or --compare).
+    #[arg(long)]
+    pub long: bool,
     /// Invariant checker on; a violation, a failed VM or a vCPU without
     /// progress fails the run (exit 1).
     #[arg(long)]
@@ -105,8 +109,8 @@ pub struct BenchArgs {
     /// CPU, pinned. The vCPUs must fit the topology's CPUs
     #[arg(long)]
     pub pin: bool,
-    /// Also write the full result as JSON here (replaced if it exists;
-    /// checked before the run starts).
+    /// Also write the full result as JSON here: a new file (one that
+    /// exists is refused, never replaced; checked before the run starts).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 }
@@ -309,6 +313,9 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         if a.reps.is_some() {
             return Err(ignored("--reps", "--compare", "a single run").into());
         }
+        if a.long {
+            return Err(ignored("--long", "a comparison", "a single run").into());
+        }
         if a.no_host {
             return Err(ignored("--no-host", "--compare", "a single run").into());
         }
@@ -335,7 +342,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let executor: ExecutorKind = a.executor.parse().map_err(InputError)?;
     check_applicable(&a, workload, executor)?;
     if let Some(path) = &a.json {
-        args::check_output_file("--json", path, true)?;
+        args::check_output_file("--json", path, false)?;
     }
     let mut o = BenchOptions::new(workload, &a.topology, a.vms, a.vcpus);
     o.duration = a.duration;
@@ -363,6 +370,22 @@ pub fn run(a: BenchArgs) -> Result<()> {
         }
         (None, false) => None,
     };
+    if let Some((variants, executors)) = &compare_list {
+        // every set, the A/A row, other executors and the host row, each
+        // repetition; a run is its window plus warm-up and set-up
+        let rows = variants.len() + 1 + executors.len() + usize::from(!a.no_host);
+        let runs = rows * a.reps.unwrap_or(3);
+        let each = a.duration + a.duration / 4 + std::time::Duration::from_secs(1);
+        args::check_work(
+            &format!(
+                "the comparison ({runs} runs of {})",
+                args::format_duration(a.duration)
+            ),
+            each * runs as u32,
+            a.long,
+            "give fewer --reps, a shorter --duration or fewer --compare sets",
+        )?;
+    }
     let json = match compare_list {
         Some((variants, executors)) => {
             let c = compare(
@@ -406,7 +429,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         }
     };
     if let Some(path) = &a.json {
-        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+        args::write_new("--json", path, json.as_bytes())?;
         eprintln!("JSON written to {}", path.display());
     }
     Ok(())

@@ -51,8 +51,12 @@ pub struct SchedBenchArgs {
     /// Run the invariant checker; a violation fails the run.
     #[arg(long)]
     pub check: bool,
-    /// Also write the full result as JSON here (replaced if it exists;
-    /// checked before the run starts).
+    /// Run a comparison estimated over 2 h (otherwise refused as a
+    /// likely slip in --duration, --reps or --compare).
+    #[arg(long)]
+    pub long: bool,
+    /// Also write the full result as JSON here: a new file (one that
+    /// exists is refused, never replaced; checked before the run starts).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Tasks (cyclic, stress) or workers per message task (runq); 1..=4096.
@@ -121,6 +125,9 @@ fn check_applicable(a: &SchedBenchArgs, w: WorkloadKind) -> Result<()> {
     if a.compare.is_none() && a.reps.is_some() {
         return Err(ignored("--reps", "--compare", "a single run").into());
     }
+    if a.compare.is_none() && a.long {
+        return Err(ignored("--long", "--compare", "a single run").into());
+    }
     if a.executor == ExecutorKind::Host {
         // the host kernel schedules: there is no vcpu_sched to set or check
         let here = "--executor host (the host kernel schedules)";
@@ -147,7 +154,7 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
     let workload: WorkloadKind = input(a.workload.parse(), "workload")?;
     check_applicable(&a, workload)?;
     if let Some(path) = &a.json {
-        args::check_output_file("--json", path, true)?;
+        args::check_output_file("--json", path, false)?;
     }
     let mut run = RunOptions::new(workload, &a.topology);
     run.executor = a.executor;
@@ -174,6 +181,18 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
                 ))
                 .into());
             }
+            // every set and the A/A row, each repetition, with warm-up
+            let runs = (variants.len() + 1) * a.reps.unwrap_or(3);
+            let each = a.duration + a.duration / 4 + std::time::Duration::from_secs(1);
+            args::check_work(
+                &format!(
+                    "the comparison ({runs} runs of {})",
+                    args::format_duration(a.duration)
+                ),
+                each * runs as u32,
+                a.long,
+                "give fewer --reps, a shorter --duration or fewer --compare sets",
+            )?;
             let c = compare(
                 &CompareOptions {
                     run,
@@ -234,7 +253,7 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
         }
     };
     if let Some(path) = &a.json {
-        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+        args::write_new("--json", path, json.as_bytes())?;
         eprintln!("JSON written to {}", path.display());
     }
     Ok(())

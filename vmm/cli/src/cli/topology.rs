@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use clap::{Subcommand, ValueEnum};
 use topology::{GuestTopology, Vendor};
 
-use super::args::{out, outln};
+use super::args::{out, outln, InputError};
 
 /// Output formats of `topology show`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -111,6 +111,8 @@ pub fn run(cmd: TopologyCmd) -> Result<()> {
         }
         TopologyCmd::CpuidDump { guest, out, vendor } => {
             super::args::check_output_dir("--out", &out)?;
+            topology::dump::check_dump_dir(&out)
+                .map_err(|m| InputError(format!("--out {}: {m}", out.display())))?;
             let g = GuestTopology::from_spec(&guest)?;
             let vendor = vendor.resolve();
             let base = topology::cpuid::host_cpuid();
