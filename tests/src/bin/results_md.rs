@@ -6,6 +6,7 @@
 //! results_md META DATA_DIR IN.md OUT.md [IN.md OUT.md ...]
 //! results_md --targets IN.md OUT.md
 //! results_md --compact FILE.json...
+//! results_md --boot-pairs BOOTS.tsv
 //! ```
 //!
 //! META is `key=value` lines: `date`, `commit`, `dirty`, `cpu`,
@@ -24,6 +25,12 @@
 //! the baseline run of the same repetition, with a 95% bootstrap interval
 //! (`vcpu_sched::comparison::paired`); better or worse only when the
 //! interval excludes 100%.
+//!
+//! `--boot-pairs` reads `vmm/scripts/boot-sched.sh`'s lines (`sched rep
+//! seconds ...`) and prints, per repetition, the `vcpu_sched` boot's time
+//! over the `host` boot's of the same repetition (they ran back to back),
+//! then the paired reading of those pairs: the geometric mean slowdown
+//! with its 95% bootstrap interval, and the host boots' own spread.
 //!
 //! `--targets` fills `<!-- targets:begin DIR -->` ... `<!-- targets:end -->`
 //! with the Targets table from the `scripts/targets.sh` runs in `DIR`
@@ -50,6 +57,22 @@ fn main() -> ExitCode {
             Err(e) => {
                 eprintln!("error: {e}");
                 ExitCode::FAILURE
+            }
+        };
+    }
+    if args.first().map(String::as_str) == Some("--boot-pairs") {
+        return match args.get(1).map(|f| boot_pairs(Path::new(f))) {
+            Some(Ok(s)) => {
+                print!("{s}");
+                ExitCode::SUCCESS
+            }
+            Some(Err(e)) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+            None => {
+                eprintln!("usage: results_md --boot-pairs BOOTS.tsv");
+                ExitCode::from(2)
             }
         };
     }
@@ -450,4 +473,56 @@ mod tests {
         assert!(t.contains("95.0-104.0%"), "{t}");
         assert!(t.contains("[`data/x.json`](data/x.json)"), "{t}");
     }
+}
+
+/// The paired reading of `boot-sched.sh`'s output (see the module doc).
+fn boot_pairs(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // rep -> (host seconds, vcpu_sched seconds)
+    let mut reps: BTreeMap<u32, (Option<f64>, Option<f64>)> = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let f: Vec<&str> = line.split('\t').collect();
+        let (Some(sched), Some(rep), Some(secs)) = (f.first(), f.get(1), f.get(2)) else {
+            return Err(format!("{}: not a boot line: {line:?}", path.display()));
+        };
+        let rep: u32 = rep.parse().map_err(|_| format!("bad repetition in {line:?}"))?;
+        let secs: Option<f64> = secs.parse().ok();
+        let e = reps.entry(rep).or_default();
+        match *sched {
+            "host" => e.0 = secs,
+            "vcpu_sched" => e.1 = secs,
+            other => return Err(format!("unknown sched {other:?} in {line:?}")),
+        }
+    }
+    let mut out = String::from("rep  host_s  vcpu_sched_s  vcpu_sched/host\n");
+    let mut ratios = Vec::new();
+    let mut hosts = Vec::new();
+    for (rep, (h, v)) in &reps {
+        let (Some(h), Some(v)) = (h, v) else {
+            let _ = writeln!(out, "{rep:3}  (a boot of this pair did not reach the line)");
+            continue;
+        };
+        hosts.push(*h);
+        // oriented as the comparison tables: above 100% = vcpu_sched better
+        ratios.push(h / v * 100.0);
+        let _ = writeln!(out, "{rep:3}  {h:6.2}  {v:12.2}  {:.3}x", v / h);
+    }
+    let p: Paired = paired(&ratios);
+    let slow = |pct: f64| 100.0 / pct;
+    let (lo, hi) = hosts
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+    let _ = writeln!(
+        out,
+        "pairs {}: vcpu_sched takes {:.3}x the host's time, 95% bootstrap interval {:.3}-{:.3}x \
+         (paired: {} {}); host boots alone spread {:.1}% ({lo:.2}-{hi:.2} s)",
+        p.pairs,
+        slow(p.ratio_pct),
+        slow(p.ci95_pct.1),
+        slow(p.ci95_pct.0),
+        p.render(),
+        p.verdict.label(),
+        (hi / lo - 1.0) * 100.0
+    );
+    Ok(out)
 }
