@@ -394,6 +394,63 @@ fn table(name: &str, cmd: &str, v: &Value) -> Result<String, String> {
     Ok(s)
 }
 
+/// The paired reading of `boot-sched.sh`'s output (see the module doc).
+fn boot_pairs(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // rep -> (host seconds, vcpu_sched seconds)
+    let mut reps: BTreeMap<u32, (Option<f64>, Option<f64>)> = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
+        let f: Vec<&str> = line.split('\t').collect();
+        let (Some(sched), Some(rep), Some(secs)) = (f.first(), f.get(1), f.get(2)) else {
+            return Err(format!("{}: not a boot line: {line:?}", path.display()));
+        };
+        let rep: u32 = rep
+            .parse()
+            .map_err(|_| format!("bad repetition in {line:?}"))?;
+        let secs: Option<f64> = secs.parse().ok();
+        let e = reps.entry(rep).or_default();
+        match *sched {
+            "host" => e.0 = secs,
+            "vcpu_sched" => e.1 = secs,
+            other => return Err(format!("unknown sched {other:?} in {line:?}")),
+        }
+    }
+    let mut out = String::from("rep  host_s  vcpu_sched_s  vcpu_sched/host\n");
+    let mut ratios = Vec::new();
+    let mut hosts = Vec::new();
+    for (rep, (h, v)) in &reps {
+        let (Some(h), Some(v)) = (h, v) else {
+            let _ = writeln!(out, "{rep:3}  (a boot of this pair did not reach the line)");
+            continue;
+        };
+        hosts.push(*h);
+        // oriented as the comparison tables: above 100% = vcpu_sched better
+        ratios.push(h / v * 100.0);
+        let _ = writeln!(out, "{rep:3}  {h:6.2}  {v:12.2}  {:.3}x", v / h);
+    }
+    let p: Paired = paired(&ratios);
+    let slow = |pct: f64| 100.0 / pct;
+    let (lo, hi) = hosts
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+    let _ = writeln!(
+        out,
+        "pairs {}: vcpu_sched takes {:.3}x the host's time, 95% bootstrap interval {:.3}-{:.3}x \
+         (paired: {} {}); host boots alone spread {:.1}% ({lo:.2}-{hi:.2} s)",
+        p.pairs,
+        slow(p.ratio_pct),
+        slow(p.ci95_pct.1),
+        slow(p.ci95_pct.0),
+        p.render(),
+        p.verdict.label(),
+        (hi / lo - 1.0) * 100.0
+    );
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -473,56 +530,29 @@ mod tests {
         assert!(t.contains("95.0-104.0%"), "{t}");
         assert!(t.contains("[`data/x.json`](data/x.json)"), "{t}");
     }
-}
 
-/// The paired reading of `boot-sched.sh`'s output (see the module doc).
-fn boot_pairs(path: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    // rep -> (host seconds, vcpu_sched seconds)
-    let mut reps: BTreeMap<u32, (Option<f64>, Option<f64>)> = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
-        let f: Vec<&str> = line.split('\t').collect();
-        let (Some(sched), Some(rep), Some(secs)) = (f.first(), f.get(1), f.get(2)) else {
-            return Err(format!("{}: not a boot line: {line:?}", path.display()));
-        };
-        let rep: u32 = rep.parse().map_err(|_| format!("bad repetition in {line:?}"))?;
-        let secs: Option<f64> = secs.parse().ok();
-        let e = reps.entry(rep).or_default();
-        match *sched {
-            "host" => e.0 = secs,
-            "vcpu_sched" => e.1 = secs,
-            other => return Err(format!("unknown sched {other:?} in {line:?}")),
-        }
+    #[test]
+    fn boot_pairs_pairs_each_repetition() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("boots.tsv");
+        std::fs::write(
+            &f,
+            "host\t1\t10.0\t10.1\t1\nvcpu_sched\t1\t13.0\t13.1\t1\n\
+             host\t2\t11.0\t11.1\t1\nvcpu_sched\t2\t13.2\t13.3\t1\n\
+             host\t3\t10.0\t10.1\t1\nvcpu_sched\t3\tNA\t99\t1\n\
+             host\t4\t10.0\t10.1\t1\nvcpu_sched\t4\t12.5\t12.6\t1\n",
+        )
+        .unwrap();
+        let out = boot_pairs(&f).unwrap();
+        assert!(out.contains("  1   10.00         13.00  1.300x"), "{out}");
+        assert!(
+            out.contains("  3  (a boot of this pair did not reach the line)"),
+            "{out}"
+        );
+        // geometric mean of 1.3, 1.2, 1.25
+        assert!(out.contains("pairs 3: vcpu_sched takes 1.249x"), "{out}");
+        assert!(out.contains("worse"), "{out}");
+        std::fs::write(&f, "bogus line\n").unwrap();
+        assert!(boot_pairs(&f).is_err());
     }
-    let mut out = String::from("rep  host_s  vcpu_sched_s  vcpu_sched/host\n");
-    let mut ratios = Vec::new();
-    let mut hosts = Vec::new();
-    for (rep, (h, v)) in &reps {
-        let (Some(h), Some(v)) = (h, v) else {
-            let _ = writeln!(out, "{rep:3}  (a boot of this pair did not reach the line)");
-            continue;
-        };
-        hosts.push(*h);
-        // oriented as the comparison tables: above 100% = vcpu_sched better
-        ratios.push(h / v * 100.0);
-        let _ = writeln!(out, "{rep:3}  {h:6.2}  {v:12.2}  {:.3}x", v / h);
-    }
-    let p: Paired = paired(&ratios);
-    let slow = |pct: f64| 100.0 / pct;
-    let (lo, hi) = hosts
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
-    let _ = writeln!(
-        out,
-        "pairs {}: vcpu_sched takes {:.3}x the host's time, 95% bootstrap interval {:.3}-{:.3}x \
-         (paired: {} {}); host boots alone spread {:.1}% ({lo:.2}-{hi:.2} s)",
-        p.pairs,
-        slow(p.ratio_pct),
-        slow(p.ci95_pct.1),
-        slow(p.ci95_pct.0),
-        p.render(),
-        p.verdict.label(),
-        (hi / lo - 1.0) * 100.0
-    );
-    Ok(out)
 }
