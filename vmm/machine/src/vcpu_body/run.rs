@@ -569,6 +569,9 @@ impl VcpuPool {
         for (g, st) in std::mem::take(&mut *lock(&set.finished_stats)) {
             tasks[g] = Some(st);
         }
+        // give back the pages the VMs destroyed before this one freed
+        // (memory::release_freed)
+        crate::memory::release_freed();
         Ok(tasks)
     }
 
