@@ -415,20 +415,6 @@ const TABLE: &[(&str, How)] = &[
         }]),
     ),
     (
-        "vmm bench W --topology host --vms 8 --vcpus 8 --duration 2 --compare \"none;all\" --no-host --reps 3 --executor workers|threads [--no-host-rt]",
-        How::Run(&[
-            Form {
-                expand: &[("W", "cyclic"), ("workers|threads", "workers"), ("[--no-host-rt]", "")],
-                ..run("vmm bench cyclic --topology host --vms 2 --vcpus 2 --duration 0.5 --compare \"none;all\" --no-host --reps 1 --executor workers")
-            },
-            Form {
-                // --no-host-rt applies to the RT workloads only
-                expand: &[("W", "transcode"), ("workers|threads", "threads"), ("[--no-host-rt]", "--no-host-rt")],
-                ..run("vmm bench transcode --topology host --vms 2 --vcpus 2 --duration 1 --compare \"none;all\" --no-host --reps 1 --executor threads --no-host-rt")
-            },
-        ]),
-    ),
-    (
         "vmm bench runq --vms 2 --vcpus 4 --duration 1 --mitigations all --per-vcpu",
         How::Run(&[Form {
             expect: Expect::Stdout("vm1/vcpu3"),
