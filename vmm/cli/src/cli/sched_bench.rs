@@ -171,45 +171,10 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
         .map_err(SchedError::from)
         .with_context(|| format!("--topology {}", a.topology))?;
 
-    let bar = progress_bar();
     let json = match &a.compare {
-        Some(list) => {
-            let variants = mitigation_sets(list)?;
-            if variants.len() < 2 {
-                return Err(InputError(format!(
-                    "--compare {list:?}: give at least two sets, e.g. \"none;all\", or seeds"
-                ))
-                .into());
-            }
-            // every set and the A/A row, each repetition, with warm-up
-            let runs = (variants.len() + 1) * a.reps.unwrap_or(3);
-            let each = a.duration + a.duration / 4 + std::time::Duration::from_secs(1);
-            args::check_work(
-                &format!(
-                    "the comparison ({runs} runs of {})",
-                    args::format_duration(a.duration)
-                ),
-                each * runs as u32,
-                a.long,
-                "give fewer --reps, a shorter --duration or fewer --compare sets",
-            )?;
-            let c = compare(
-                &CompareOptions {
-                    run,
-                    variants,
-                    repetitions: a.reps.unwrap_or(3),
-                },
-                &mut |p| {
-                    let f = (p.done as f64 + p.run_fraction) / p.total.max(1) as f64;
-                    bar.set_position((f * 1000.0) as u64);
-                    bar.set_message(format!("{} rep {}", p.variant, p.repetition + 1));
-                },
-            )?;
-            bar.finish_and_clear();
-            outln!("{}", c.table.render_paired_table());
-            c.to_json()
-        }
+        Some(list) => run_compare(&a, list, run)?,
         None => {
+            let bar = progress_bar();
             run.mitigations = a.mitigations.unwrap_or_else(Mitigations::all);
             bar.set_message(run.mitigations.to_string());
             let r = run_workload_with(&run, &mut |f| bar.set_position((f * 1000.0) as u64))?;
@@ -257,4 +222,44 @@ pub fn run(a: SchedBenchArgs) -> Result<()> {
         eprintln!("JSON written to {}", path.display());
     }
     Ok(())
+}
+
+/// `--compare LIST`: every set and the A/A row, interleaved; prints the
+/// table and returns the JSON.
+fn run_compare(a: &SchedBenchArgs, list: &str, run: RunOptions) -> Result<String> {
+    let variants = mitigation_sets(list)?;
+    if variants.len() < 2 {
+        return Err(InputError(format!(
+            "--compare {list:?}: give at least two sets, e.g. \"none;all\", or seeds"
+        ))
+        .into());
+    }
+    // every set and the A/A row, each repetition, with warm-up
+    let runs = (variants.len() + 1) * a.reps.unwrap_or(3);
+    let each = a.duration + a.duration / 4 + std::time::Duration::from_secs(1);
+    args::check_work(
+        &format!(
+            "the comparison ({runs} runs of {})",
+            args::format_duration(a.duration)
+        ),
+        each * runs as u32,
+        a.long,
+        "give fewer --reps, a shorter --duration or fewer --compare sets",
+    )?;
+    let bar = progress_bar();
+    let c = compare(
+        &CompareOptions {
+            run,
+            variants,
+            repetitions: a.reps.unwrap_or(3),
+        },
+        &mut |p| {
+            let f = (p.done as f64 + p.run_fraction) / p.total.max(1) as f64;
+            bar.set_position((f * 1000.0) as u64);
+            bar.set_message(format!("{} rep {}", p.variant, p.repetition + 1));
+        },
+    )?;
+    bar.finish_and_clear();
+    outln!("{}", c.table.render_paired_table());
+    Ok(c.to_json())
 }
