@@ -19,39 +19,8 @@
 # docs/data/executors), with OUT/meta.txt: the machine, the commit and
 # whether the tree was dirty (scripts/machine-meta.sh). VMM_BIN picks the
 # binary (default: a release build); WORKLOADS narrows it.
+# The runs are scripts/targets.sh's, with --compare-executors as the rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-docs/data/executors}
-reps=${REPS:-8}
-dur=${DURATION:-1}
-target=${CARGO_TARGET_DIR:-target}
-if [ -n "${VMM_BIN:-}" ]; then
-    vmm() { "$VMM_BIN" "$@"; }
-else
-    cargo build --release --quiet -p vmm
-    vmm() { "$target/release/vmm" "$@"; }
-fi
-mkdir -p "$out"
-scripts/machine-meta.sh >"$out/meta.txt"
-commit=$(sed -n 's/^commit=//p' "$out/meta.txt")
-dirty=$(sed -n 's/^dirty=//p' "$out/meta.txt")
-ncpu=$(nproc)
-# messaging pairs its vCPUs: an even count per VM
-n1=$((ncpu / 2 * 2))
-((n1 >= 2)) || { echo "error: needs at least 2 host CPUs" >&2; exit 1; }
-for workload in ${WORKLOADS:-messaging cyclic runq transcode}; do
-    for point in x1 x4; do
-        if [ $point = x1 ]; then
-            shape=(--vms 1 --vcpus "$n1" --pin)
-        else
-            shape=(--vms 4 --vcpus "$n1")
-        fi
-        f="$out/$workload-$point"
-        # vmm never replaces a file: this script regenerates its own output
-        rm -f "$f.json" "$f.json.gz"
-        cmd=(bench "$workload" "${shape[@]}" --duration "$dur" --reps "$reps" --compare-executors --json "$f.json")
-        { echo "# vmm ${cmd[*]}"; echo "# $(date -u +%FT%TZ), commit $commit, dirty $dirty, $ncpu host CPUs (machine: meta.txt)"; vmm "${cmd[@]}" 2>/dev/null; } >"$f.txt"
-        gzip -9f "$f.json"
-        echo "$f.txt"
-    done
-done
+OUT=${OUT:-docs/data/executors} REPS=${REPS:-8} DURATION=${DURATION:-1} \
+    COMPARE=--compare-executors exec scripts/targets.sh

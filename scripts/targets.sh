@@ -16,7 +16,9 @@
 # Raw outputs (table, and JSON gzipped) go to OUT (default docs/data/targets),
 # with OUT/meta.txt: the machine, the commit and whether the tree was dirty
 # (scripts/machine-meta.sh);
-# VMM_BIN picks the binary (default: a release build); WORKLOADS narrows it.
+# VMM_BIN picks the binary (default: a release build); WORKLOADS narrows it;
+# COMPARE replaces the compared rows' flags (default: --compare all;none;
+# scripts/executors.sh gives --compare-executors).
 # With the default OUT and every workload, the Targets table of
 # docs/results-vcpus.md is then rewritten from the new data (results_md
 # --targets; RESULTS_MD picks that binary).
@@ -31,6 +33,11 @@ if [ -n "${VMM_BIN:-}" ]; then
 else
     cargo build --release --quiet -p vmm
     vmm() { "$target/release/vmm" "$@"; }
+fi
+if [ -n "${COMPARE:-}" ]; then
+    read -r -a compare <<<"$COMPARE"
+else
+    compare=(--compare "all;none")
 fi
 mkdir -p "$out"
 # what these runs ran on and from (the binary was just built from this tree)
@@ -51,7 +58,7 @@ for workload in ${WORKLOADS:-messaging cyclic runq transcode}; do
         f="$out/$workload-$point"
         # vmm never replaces a file: this script regenerates its own output
         rm -f "$f.json" "$f.json.gz"
-        cmd=(bench "$workload" "${shape[@]}" --duration "$dur" --reps "$reps" --compare "all;none" --json "$f.json")
+        cmd=(bench "$workload" "${shape[@]}" --duration "$dur" --reps "$reps" "${compare[@]}" --json "$f.json")
         { echo "# vmm ${cmd[*]}"; echo "# $(date -u +%FT%TZ), commit $commit, dirty $dirty, $ncpu host CPUs (machine: meta.txt)"; vmm "${cmd[@]}" 2>/dev/null; } >"$f.txt"
         # the JSON keeps every run's histograms: megabytes, compressed well
         gzip -9f "$f.json"

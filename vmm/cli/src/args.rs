@@ -168,6 +168,21 @@ pub fn mitigation_sets(list: &str) -> Result<Vec<vcpu_sched::Mitigations>> {
         .map_err(|e| InputError(format!("--compare: {e}")).into())
 }
 
+/// Refuses a comparison of `runs` runs of `duration` each (plus warm-up
+/// and set-up) estimated over the limit, unless `--long` ([`check_work`]).
+pub fn check_compare_work(runs: usize, duration: Duration, long: bool) -> Result<(), InputError> {
+    let each = duration + duration / 4 + Duration::from_secs(1);
+    check_work(
+        &format!(
+            "the comparison ({runs} runs of {})",
+            format_duration(duration)
+        ),
+        each * runs as u32,
+        long,
+        "give fewer --reps, a shorter --duration or fewer --compare sets",
+    )
+}
+
 // ------------------------------------------------------------ input files
 
 /// The largest request or settings file read (`vmm plan --request`,

@@ -374,17 +374,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         // every set, the A/A row, other executors and the host row, each
         // repetition; a run is its window plus warm-up and set-up
         let rows = variants.len() + 1 + executors.len() + usize::from(!a.no_host);
-        let runs = rows * a.reps.unwrap_or(3);
-        let each = a.duration + a.duration / 4 + std::time::Duration::from_secs(1);
-        args::check_work(
-            &format!(
-                "the comparison ({runs} runs of {})",
-                args::format_duration(a.duration)
-            ),
-            each * runs as u32,
-            a.long,
-            "give fewer --reps, a shorter --duration or fewer --compare sets",
-        )?;
+        args::check_compare_work(rows * a.reps.unwrap_or(3), a.duration, a.long)?;
     }
     let json = match compare_list {
         Some((variants, executors)) => {

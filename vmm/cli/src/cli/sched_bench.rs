@@ -234,17 +234,11 @@ fn run_compare(a: &SchedBenchArgs, list: &str, run: RunOptions) -> Result<String
         ))
         .into());
     }
-    // every set and the A/A row, each repetition, with warm-up
-    let runs = (variants.len() + 1) * a.reps.unwrap_or(3);
-    let each = a.duration + a.duration / 4 + std::time::Duration::from_secs(1);
-    args::check_work(
-        &format!(
-            "the comparison ({runs} runs of {})",
-            args::format_duration(a.duration)
-        ),
-        each * runs as u32,
+    // every set and the A/A row, each repetition
+    args::check_compare_work(
+        (variants.len() + 1) * a.reps.unwrap_or(3),
+        a.duration,
         a.long,
-        "give fewer --reps, a shorter --duration or fewer --compare sets",
     )?;
     let bar = progress_bar();
     let c = compare(
