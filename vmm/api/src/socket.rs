@@ -74,10 +74,21 @@ pub struct Bound {
 }
 
 /// Binds a listener at `path` (after [`claim`]) and remembers which
-/// socket it made.
+/// socket it made. The socket appears at `path` only once it listens: it
+/// is bound under a private name beside it and linked into place, so a
+/// client that waits for the file (as Kata's driver and the tests do)
+/// never finds it refusing connections between `bind` and `listen`.
 pub fn bind(path: &Path) -> Result<(tokio::net::UnixListener, Bound), ServeError> {
     let io = |e| ServeError::Io(format!("--api-socket {}", path.display()), e);
-    let listener = tokio::net::UnixListener::bind(path).map_err(io)?;
+    let mut private = path.as_os_str().to_owned();
+    private.push(format!(".binding-{}", std::process::id()));
+    let private = PathBuf::from(private);
+    let listener = tokio::net::UnixListener::bind(&private).map_err(io)?;
+    // a link, not a rename: it fails where something appeared at `path`
+    // since the claim, instead of replacing it
+    let linked = std::fs::hard_link(&private, path);
+    let _ = std::fs::remove_file(&private);
+    linked.map_err(io)?;
     let m = std::fs::symlink_metadata(path).map_err(io)?;
     let bound = Bound {
         path: path.to_path_buf(),
