@@ -89,7 +89,10 @@ else
     vmm() { "${CARGO_TARGET_DIR:-target}/release/vmm" "$@"; }
 fi
 mkdir -p "$out"
-scripts/machine-meta.sh >"$out/meta.txt"
+# (into a new file first: truncating a tracked meta.txt would make
+# machine-meta.sh report the tree as dirty)
+scripts/machine-meta.sh >"$out/.meta.txt.new"
+mv "$out/.meta.txt.new" "$out/meta.txt"
 ncpu=$(nproc)
 for workload in ${WORKLOADS:-messaging cyclic runq transcode}; do
     # cyclic's vCPUs are RT: both executors' threads run at host SCHED_FIFO

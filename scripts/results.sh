@@ -61,13 +61,17 @@ if [ -z "${RESULTS_MD:-}" ]; then
 fi
 
 meta=$data/results-meta.txt
+# Gathered into a new file and moved into place: truncating the tracked meta
+# file first would make machine-meta.sh report the tree as dirty.
+meta_new=$(mktemp "$data/.results-meta.XXXXXX")
 {
     # date, commit, dirty, cpu, cpu_vendor, cpu_family, nproc, kernel, kvm
     scripts/machine-meta.sh
     echo "mode=$( ((small)) && echo small || echo full)"
     # the binary's build, not its path on this machine
     echo "vmm=$("$VMM_BIN" --version 2>/dev/null || echo vmm) ($( ((small)) && echo debug || echo release) build)"
-} >"$meta"
+} >"$meta_new"
+mv "$meta_new" "$meta"
 
 # run NAME ARGS...: one comparison, its JSON to $data/NAME.json; the exact
 # command goes to the meta file for the doc.

@@ -41,7 +41,10 @@ else
 fi
 mkdir -p "$out"
 # what these runs ran on and from (the binary was just built from this tree)
-scripts/machine-meta.sh >"$out/meta.txt"
+# (into a new file first: truncating the tracked meta.txt would make
+# machine-meta.sh report the tree as dirty)
+scripts/machine-meta.sh >"$out/.meta.txt.new"
+mv "$out/.meta.txt.new" "$out/meta.txt"
 commit=$(sed -n 's/^commit=//p' "$out/meta.txt")
 dirty=$(sed -n 's/^dirty=//p' "$out/meta.txt")
 ncpu=$(nproc)

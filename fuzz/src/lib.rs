@@ -227,7 +227,7 @@ fn entries(t: &[u8], start: usize) -> Vec<&[u8]> {
 pub fn check_acpi(g: &GuestTopology) {
     let nodes = g.num_nodes().max(1);
     let plan = MemoryPlan::new(MemoryPlan::minimum(nodes), nodes).expect("minimum plan");
-    let image = match acpi::build(g, &plan) {
+    let image = match acpi::build(g, &plan, &[]) {
         Ok(i) => i,
         // too many vCPUs for the reserved area: a clean error, not a table
         Err(acpi::AcpiError::TooLarge { .. }) => return,

@@ -217,6 +217,58 @@ pub fn gib(bytes: u64) -> String {
     }
 }
 
+/// Cloud Hypervisor's option syntax, `key=value,key=value`: each key one
+/// of `keys`, at most once. An empty string has no options.
+fn ch_options<'a>(s: &'a str, keys: &[&str]) -> Result<Vec<(&'a str, &'a str)>, String> {
+    let mut out: Vec<(&str, &str)> = Vec::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (k, v) = item
+            .split_once('=')
+            .ok_or_else(|| format!("{item:?} is not key=value (keys: {})", keys.join(", ")))?;
+        if !keys.contains(&k) {
+            return Err(format!("unknown option {k:?} (keys: {})", keys.join(", ")));
+        }
+        if out.iter().any(|(seen, _)| *seen == k) {
+            return Err(format!("{k} is given twice"));
+        }
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+fn segment_number(v: &str) -> Result<u16, String> {
+    v.parse()
+        .map_err(|_| format!("pci_segment={v:?} is not a segment number (0, 1, ...)"))
+}
+
+/// `--rng [pci_segment=S]` (Cloud Hypervisor's syntax): a virtio-rng fed
+/// from the host's /dev/urandom, on segment S (0 by default).
+pub fn rng(s: &str) -> Result<u16, String> {
+    let mut seg = 0;
+    for (k, v) in ch_options(s, &["pci_segment"])? {
+        if k == "pci_segment" {
+            seg = segment_number(v)?;
+        }
+    }
+    Ok(seg)
+}
+
+/// `--platform num_pci_segments=N` (Cloud Hypervisor's syntax).
+pub fn platform(s: &str) -> Result<u16, String> {
+    let mut n = 1;
+    for (k, v) in ch_options(s, &["num_pci_segments"])? {
+        if k == "num_pci_segments" {
+            n = v.parse().map_err(|_| {
+                format!(
+                    "num_pci_segments={v:?} is not a number (1 to {})",
+                    vmm_machine::devices::MAX_PCI_SEGMENTS
+                )
+            })?;
+        }
+    }
+    Ok(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,5 +314,22 @@ mod tests {
         assert!(mitigations("").unwrap_err().contains("empty"));
         assert!(mitigations("bogus").is_err());
         assert!(mitigations("only:l2wake").is_ok());
+    }
+
+    #[test]
+    fn cloud_hypervisor_device_options() {
+        assert_eq!(rng(""), Ok(0));
+        assert_eq!(rng("pci_segment=2"), Ok(2));
+        assert!(rng("segment=2").unwrap_err().contains("keys: pci_segment"));
+        assert!(rng("pci_segment=x")
+            .unwrap_err()
+            .contains("not a segment number"));
+        assert!(rng("pci_segment=1,pci_segment=2")
+            .unwrap_err()
+            .contains("twice"));
+        assert_eq!(platform("num_pci_segments=4"), Ok(4));
+        assert!(platform("num_pci_segments")
+            .unwrap_err()
+            .contains("key=value"));
     }
 }

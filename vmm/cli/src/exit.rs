@@ -99,7 +99,8 @@ pub fn of_error(e: &vmm_machine::Error) -> Fault {
         Error::Boot(b) => of_boot(b),
         Error::Memory(m) => of_memory(m),
         Error::Topology(t) => of_topology(t),
-        Error::Vcpu(_) | Error::Kvm { .. } | Error::Other(_) => Fault::Runtime,
+        Error::Device(vmm_machine::devices::DeviceError::Full(_)) => Fault::User,
+        Error::Device(_) | Error::Vcpu(_) | Error::Kvm { .. } | Error::Other(_) => Fault::Runtime,
     }
 }
 

@@ -12,7 +12,9 @@
 //! 0x0100_0000  vmlinux (ELF) load address, as linked
 //!  ...         RAM of node 0, node 1, ... back to back; the initrd sits at
 //!              the top of the RAM below the MMIO hole
-//! 0xc000_0000  MMIO hole (IOAPIC 0xfec0_0000, LAPIC 0xfee0_0000) to 4 GiB
+//! 0xc000_0000  MMIO hole to 4 GiB: PCI BAR windows to 0xe000_0000, then
+//!              the PCI segments' ECAM (1 MiB each), IOAPIC 0xfec0_0000,
+//!              LAPIC 0xfee0_0000
 //! 0x1_0000_0000 RAM continues above 4 GiB
 //! ```
 //!
@@ -57,6 +59,9 @@ pub const HIMEM_START: u64 = 0x10_0000;
 pub const MMIO_HOLE_START: u64 = 0xc000_0000;
 /// ... and ends here.
 pub const MMIO_HOLE_END: u64 = 1 << 32;
+/// ECAM of PCI segment 0; segment `s` at `+ s MiB` (bus 0 only). Below
+/// it, from [`MMIO_HOLE_START`], the segments' BAR windows.
+pub const PCI_ECAM_START: u64 = 0xe000_0000;
 /// The in-kernel IOAPIC.
 pub const IOAPIC_ADDR: u32 = 0xfec0_0000;
 /// The local APICs.

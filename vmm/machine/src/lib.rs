@@ -15,12 +15,13 @@
 //! | [`acpi`] | RSDP, XSDT, FADT, DSDT, MADT, SRAT, SLIT |
 //! | [`cpuid`] | KVM's CPUID, topology leaves, paravirtual features |
 //! | [`compat`] | kvm_pvm workarounds |
-//! | [`devices`], [`console`] | the legacy devices: COM1, i8042 and reset ports; the console sink |
+//! | [`devices`], [`console`] | what port and MMIO exits reach: the legacy devices (COM1, i8042, reset ports), the PCI segments and virtio devices (`vmm_devices`) wired to KVM (MSI routes, irqfds, ioeventfds); the console sink |
 //! | [`layout`] | the guest physical memory map |
 //! | [`micro`] | built-in micro-guests and their port interface |
 //! | [`vcpu_body`] | the vCPU body: a KVM vCPU as a `vcpu_sched` task body, the set of VMs an executor runs, and running it |
 //!
-//! The virtio devices will sit beside the legacy ones. Nothing here parses
+//! The device models themselves live in `vmm_devices`, which knows nothing
+//! of KVM; [`devices`] gives them KVM. Nothing here parses
 //! a command line or serves a request: the `vmm` binary and the API crate
 //! describe a VM, this crate builds and runs it.
 
@@ -72,6 +73,9 @@ pub enum Error {
         /// The error.
         source: kvm_ioctls::Error,
     },
+    /// A device.
+    #[error(transparent)]
+    Device(#[from] vmm_devices::DeviceError),
     /// Anything else.
     #[error("{0}")]
     Other(String),

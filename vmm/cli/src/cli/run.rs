@@ -99,6 +99,15 @@ pub struct RunArgs {
     /// --sched host, which would ignore it.
     #[arg(long, value_name = "SET")]
     pub mitigations: Option<String>,
+    /// A virtio-rng device fed from the host's /dev/urandom, on PCI
+    /// segment S (0 by default): `--rng` or `--rng pci_segment=1`.
+    #[arg(long, value_name = "[pci_segment=S]", num_args = 0..=1, default_missing_value = "")]
+    pub rng: Option<String>,
+    /// The guest platform, as Cloud Hypervisor writes it: the number of
+    /// PCI segments (host bridges; segment s belongs to guest NUMA node
+    /// s mod nodes).
+    #[arg(long, value_name = "num_pci_segments=N")]
+    pub platform: Option<String>,
 }
 
 /// Runs `vmm run`: the exit status is the stop reason's
@@ -149,6 +158,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         host,
         console: open_console(&cfg)?,
         until: until_regex(&cfg)?,
+        devices: cfg.devices.clone(),
     };
     phase("building the VM (guest memory, kernel, ACPI)");
     let vm = vmm_machine::vm::LinuxVm::build(&kvm, spec)?;
@@ -320,6 +330,8 @@ fn resolve(args: RunArgs) -> Result<RunConfig> {
         compat: args.compat,
         sched: args.sched,
         mitigations: args.mitigations,
+        rng: args.rng,
+        platform: args.platform,
     };
     Ok(RunConfig::resolve(flags, file)?)
 }

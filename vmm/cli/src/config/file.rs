@@ -107,6 +107,10 @@ pub struct FileConfig {
     pub sched: Option<String>,
     /// `mitigations` (with `sched = "vcpu_sched"` only).
     pub mitigations: Option<String>,
+    /// `rng`: `""` or `"pci_segment=S"`.
+    pub rng: Option<String>,
+    /// `platform`: `"num_pci_segments=N"`.
+    pub platform: Option<String>,
 }
 
 impl FileConfig {

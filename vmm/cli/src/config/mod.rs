@@ -17,6 +17,8 @@
 //! timeout = "10m"               # or an integer number of seconds
 //! vendor = "host"               # "intel", "amd"
 //! compat = "auto"               # "pvm", "none"
+//! rng = ""                      # a virtio-rng; or "pci_segment=1"
+//! platform = "num_pci_segments=2"
 //! ```
 //!
 //! Unknown fields and bad values are errors naming the field. Flags given
@@ -109,6 +111,8 @@ pub struct RunConfig {
     pub sched: SchedMode,
     /// `vcpu_sched`'s fixes (with [`SchedMode::VcpuSched`]; all by default).
     pub mitigations: vcpu_sched::Mitigations,
+    /// PCI segments and devices.
+    pub devices: vmm_machine::devices::DeviceSpec,
 }
 
 /// `--sched`: who schedules the vCPUs of `vmm run`.
@@ -158,6 +162,10 @@ pub struct RunFlags {
     pub sched: Option<String>,
     /// `--mitigations`.
     pub mitigations: Option<String>,
+    /// `--rng`.
+    pub rng: Option<String>,
+    /// `--platform`.
+    pub platform: Option<String>,
 }
 
 /// Parses a `--timeout`: `90s`, `10m`, `1h`, `500ms`, `1m30s`, or a

@@ -192,6 +192,31 @@ impl Merge {
     }
 }
 
+impl Merge {
+    fn devices(
+        &self,
+        rng: Option<(String, bool)>,
+        platform: Option<(String, bool)>,
+    ) -> Result<vmm_machine::devices::DeviceSpec, ConfigError> {
+        let rng_from_flag = rng.as_ref().is_none_or(|r| r.1);
+        let spec = vmm_machine::devices::DeviceSpec {
+            pci_segments: self
+                .parsed("platform", platform, args::platform)?
+                .unwrap_or(1),
+            rng: self.parsed("rng", rng, args::rng)?,
+        };
+        spec.check().map_err(|m| {
+            let field = if m.starts_with("num_pci_segments") {
+                "platform"
+            } else {
+                "rng"
+            };
+            self.err(field, rng_from_flag, m)
+        })?;
+        Ok(spec)
+    }
+}
+
 impl RunConfig {
     /// Merges flags over a file (either may be empty) and checks every
     /// value.
@@ -247,6 +272,7 @@ impl RunConfig {
                 .unwrap_or_default(),
             sched,
             mitigations: m.mitigations(pick(flags.mitigations, f.mitigations), sched)?,
+            devices: m.devices(pick(flags.rng, f.rng), pick(flags.platform, f.platform))?,
         })
     }
 }

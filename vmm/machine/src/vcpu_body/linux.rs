@@ -29,6 +29,17 @@
 //!   interrupt the LAPIC would deliver) and wakes it in the scheduler as
 //!   soon as its wait is over, as KVM would wake a blocked thread.
 //!
+//! Device interrupts do not wait for the poller: a virtio device raises
+//! its MSI through an irqfd (KVM queues it in the target vCPU's LAPIC, in
+//! or out of `KVM_RUN`) and then calls the VM's
+//! [`msi_wake`](crate::vm::LinuxVm::msi_wake) hook with the destination
+//! APIC ID. Under the scheduler that hook marks the vCPU ([`IrqWakeups`])
+//! and unparks the poller's thread, which wakes it in the scheduler at
+//! once: one unpark and one `Scheduler::wake`, not a poll period. (A wake
+//! that finds the vCPU awake is remembered and cuts its next sleep short,
+//! so an interrupt raised while the vCPU is on its way to sleep is not
+//! lost.)
+//!
 //! Semantics and limits: an IPI for a sleeping vCPU reaches it within one
 //! poll period (plus the time to get a slot) instead of at once; an event
 //! the probe cannot see (an NMI) waits for the end of the sleep, 16 ms at
@@ -39,13 +50,14 @@
 //! vCPU, one `KVM_GET_MSRS`. Measured effect on the 12-vCPU boot:
 //! `docs/results-vcpus.md` ("Linux boot").
 
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use kvm_bindings::KVM_MP_STATE_HALTED;
 
 use super::{Action, ExitMapper};
-use crate::devices::LegacyDevices;
+use crate::devices::Devices;
 use crate::vcpu::probe::{waits_in_kvm, BlockingStat, Probe};
 use crate::vcpu::{PortIo, Vcpu, VcpuExit};
 use crate::vm::handle_exit;
@@ -175,14 +187,14 @@ impl HaltState {
 /// scheduler, a kicked vCPU found waiting in `KVM_RUN` sleeps in the
 /// scheduler as [`HaltSleep`] says.
 pub struct LinuxMapper {
-    devices: Arc<LegacyDevices>,
+    devices: Arc<Devices>,
     /// `None`: halted vCPUs keep their thread (the host runner).
     halt: Option<HaltState>,
 }
 
 impl LinuxMapper {
     /// For a VM's devices and `vcpus` vCPUs, under the scheduler.
-    pub fn new(devices: Arc<LegacyDevices>, vcpus: usize, sleep: HaltSleep) -> Self {
+    pub fn new(devices: Arc<Devices>, vcpus: usize, sleep: HaltSleep) -> Self {
         let base_ns = (sleep.base.as_nanos() as u64).max(1);
         Self {
             devices,
@@ -198,7 +210,7 @@ impl LinuxMapper {
 
     /// For a VM's devices, on the host 1:1 runner: a halted vCPU waits in
     /// `KVM_RUN` on its own thread.
-    pub fn host(devices: Arc<LegacyDevices>) -> Self {
+    pub fn host(devices: Arc<Devices>) -> Self {
         Self {
             devices,
             halt: None,
@@ -246,6 +258,51 @@ impl ExitMapper for LinuxMapper {
     /// wakes it as soon as its interrupt is pending.
     fn wake_ends_sleep(&self) -> bool {
         true
+    }
+}
+
+/// Device interrupts for vCPUs that sleep in the scheduler: the VM's MSI
+/// hook marks the destination vCPU and unparks the thread that runs the
+/// poll loop, which wakes it (see the module docs).
+struct IrqWakeups {
+    by_apic: HashMap<u32, usize>,
+    pending: Box<[AtomicBool]>,
+    any: AtomicBool,
+    waiter: std::thread::Thread,
+}
+
+impl IrqWakeups {
+    fn new(vm: &crate::vm::LinuxVm) -> Self {
+        let n = vm.guest().num_vcpus();
+        Self {
+            by_apic: (0..n).map(|i| (vm.guest().cpu(i).apic_id, i)).collect(),
+            pending: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            any: AtomicBool::new(false),
+            waiter: std::thread::current(),
+        }
+    }
+
+    /// An MSI for APIC ID `apic` was raised.
+    fn note(&self, apic: u32) {
+        if let Some(&k) = self.by_apic.get(&apic) {
+            self.pending[k].store(true, Ordering::Release);
+            self.any.store(true, Ordering::Release);
+            self.waiter.unpark();
+        }
+    }
+
+    /// Wakes every marked vCPU; returns how many.
+    fn wake_marked(&self, wake: &dyn Fn(usize) -> bool) -> u64 {
+        if !self.any.swap(false, Ordering::AcqRel) {
+            return 0;
+        }
+        let mut n = 0;
+        for (k, p) in self.pending.iter().enumerate() {
+            if p.swap(false, Ordering::AcqRel) && wake(k) {
+                n += 1;
+            }
+        }
+        n
     }
 }
 
@@ -393,6 +450,8 @@ pub fn run_sched(
             })
             .collect::<Result<Vec<_>, super::TaskError>>()?,
     };
+    let irqs = Arc::new(IrqWakeups::new(&vm));
+    let msi_wake = vm.msi_wake();
     let mapper = Arc::new(LinuxMapper::new(devices.clone(), n, opts.halt));
     let poller = HaltPoller::new(mapper.clone(), &vcpus);
     let guest = GuestVm {
@@ -409,9 +468,15 @@ pub fn run_sched(
     eo.mitigations = opts.mitigations;
     control.mark_started();
     let running = Running::start(&eo, set.clone())?;
+    let hook = irqs.clone();
+    // The slot is empty: this VM was built for this run.
+    let _ = msi_wake.set(Arc::new(move |apic| hook.note(apic)));
     let t0 = Instant::now();
     let mut polls = PollRound::default();
+    let mut irq_wakes = 0u64;
     let wake = |k: usize| running.wake(0, k);
+    let period = opts.poll.max(Duration::from_micros(100));
+    let mut next_round = Instant::now();
     let reason = loop {
         if let Some(r) = control.reason() {
             break r;
@@ -428,8 +493,14 @@ pub fn run_sched(
                 break control.reason().unwrap_or(StopReason::Timeout(t));
             }
         }
-        polls += poller.round(&wake);
-        std::thread::sleep(opts.poll.max(Duration::from_micros(100)));
+        irq_wakes += irqs.wake_marked(&wake);
+        let now = Instant::now();
+        if now >= next_round {
+            polls += poller.round(&wake);
+            next_round = now + period;
+        }
+        // A device interrupt unparks this thread early.
+        std::thread::park_timeout(next_round.saturating_duration_since(Instant::now()));
     };
     let out = running.stop(Duration::from_secs(10));
     devices.flush_console();
@@ -439,6 +510,7 @@ pub fn run_sched(
             kicked = polls.kicked,
             probed = polls.probed,
             woken = polls.woken,
+            irq_wakes,
             switches = o.counters.switches,
             violations = o.violations.len(),
             "vcpu_sched run done"

@@ -30,7 +30,7 @@ use crate::boot::{self, BootRequest};
 use crate::compat::CompatMode;
 use crate::console::ConsoleSink;
 use crate::cpuid::{self, CpuidCaps};
-use crate::devices::LegacyDevices;
+use crate::devices::{DeviceSpec, Devices, GsiRoutes, LegacyDevices, MsiWakeSlot, PciBuilder};
 use crate::layout::COM1_GSI;
 use crate::memory::{self, GuestRam, HumanSize, MemoryPlan};
 use crate::vcpu::Vcpu;
@@ -42,10 +42,10 @@ mod control;
 pub use control::{handle_exit, StopReason, VmControl};
 
 /// Command-line items every Linux guest of this VMM gets, before the
-/// compatibility items and the user's own: the console on COM1, reboot
-/// through the i8042 (which ends the VM cleanly), and no PCI bus probing
-/// (there is no PCI bus).
-pub const BASE_CMDLINE: &[&str] = &["console=ttyS0", "reboot=k", "pci=off"];
+/// compatibility items and the user's own: the console on COM1, and reboot
+/// through the i8042 (which ends the VM cleanly). PCI is probed: its
+/// segments are in the MCFG and the DSDT.
+pub const BASE_CMDLINE: &[&str] = &["console=ttyS0", "reboot=k"];
 
 /// Everything needed to build a Linux VM.
 pub struct LinuxVmSpec {
@@ -72,6 +72,8 @@ pub struct LinuxVmSpec {
     pub console: Box<dyn Write + Send>,
     /// `--until`.
     pub until: Option<Regex>,
+    /// PCI segments and devices.
+    pub devices: DeviceSpec,
 }
 
 impl fmt::Debug for LinuxVmSpec {
@@ -99,10 +101,11 @@ pub fn full_cmdline(user: &str, compat: CompatMode) -> String {
 
 /// A built Linux VM, ready to run.
 pub struct LinuxVm {
-    vm: VmFd,
+    vm: Arc<VmFd>,
     ram: GuestRam,
     vcpus: Vec<Vcpu>,
-    devices: Arc<LegacyDevices>,
+    devices: Arc<Devices>,
+    msi_wake: MsiWakeSlot,
     control: Arc<VmControl>,
     guest: GuestTopology,
     cmdline: String,
@@ -203,20 +206,31 @@ fn enable_x2apic_api(vm: &VmFd) -> Result<(), Error> {
         .map_err(kvm_err("KVM_ENABLE_CAP(X2APIC_API)"))
 }
 
-/// The legacy devices, COM1's interrupt wired to an irqfd and its output
-/// to a console sink that stops `control` on `--until`.
+/// The devices: the legacy ones (COM1's interrupt wired to an irqfd and
+/// its output to a console sink that stops `control` on `--until`) and
+/// the PCI segments of `devices`.
 fn create_devices(
-    vm: &VmFd,
-    console: Box<dyn Write + Send>,
-    until: Option<Regex>,
+    vm: &Arc<VmFd>,
+    ram: &GuestRam,
+    spec: (Box<dyn Write + Send>, Option<Regex>, &DeviceSpec, usize),
     control: &Arc<VmControl>,
-) -> Result<Arc<LegacyDevices>, Error> {
+    wake: &MsiWakeSlot,
+) -> Result<Arc<Devices>, Error> {
+    let (console, until, devices, nodes) = spec;
     let serial_irq = EventFd::new(libc::EFD_NONBLOCK)
         .map_err(|e| Error::Other(format!("creating the serial eventfd: {e}")))?;
     vm.register_irqfd(&serial_irq, COM1_GSI)
         .map_err(kvm_err("KVM_IRQFD(COM1)"))?;
     let sink = ConsoleSink::new(console, until, control.clone());
-    Ok(Arc::new(LegacyDevices::new(serial_irq, sink)))
+    let legacy = LegacyDevices::new(serial_irq, sink);
+    let pci = PciBuilder {
+        vm: vm.clone(),
+        routes: Arc::new(GsiRoutes::new(vm.clone())),
+        mem: ram.memory().clone(),
+        wake: wake.clone(),
+    }
+    .build(devices, nodes)?;
+    Ok(Arc::new(Devices::new(legacy, pci)))
 }
 
 /// Writes the ACPI tables into guest RAM.
@@ -300,9 +314,11 @@ impl LinuxVm {
         let cmdline = full_cmdline(&spec.cmdline, spec.compat);
         boot::check_cmdline(&cmdline)?;
         let max_apic = check_vcpu_ids(kvm, &guest)?;
-        let acpi = acpi::build(&guest, &plan)?;
+        spec.devices.check().map_err(Error::Input)?;
+        let segments = spec.devices.layouts(guest.num_nodes());
+        let acpi = acpi::build(&guest, &plan, &segments)?;
 
-        let vm = create_vm_with_irqchip(kvm)?;
+        let vm = Arc::new(create_vm_with_irqchip(kvm)?);
         let x2apic_boot = max_apic > 254;
         if x2apic_boot {
             enable_x2apic_api(&vm)?;
@@ -316,7 +332,14 @@ impl LinuxVm {
         register_memory(&vm, ram.memory())?;
 
         let control = VmControl::new();
-        let devices = create_devices(&vm, spec.console, spec.until, &control)?;
+        let msi_wake = MsiWakeSlot::default();
+        let devices = create_devices(
+            &vm,
+            &ram,
+            (spec.console, spec.until, &spec.devices, guest.num_nodes()),
+            &control,
+            &msi_wake,
+        )?;
 
         write_acpi(&ram, &acpi)?;
         let entry = boot::load(
@@ -357,6 +380,7 @@ impl LinuxVm {
             ram,
             vcpus,
             devices,
+            msi_wake,
             control,
             guest,
             cmdline,
@@ -380,8 +404,14 @@ impl LinuxVm {
         &self.vm
     }
     /// The devices, the [`PortIo`](crate::vcpu::PortIo) to run vCPUs with.
-    pub fn devices(&self) -> Arc<LegacyDevices> {
+    pub fn devices(&self) -> Arc<Devices> {
         self.devices.clone()
+    }
+    /// Where an executor that keeps halted vCPUs asleep outside `KVM_RUN`
+    /// hooks in, to hear of each device interrupt (its destination APIC
+    /// ID) at once.
+    pub fn msi_wake(&self) -> MsiWakeSlot {
+        self.msi_wake.clone()
     }
     /// Stop requests and kickers.
     pub fn control(&self) -> Arc<VmControl> {

@@ -13,9 +13,11 @@
 //!   APIC IDs up to 255, x2APIC affinity above), one memory-affinity entry
 //!   per RAM range of each node.
 //! * SLIT: the guest's distance matrix.
-//! * DSDT: `\_S5` only, so that Linux can power the machine off through the
-//!   FADT's sleep control register. (A DSDT with no AML at all is legal and
-//!   was accepted by Debian's kernel, but gives no poweroff.)
+//! * DSDT: `\_S5`, so that Linux can power the machine off through the
+//!   FADT's sleep control register (a DSDT with no AML at all is legal and
+//!   was accepted by Debian's kernel, but gives no poweroff), and the PCI
+//!   host bridges, one per segment with its `_PXM` ([`pci`]).
+//! * MCFG: each PCI segment's ECAM window ([`pci`]).
 //! * FADT: hardware-reduced, no VGA, no CMOS RTC, no i8042 (the reset port
 //!   still works: Linux's `reboot=k` writes it regardless), reset register
 //!   0xcf9, sleep control/status registers 0x600/0x601.
@@ -34,6 +36,9 @@ use crate::layout::{
     SLEEP_STATUS_PORT,
 };
 use crate::memory::MemoryPlan;
+use vmm_devices::pci::SegmentLayout;
+
+pub mod pci;
 
 const OEM_ID: [u8; 6] = *b"VMMRS ";
 const OEM_TABLE: [u8; 8] = *b"VMMGUEST";
@@ -179,14 +184,16 @@ pub fn slit(guest: &GuestTopology) -> Vec<u8> {
     t.as_slice().to_vec()
 }
 
-/// The DSDT: `Name(\_S5, Package() { 5, 0 })`.
-pub fn dsdt() -> Sdt {
+/// The DSDT: `Name(\_S5, Package() { 5, 0 })` and the PCI host bridges
+/// of `segments`.
+pub fn dsdt(segments: &[SegmentLayout]) -> Sdt {
     let mut t = Sdt::new(*b"DSDT", 36, 6, OEM_ID, OEM_TABLE, OEM_REV);
     let s5 = aml::Name::new(
         "_S5_".into(),
         &aml::Package::new(vec![&S5_SLEEP_TYPE, &0u8]),
     );
     t.append_slice(&aml_bytes(&s5));
+    t.append_slice(&pci::dsdt_devices(segments));
     t
 }
 
@@ -217,8 +224,13 @@ pub fn fadt(dsdt_addr: u64) -> Vec<u8> {
     aml_bytes(&b.finalize())
 }
 
-/// Builds every table for `guest` and `plan`, laid out from [`ACPI_START`].
-pub fn build(guest: &GuestTopology, plan: &MemoryPlan) -> Result<AcpiImage, AcpiError> {
+/// Builds every table for `guest`, `plan` and the PCI `segments`, laid
+/// out from [`ACPI_START`].
+pub fn build(
+    guest: &GuestTopology,
+    plan: &MemoryPlan,
+    segments: &[SegmentLayout],
+) -> Result<AcpiImage, AcpiError> {
     let mut blob = Blob {
         base: ACPI_START,
         bytes: Vec::new(),
@@ -228,13 +240,14 @@ pub fn build(guest: &GuestTopology, plan: &MemoryPlan) -> Result<AcpiImage, Acpi
     // 0xe0000..0x100000 would find it too. Its contents come last, once the
     // XSDT's address is known.
     blob.bytes.resize(Rsdp::len(), 0);
-    let dsdt_addr = blob.place(*b"DSDT", dsdt().as_slice());
+    let dsdt_addr = blob.place(*b"DSDT", dsdt(segments).as_slice());
     let fadt_addr = blob.place(*b"FACP", &fadt(dsdt_addr));
     let madt_addr = blob.place(*b"APIC", madt(guest).as_slice());
     let srat_addr = blob.place(*b"SRAT", srat(guest, plan).as_slice());
     let slit_addr = blob.place(*b"SLIT", &slit(guest));
+    let mcfg_addr = blob.place(*b"MCFG", &pci::mcfg(segments));
     let mut xsdt = XSDT::new(OEM_ID, OEM_TABLE, OEM_REV);
-    for a in [fadt_addr, madt_addr, srat_addr, slit_addr] {
+    for a in [fadt_addr, madt_addr, srat_addr, slit_addr, mcfg_addr] {
         xsdt.add_entry(a);
     }
     let xsdt_addr = blob.place(*b"XSDT", &aml_bytes(&xsdt));
@@ -298,7 +311,7 @@ mod tests {
     fn tables_are_consistent() {
         let g = GuestTopology::from_spec("package:2 [numa] l3:1 l2:2 core:1 pu:2").unwrap();
         let plan = MemoryPlan::new(GIB, 2).unwrap();
-        let img = build(&g, &plan).unwrap();
+        let img = build(&g, &plan, &[]).unwrap();
         // RSDP: both checksums, rev 2, XSDT pointer.
         let rsdp = &img.bytes[..36];
         assert_eq!(&rsdp[..8], b"RSD PTR ");
@@ -337,7 +350,8 @@ mod tests {
                 addr_of(b"FACP"),
                 addr_of(b"APIC"),
                 addr_of(b"SRAT"),
-                addr_of(b"SLIT")
+                addr_of(b"SLIT"),
+                addr_of(b"MCFG")
             ]
         );
         // FADT: hardware reduced, X_DSDT set, DSDT 32-bit pointer zero.
@@ -348,6 +362,37 @@ mod tests {
         assert_eq!(u32_at(fadt, 40), 0);
         // DSDT has AML after the header.
         assert!(table(&img, b"DSDT").len() > 36);
+    }
+
+    #[test]
+    fn pci_segments_are_in_the_mcfg_and_the_dsdt() {
+        use crate::devices::DeviceSpec;
+        let g = GuestTopology::from_spec("package:2 [numa] l3:1 l2:2 core:1 pu:2").unwrap();
+        let plan = MemoryPlan::new(GIB, 2).unwrap();
+        let spec = DeviceSpec {
+            pci_segments: 2,
+            rng: None,
+        };
+        let segs = spec.layouts(2);
+        let img = build(&g, &plan, &segs).unwrap();
+        // MCFG: header (36) + 8 reserved, then 16 bytes per segment.
+        let mcfg = table(&img, b"MCFG");
+        assert_eq!(mcfg.len(), 44 + 2 * 16);
+        for (i, s) in segs.iter().enumerate() {
+            let e = &mcfg[44 + 16 * i..60 + 16 * i];
+            assert_eq!(u64_at(e, 0), s.ecam);
+            assert_eq!(u16::from_le_bytes([e[8], e[9]]), s.id);
+            assert_eq!((e[10], e[11]), (0, 0), "bus 0 only");
+        }
+        // DSDT: a host bridge per segment with _SEG and _PXM, and the
+        // motherboard-resources device that reserves the ECAM.
+        let dsdt = table(&img, b"DSDT");
+        let count = |needle: &[u8]| dsdt.windows(needle.len()).filter(|w| *w == needle).count();
+        assert_eq!(count(b"PC00"), 1);
+        assert_eq!(count(b"PC01"), 1);
+        assert_eq!(count(b"_SEG"), 2);
+        assert_eq!(count(b"_PXM"), 2);
+        assert_eq!(count(b"MBRD"), 1);
     }
 
     #[test]
@@ -407,7 +452,7 @@ mod tests {
             .collect();
         assert_eq!(x2.len(), 129);
         assert_eq!(x2[0], (256, 1));
-        let img = build(&g, &plan).unwrap();
+        let img = build(&g, &plan, &[]).unwrap();
         assert!(img.bytes.len() < (ACPI_END - ACPI_START) as usize);
     }
 

@@ -1,0 +1,137 @@
+//! A device's I/O thread: waits on its queues' eventfds (which KVM
+//! signals through ioeventfds when the driver notifies) and a stop
+//! eventfd, and hands each notified queue to the device's
+//! [`QueueHandler`].
+//!
+//! Each queue is served once when the thread starts too, in case the
+//! driver made buffers available before `DRIVER_OK` (allowed; notifying
+//! is not). When the handler reports a guest error the thread calls
+//! [`VirtioInterrupt::fault`] and serves nothing more; it still drains
+//! notifications until it is stopped, so the driver can reset the device.
+
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tracing::{debug, warn};
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
+use vmm_sys_util::eventfd::EventFd;
+
+use super::VirtioInterrupt;
+use crate::DeviceError;
+
+/// What a device does when a queue is notified.
+pub trait QueueHandler: Send + 'static {
+    /// Serves everything the driver made available on queue `index`.
+    /// An `Err` is a guest error: the device needs a reset.
+    fn process(&mut self, index: usize) -> Result<(), String>;
+}
+
+/// A running I/O thread.
+#[derive(Debug)]
+pub struct Worker {
+    stop: EventFd,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn host_err(what: &str) -> impl FnOnce(std::io::Error) -> DeviceError + '_ {
+    move |source| DeviceError::Host {
+        what: what.to_string(),
+        source,
+    }
+}
+
+const STOP: u64 = u64::MAX;
+
+impl Worker {
+    /// Starts thread `name` serving `handler`; `events[i]` is queue
+    /// `queues[i]`'s notification eventfd.
+    pub fn spawn<H: QueueHandler>(
+        name: &str,
+        mut handler: H,
+        queues: Vec<(usize, EventFd)>,
+        interrupt: Arc<VirtioInterrupt>,
+    ) -> Result<Self, DeviceError> {
+        let stop = EventFd::new(libc::EFD_NONBLOCK).map_err(host_err("creating an eventfd"))?;
+        let epoll = Epoll::new().map_err(host_err("creating an epoll fd"))?;
+        for (slot, (_, evt)) in queues.iter().enumerate() {
+            epoll
+                .ctl(
+                    ControlOperation::Add,
+                    evt.as_raw_fd(),
+                    EpollEvent::new(EventSet::IN, slot as u64),
+                )
+                .map_err(host_err("watching a queue eventfd"))?;
+        }
+        epoll
+            .ctl(
+                ControlOperation::Add,
+                stop.as_raw_fd(),
+                EpollEvent::new(EventSet::IN, STOP),
+            )
+            .map_err(host_err("watching the stop eventfd"))?;
+        let thread = std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                let serve = |h: &mut H, index: usize| {
+                    if interrupt.faulted() {
+                        return;
+                    }
+                    if let Err(e) = h.process(index) {
+                        interrupt.fault(&format!("queue {index}: {e}"));
+                    }
+                };
+                for &(index, _) in &queues {
+                    serve(&mut handler, index);
+                }
+                let mut events = vec![EpollEvent::default(); queues.len() + 1];
+                loop {
+                    let n = match epoll.wait(-1, &mut events) {
+                        Ok(n) => n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(e) => {
+                            warn!("virtio worker: epoll_wait: {e}");
+                            return;
+                        }
+                    };
+                    for ev in &events[..n] {
+                        if ev.data() == STOP {
+                            debug!("virtio worker stopping");
+                            return;
+                        }
+                        let (index, evt) = &queues[ev.data() as usize];
+                        // Reading clears it; EAGAIN if another wakeup took it.
+                        let _ = evt.read();
+                        serve(&mut handler, *index);
+                    }
+                }
+            })
+            .map_err(host_err("starting a virtio worker thread"))?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the thread and waits for it.
+    pub fn stop(mut self) {
+        self.join();
+    }
+
+    fn join(&mut self) {
+        if let Some(t) = self.thread.take() {
+            if let Err(e) = self.stop.write(1) {
+                warn!("stopping a virtio worker: {e}");
+            }
+            if t.join().is_err() {
+                warn!("a virtio worker thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.join();
+    }
+}
