@@ -91,8 +91,7 @@ for ((a = 0; a < sockets; a++)); do
         args+=(-numa "dist,src=$a,dst=$b,val=$distance")
     done
 done
-# The recommended command line of guest/README.md, minus pci=off: QEMU's DSDT
-# routes its PCI interrupt links through PCI config space.
+# The recommended command line of guest/README.md.
 cmdline="console=ttyS0 reboot=k panic=-1 noxsave loglevel=8 sched_verbose"
 [[ $accel == kvm ]] && cmdline+=" clearcpuid=$pvm_clear"
 [[ -n $extra ]] && cmdline+=" $extra"

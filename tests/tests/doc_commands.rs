@@ -337,6 +337,15 @@ const TABLE: &[(&str, How)] = &[
             ..run("vmm run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz -m 256M -g \"package:2 [numa] l3:1 l2:2 core:1 pu:2\" --cmdline \"loglevel=8 sched_verbose\" --until 'CPU7 attaching sched-domain' --timeout 5m")
         }]),
     ),
+    // ---- docs/devices.md ----
+    (
+        "vmm -v run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 1G --guest \"package:2 [numa] l3:1 l2:1 core:1 pu:1\" --platform num_pci_segments=2 --rng pci_segment=1 --cmdline \"loglevel=8\" --until \"IPI shorthand broadcast\" --timeout 12m",
+        // tests/tests/boot_devices.rs checks every PCI line of this boot
+        How::Run(&[Form {
+            expect: Expect::Stdout("pci_bus 0001:00: on NUMA node 1"),
+            ..run("vmm -v run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 1G --guest \"package:2 [numa] l3:1 l2:1 core:1 pu:1\" --platform num_pci_segments=2 --rng pci_segment=1 --cmdline \"loglevel=8\" --until \"IPI shorthand broadcast\" --timeout 12m")
+        }]),
+    ),
     // ---- docs/scheduler.md ----
     (
         "cargo test -p vcpu_sched",

@@ -41,7 +41,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH")]
     pub initrd: Option<PathBuf>,
     /// Extra kernel command line, after the VMM's own
-    /// `console=ttyS0 reboot=k pci=off` (and the kvm_pvm items, if any).
+    /// `console=ttyS0 reboot=k` (and the kvm_pvm items, if any).
     #[arg(long, value_name = "STRING", allow_hyphen_values = true)]
     pub cmdline: Option<String>,
     /// Guest RAM, split equally across its NUMA nodes: 512M, 2G, ... (a

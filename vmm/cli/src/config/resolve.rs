@@ -199,6 +199,7 @@ impl Merge {
         platform: Option<(String, bool)>,
     ) -> Result<vmm_machine::devices::DeviceSpec, ConfigError> {
         let rng_from_flag = rng.as_ref().is_none_or(|r| r.1);
+        let platform_from_flag = platform.as_ref().is_none_or(|p| p.1);
         let spec = vmm_machine::devices::DeviceSpec {
             pci_segments: self
                 .parsed("platform", platform, args::platform)?
@@ -206,12 +207,11 @@ impl Merge {
             rng: self.parsed("rng", rng, args::rng)?,
         };
         spec.check().map_err(|m| {
-            let field = if m.starts_with("num_pci_segments") {
-                "platform"
+            if m.starts_with("num_pci_segments") {
+                self.err("platform", platform_from_flag, m)
             } else {
-                "rng"
-            };
-            self.err(field, rng_from_flag, m)
+                self.err("rng", rng_from_flag, m)
+            }
         })?;
         Ok(spec)
     }

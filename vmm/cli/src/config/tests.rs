@@ -260,3 +260,39 @@ fn file_errors_in_plain_words() {
     assert_eq!(f.memory, Some(StrOrInt::Str("1G".into())));
     assert_eq!(f.timeout, Some(StrOrInt::Int(30)));
 }
+
+#[test]
+fn devices_in_cloud_hypervisor_syntax() {
+    let c = RunConfig::resolve(flags(), None).unwrap();
+    assert_eq!(c.devices, vmm_machine::devices::DeviceSpec::none());
+    let f = RunFlags {
+        rng: Some(String::new()),
+        platform: Some("num_pci_segments=2".into()),
+        ..flags()
+    };
+    let d = RunConfig::resolve(f, None).unwrap().devices;
+    assert_eq!((d.pci_segments, d.rng), (2, Some(0)));
+    // A segment the platform does not have: the flag and the fix named.
+    let f = RunFlags {
+        rng: Some("pci_segment=1".into()),
+        ..flags()
+    };
+    let e = RunConfig::resolve(f, None).unwrap_err().to_string();
+    assert!(
+        e.starts_with("--rng") && e.contains("num_pci_segments"),
+        "{e}"
+    );
+    let f = RunFlags {
+        platform: Some("num_pci_segments=17".into()),
+        ..flags()
+    };
+    let e = RunConfig::resolve(f, None).unwrap_err().to_string();
+    assert!(e.starts_with("--platform") && e.contains("1 to 16"), "{e}");
+    // The same in a file.
+    let file: FileConfig =
+        toml::from_str("rng = \"pci_segment=1\"\nplatform = \"num_pci_segments=2\"").unwrap();
+    let d = RunConfig::resolve(flags(), Some((Path::new("vm.toml"), file)))
+        .unwrap()
+        .devices;
+    assert_eq!((d.pci_segments, d.rng), (2, Some(1)));
+}
