@@ -4,8 +4,10 @@
 #
 #   date        now, UTC
 #   commit      HEAD of this checkout (12 hex digits), "unknown" outside git
-#   dirty       "yes" when tracked files differ from HEAD (the binary may
-#               then hold changes that no commit has), else "no"
+#   dirty       "yes" when tracked files outside docs/ differ from HEAD (the
+#               binary may then hold changes that no commit has), else "no";
+#               docs/ is left out: measurement scripts rewrite their own
+#               pages and data there, which no binary is built from
 #   cpu         lscpu's "Model name" (/proc/cpuinfo's "model name" without lscpu)
 #   cpu_vendor  lscpu's "Vendor ID"
 #   cpu_family  lscpu's "CPU family"
@@ -34,7 +36,7 @@ fi
 commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 if [ "$commit" = unknown ]; then
     dirty=unknown
-elif [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+elif [ -n "$(git -C "$root" status --porcelain --untracked-files=no -- . ':!docs' 2>/dev/null)" ]; then
     dirty=yes
 else
     dirty=no

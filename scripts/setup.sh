@@ -12,6 +12,8 @@ PKGS=(
   libelf-dev libssl-dev cpio xz-utils kmod
   # vmm serve: promtool (checks the /metrics exposition)
   prometheus
+  # virtio-blk tests: mke2fs -d builds ext4 images, e2fsck judges them
+  e2fsprogs
 )
 
 missing=()

@@ -286,6 +286,7 @@ impl Controller {
     async fn create(&self, id: &str, cfg: VmConfig) -> Outcome {
         Self::check_room(&self.table(), id, &cfg)?;
         cfg.guest_shape()?;
+        cfg.device_spec()?;
         Self::check_files(&cfg).await?;
         let mut t = self.table();
         Self::check_room(&t, id, &cfg)?;

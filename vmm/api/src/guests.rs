@@ -314,7 +314,7 @@ fn build_linux(job: &BootJob) -> Result<(vmm_machine::vm::LinuxVm, Option<FileId
         host: plan.map(|_| (*job.topo).clone()),
         console,
         until: None,
-        devices: vmm_machine::devices::DeviceSpec::none(),
+        devices: cfg.device_spec().map_err(|e| e.error)?,
     };
     let vm = vmm_machine::vm::LinuxVm::build(&kvm, spec).map_err(|e| e.to_string())?;
     Ok((vm, made))

@@ -30,11 +30,12 @@
 //! runtime and the signals together.
 //!
 //! Modules, each importing only those listed before it: [`options`],
-//! [`api`], [`files`], [`socket`], [`guests`], [`vms`], [`metrics`],
+//! [`api`] (with [`devices`], its device fields, beside it), [`files`], [`socket`], [`guests`], [`vms`], [`metrics`],
 //! [`controller`], [`http`], [`server`].
 
 pub mod api;
 pub mod controller;
+pub mod devices;
 pub mod files;
 pub mod guests;
 pub mod http;

@@ -253,6 +253,41 @@ pub fn rng(s: &str) -> Result<u16, String> {
     Ok(seg)
 }
 
+fn on_off(k: &str, v: &str) -> Result<bool, String> {
+    match v {
+        "on" | "true" => Ok(true),
+        "off" | "false" => Ok(false),
+        _ => Err(format!("{k}={v:?} is not on or off")),
+    }
+}
+
+/// `--disk path=IMG[,readonly=on][,num_queues=N][,pci_segment=S]` (Cloud
+/// Hypervisor's syntax): a virtio-blk disk backed by a raw image.
+pub fn disk(s: &str) -> Result<vmm_machine::devices::DiskSpec, String> {
+    let mut d = vmm_machine::devices::DiskSpec {
+        path: Default::default(),
+        readonly: false,
+        num_queues: None,
+        pci_segment: 0,
+    };
+    let mut path = None;
+    for (k, v) in ch_options(s, &["path", "readonly", "num_queues", "pci_segment"])? {
+        match k {
+            "path" if v.is_empty() => return Err("path= is empty: give the image's path".into()),
+            "path" => path = Some(v.into()),
+            "readonly" => d.readonly = on_off(k, v)?,
+            "num_queues" => {
+                d.num_queues = Some(v.parse().map_err(|_| {
+                    format!("num_queues={v:?} is not a number of queues (1, 2, ...)")
+                })?)
+            }
+            _ => d.pci_segment = segment_number(v)?,
+        }
+    }
+    d.path = path.ok_or("no path=IMG: give the raw image, e.g. path=disk.img")?;
+    Ok(d)
+}
+
 /// `--platform num_pci_segments=N` (Cloud Hypervisor's syntax).
 pub fn platform(s: &str) -> Result<u16, String> {
     let mut n = 1;
@@ -331,5 +366,20 @@ mod tests {
         assert!(platform("num_pci_segments")
             .unwrap_err()
             .contains("key=value"));
+        let d = disk("path=a.img,readonly=on,num_queues=2,pci_segment=1").unwrap();
+        assert_eq!(
+            (d.path.to_str(), d.readonly, d.num_queues, d.pci_segment),
+            (Some("a.img"), true, Some(2), 1)
+        );
+        assert!(disk("readonly=on").unwrap_err().contains("no path=IMG"));
+        assert!(disk("path=a,readonly=yes")
+            .unwrap_err()
+            .contains("on or off"));
+        assert!(disk("path=a,num_queues=x")
+            .unwrap_err()
+            .contains("num_queues"));
+        assert!(disk("path=a,queues=2")
+            .unwrap_err()
+            .contains("unknown option"));
     }
 }

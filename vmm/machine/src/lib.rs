@@ -76,6 +76,9 @@ pub enum Error {
     /// A device.
     #[error(transparent)]
     Device(#[from] vmm_devices::DeviceError),
+    /// A disk image the user named.
+    #[error(transparent)]
+    Disk(#[from] vmm_devices::virtio::block::DiskError),
     /// Anything else.
     #[error("{0}")]
     Other(String),

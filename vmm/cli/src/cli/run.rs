@@ -108,6 +108,12 @@ pub struct RunArgs {
     /// s mod nodes).
     #[arg(long, value_name = "num_pci_segments=N")]
     pub platform: Option<String>,
+    /// A virtio-blk disk backed by a raw image, as Cloud Hypervisor writes
+    /// it: path=IMG[,readonly=on][,num_queues=N][,pci_segment=S]. The
+    /// image is locked while the VM runs; num_queues defaults to one per
+    /// vCPU. Repeat for more disks (vda, vdb, ...).
+    #[arg(long, value_name = "path=IMG[,...]")]
+    pub disk: Vec<String>,
 }
 
 /// Runs `vmm run`: the exit status is the stop reason's
@@ -332,6 +338,7 @@ fn resolve(args: RunArgs) -> Result<RunConfig> {
         mitigations: args.mitigations,
         rng: args.rng,
         platform: args.platform,
+        disk: args.disk,
     };
     Ok(RunConfig::resolve(flags, file)?)
 }

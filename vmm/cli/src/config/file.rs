@@ -111,6 +111,8 @@ pub struct FileConfig {
     pub rng: Option<String>,
     /// `platform`: `"num_pci_segments=N"`.
     pub platform: Option<String>,
+    /// `disk`: a list of `"path=IMG[,readonly=on][,num_queues=N][,pci_segment=S]"`.
+    pub disk: Option<Vec<String>>,
 }
 
 impl FileConfig {

@@ -19,6 +19,7 @@
 //! compat = "auto"               # "pvm", "none"
 //! rng = ""                      # a virtio-rng; or "pci_segment=1"
 //! platform = "num_pci_segments=2"
+//! disk = ["path=root.img", "path=data.img,readonly=on"]   # paths relative to the file
 //! ```
 //!
 //! Unknown fields and bad values are errors naming the field. Flags given
@@ -166,6 +167,8 @@ pub struct RunFlags {
     pub rng: Option<String>,
     /// `--platform`.
     pub platform: Option<String>,
+    /// `--disk`, each.
+    pub disk: Vec<String>,
 }
 
 /// Parses a `--timeout`: `90s`, `10m`, `1h`, `500ms`, `1m30s`, or a

@@ -193,10 +193,38 @@ impl Merge {
 }
 
 impl Merge {
+    /// `--disk` flags, or else the file's `disk` list (paths relative to
+    /// the file).
+    fn disks(
+        &self,
+        flags: Vec<String>,
+        file: Option<Vec<String>>,
+    ) -> Result<(Vec<vmm_machine::devices::DiskSpec>, bool), ConfigError> {
+        let (list, from_flag) = match (flags.is_empty(), file) {
+            (false, _) | (true, None) => (flags, true),
+            (true, Some(f)) => (f, false),
+        };
+        let disks = list
+            .iter()
+            .map(|s| {
+                let mut d = args::disk(s).map_err(|m| self.err("disk", from_flag, m))?;
+                if let (false, Some(f)) = (from_flag, &self.file) {
+                    if d.path.is_relative() {
+                        d.path = f.parent().unwrap_or(Path::new(".")).join(&d.path);
+                    }
+                }
+                Ok(d)
+            })
+            .collect::<Result<_, ConfigError>>()?;
+        Ok((disks, from_flag))
+    }
+
     fn devices(
         &self,
         rng: Option<(String, bool)>,
         platform: Option<(String, bool)>,
+        (disks, disks_from_flag): (Vec<vmm_machine::devices::DiskSpec>, bool),
+        vcpus: usize,
     ) -> Result<vmm_machine::devices::DeviceSpec, ConfigError> {
         let rng_from_flag = rng.as_ref().is_none_or(|r| r.1);
         let platform_from_flag = platform.as_ref().is_none_or(|p| p.1);
@@ -205,10 +233,13 @@ impl Merge {
                 .parsed("platform", platform, args::platform)?
                 .unwrap_or(1),
             rng: self.parsed("rng", rng, args::rng)?,
+            disks,
         };
-        spec.check().map_err(|m| {
+        spec.check(vcpus).map_err(|m| {
             if m.starts_with("num_pci_segments") {
                 self.err("platform", platform_from_flag, m)
+            } else if m.starts_with("the disk") || m.starts_with("disk ") {
+                self.err("disk", disks_from_flag, m)
             } else {
                 self.err("rng", rng_from_flag, m)
             }
@@ -272,7 +303,14 @@ impl RunConfig {
                 .unwrap_or_default(),
             sched,
             mitigations: m.mitigations(pick(flags.mitigations, f.mitigations), sched)?,
-            devices: m.devices(pick(flags.rng, f.rng), pick(flags.platform, f.platform))?,
+            devices: m.devices(
+                pick(flags.rng, f.rng),
+                pick(flags.platform, f.platform),
+                m.disks(flags.disk, f.disk)?,
+                // the vCPU count is the guest topology's: num_queues is
+                // checked against it when the VM is built
+                usize::MAX,
+            )?,
         })
     }
 }

@@ -175,3 +175,28 @@ pub fn next(queue: &mut Queue, mem: &Memory) -> Result<Option<Chain>, ChainError
         None => Err(ChainError::Ring("the available ring cannot be read".into())),
     }
 }
+
+/// Serves every chain the driver makes available, until it makes no more:
+/// `serve` answers one chain and returns the bytes it wrote into it, which
+/// go to the used ring. Before its last look at the available ring it
+/// re-arms the driver's notifications (with `EVENT_IDX`, it writes
+/// `avail_event`; without it, it clears the no-notify flag), so a buffer
+/// made available in between is either seen here or notified (virtio 1.2,
+/// 2.7.10). Returns whether any chain was used.
+pub fn drain(
+    queue: &mut Queue,
+    mem: &Memory,
+    mut serve: impl FnMut(&Chain) -> Result<u32, String>,
+) -> Result<bool, String> {
+    let mut used = false;
+    loop {
+        while let Some(c) = next(queue, mem).map_err(|e| e.to_string())? {
+            let n = serve(&c)?;
+            queue.add_used(mem, c.head, n).map_err(|e| e.to_string())?;
+            used = true;
+        }
+        if !queue.enable_notification(mem).map_err(|e| e.to_string())? {
+            return Ok(used);
+        }
+    }
+}

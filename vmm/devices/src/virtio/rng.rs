@@ -60,8 +60,8 @@ struct RngQueue {
 
 impl QueueHandler for RngQueue {
     fn process(&mut self, _index: usize) -> Result<(), String> {
-        let mut used = false;
-        while let Some(c) = chain::next(&mut self.queue, &self.mem).map_err(|e| e.to_string())? {
+        let (source, mem, buf) = (&mut self.source, &self.mem, &mut self.buf);
+        let used = chain::drain(&mut self.queue, mem, |c| {
             let mut left = MAX_PER_REQUEST;
             let mut written = 0u32;
             for b in &c.writable {
@@ -69,21 +69,17 @@ impl QueueHandler for RngQueue {
                 if n == 0 {
                     break;
                 }
-                self.buf.resize(n, 0);
-                self.source
-                    .read_exact(&mut self.buf)
+                buf.resize(n, 0);
+                source
+                    .read_exact(buf)
                     .map_err(|e| format!("host entropy source: {e}"))?;
-                self.mem
-                    .write_slice(&self.buf, b.addr)
+                mem.write_slice(buf, b.addr)
                     .map_err(|e| format!("writing the buffer: {e}"))?;
                 left -= n;
                 written += n as u32;
             }
-            self.queue
-                .add_used(&self.mem, c.head, written)
-                .map_err(|e| e.to_string())?;
-            used = true;
-        }
+            Ok(written)
+        })?;
         if used
             && self
                 .queue

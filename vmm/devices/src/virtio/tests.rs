@@ -13,20 +13,22 @@ use super::{status, VirtioPci};
 use crate::interrupt::testing::{RecordingMsi, RecordingNotify};
 use crate::pci::PciDevice;
 
-const DESC: u64 = 0x1000;
-const AVAIL: u64 = 0x2000;
-const USED: u64 = 0x3000;
-const DATA: u64 = 0x10000;
-const MEM: u64 = 1 << 20;
-const F_NEXT: u16 = 1;
-const F_WRITE: u16 = 2;
+pub(super) const DESC: u64 = 0x1000;
+pub(super) const AVAIL: u64 = 0x2000;
+pub(super) const USED: u64 = 0x3000;
+pub(super) const DATA: u64 = 0x10000;
+pub(super) const MEM: u64 = 1 << 20;
+pub(super) const F_NEXT: u16 = 1;
+pub(super) const F_WRITE: u16 = 2;
 const F_INDIRECT: u16 = 4;
 
-struct Driver {
-    dev: VirtioPci,
-    mem: super::Memory,
-    msi: Arc<RecordingMsi>,
-    _pattern: tempfile::NamedTempFile,
+/// A virtio driver in a test: the transport's registers, guest memory and
+/// the MSI-X vectors it raised.
+pub(super) struct Driver {
+    pub(super) dev: VirtioPci,
+    pub(super) mem: super::Memory,
+    pub(super) msi: Arc<RecordingMsi>,
+    _keep: Option<tempfile::NamedTempFile>,
 }
 
 fn pattern() -> (tempfile::NamedTempFile, Vec<u8>) {
@@ -37,42 +39,47 @@ fn pattern() -> (tempfile::NamedTempFile, Vec<u8>) {
 }
 
 impl Driver {
-    fn new() -> (Self, Vec<u8>) {
+    /// `device` on the transport, 1 MiB of guest memory, 2 vectors.
+    pub(super) fn with(device: Box<dyn super::VirtioDevice>) -> Self {
         let mem = super::Memory::from_ranges(&[(GuestAddress(0), MEM as usize)]).unwrap();
-        let (f, bytes) = pattern();
         let msi = Arc::new(RecordingMsi::new(2));
         let dev = VirtioPci::new(
-            "rng-test",
-            Box::new(Rng::from_path(f.path()).unwrap()),
+            "test",
+            device,
             0xc000_0000,
             msi.clone(),
             Arc::new(RecordingNotify::default()),
             mem.clone(),
         )
         .unwrap();
-        (
-            Self {
-                dev,
-                mem,
-                msi,
-                _pattern: f,
-            },
-            bytes,
-        )
+        Self {
+            dev,
+            mem,
+            msi,
+            _keep: None,
+        }
     }
-    fn w(&mut self, off: u64, v: u64, len: usize) {
+
+    /// A virtio-rng reading a file of known bytes, and those bytes.
+    fn new() -> (Self, Vec<u8>) {
+        let (f, bytes) = pattern();
+        let mut d = Self::with(Box::new(Rng::from_path(f.path()).unwrap()));
+        d._keep = Some(f);
+        (d, bytes)
+    }
+    pub(super) fn w(&mut self, off: u64, v: u64, len: usize) {
         self.dev.write_bar(0, off, &v.to_le_bytes()[..len]);
     }
-    fn r(&mut self, off: u64, len: usize) -> u64 {
+    pub(super) fn r(&mut self, off: u64, len: usize) -> u64 {
         let mut b = [0u8; 8];
         self.dev.read_bar(0, off, &mut b[..len]);
         u64::from_le_bytes(b)
     }
-    fn status(&mut self) -> u8 {
+    pub(super) fn status(&mut self) -> u8 {
         self.r(0x14, 1) as u8
     }
     /// MSI-X on, vector 0 at APIC 0 and unmasked.
-    fn msix(&mut self) {
+    pub(super) fn msix(&mut self) {
         let cap = (0..)
             .scan(self.dev.config().read(13) as usize & 0xff, |off, _| {
                 let cur = *off;
@@ -87,9 +94,15 @@ impl Driver {
         self.w(0x800c, 0, 4);
     }
     /// Negotiates and sets up queue 0 (size `size`), without DRIVER_OK.
-    fn setup(&mut self, size: u16) {
+    pub(super) fn setup(&mut self, size: u16) {
+        self.setup_features(size, 0);
+    }
+    /// As [`setup`](Self::setup), accepting the low feature bits `low` too.
+    pub(super) fn setup_features(&mut self, size: u16, low: u32) {
         self.w(0x14, 0, 1);
         self.w(0x14, u64::from(status::ACKNOWLEDGE | status::DRIVER), 1);
+        self.w(0x08, 0, 4);
+        self.w(0x0c, u64::from(low), 4);
         self.w(0x08, 1, 4);
         self.w(0x0c, 1, 4); // VERSION_1
         self.w(
@@ -110,11 +123,11 @@ impl Driver {
         self.w(0x30, USED, 4);
         self.w(0x1c, 1, 2);
     }
-    fn driver_ok(&mut self) {
+    pub(super) fn driver_ok(&mut self) {
         let s = self.status();
         self.w(0x14, u64::from(s | status::DRIVER_OK), 1);
     }
-    fn desc(&self, table: u64, i: u16, addr: u64, len: u32, flags: u16, next: u16) {
+    pub(super) fn desc(&self, table: u64, i: u16, addr: u64, len: u32, flags: u16, next: u16) {
         let a = GuestAddress(table + 16 * u64::from(i));
         self.mem.write_obj(addr, a).unwrap();
         self.mem.write_obj(len, a.unchecked_add(8)).unwrap();
@@ -122,7 +135,7 @@ impl Driver {
         self.mem.write_obj(next, a.unchecked_add(14)).unwrap();
     }
     /// Makes head `head` available as entry `idx` and notifies.
-    fn post(&mut self, idx: u16, head: u16, size: u16) {
+    pub(super) fn post(&mut self, idx: u16, head: u16, size: u16) {
         self.mem
             .write_obj(head, GuestAddress(AVAIL + 4 + 2 * u64::from(idx % size)))
             .unwrap();
@@ -131,10 +144,10 @@ impl Driver {
             .unwrap();
         self.w(0x3000, 0, 2);
     }
-    fn used_idx(&self) -> u16 {
+    pub(super) fn used_idx(&self) -> u16 {
         self.mem.read_obj(GuestAddress(USED + 2)).unwrap()
     }
-    fn wait<F: FnMut(&mut Self) -> bool>(&mut self, mut f: F) -> bool {
+    pub(super) fn wait<F: FnMut(&mut Self) -> bool>(&mut self, mut f: F) -> bool {
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(10) {
             if f(self) {
@@ -144,7 +157,7 @@ impl Driver {
         }
         false
     }
-    fn faulted(&mut self) -> bool {
+    pub(super) fn faulted(&mut self) -> bool {
         self.wait(|d| d.status() & status::NEEDS_RESET != 0)
     }
 }
@@ -303,4 +316,25 @@ fn available_index_overruns_the_queue() {
         d.mem.write_obj(40u16, GuestAddress(AVAIL + 2)).unwrap();
         d.w(0x3000, 0, 2);
     });
+}
+
+#[test]
+fn event_idx_rearms_the_drivers_notifications() {
+    let (mut d, _) = Driver::new();
+    d.msix();
+    d.setup_features(16, 1 << 29);
+    d.driver_ok();
+    for i in 0..3u16 {
+        d.desc(DESC, i, DATA + 64 * u64::from(i), 8, F_WRITE, 0);
+        d.post(i, i, 16);
+        assert!(d.wait(|d| d.used_idx() == i + 1));
+        // avail_event (the used ring's last field, after its 16 entries)
+        // tells the driver to notify for the next buffer: without it a
+        // driver that uses EVENT_IDX stops notifying after its first one.
+        let ev = GuestAddress(USED + 4 + 8 * 16);
+        assert!(
+            d.wait(|d| d.mem.read_obj::<u16>(ev).unwrap() == i + 1),
+            "avail_event not re-armed after buffer {i}"
+        );
+    }
 }

@@ -371,7 +371,7 @@ mod tests {
         let plan = MemoryPlan::new(GIB, 2).unwrap();
         let spec = DeviceSpec {
             pci_segments: 2,
-            rng: None,
+            ..DeviceSpec::default()
         };
         let segs = spec.layouts(2);
         let img = build(&g, &plan, &segs).unwrap();

@@ -13,12 +13,14 @@
 //! otherwise; the DSDT gives its host bridge that `_PXM` (see
 //! [`crate::acpi`]).
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use kvm_ioctls::VmFd;
 use tracing::{info, trace};
 use vm_memory::GuestMemoryMmap;
 use vmm_devices::pci::{PciRoot, PciSegment, SegmentLayout, ECAM_SEGMENT_SIZE};
+use vmm_devices::virtio::block::{Block, Disk, DiskError};
 use vmm_devices::virtio::rng::Rng;
 use vmm_devices::virtio::transport::BAR_SIZE;
 use vmm_devices::virtio::{VirtioDevice, VirtioPci};
@@ -31,10 +33,26 @@ pub mod legacy;
 
 pub use kvm::{GsiRoutes, KvmMsi, KvmNotify, MsiWake, MsiWakeSlot};
 pub use legacy::{EventFdTrigger, LegacyDevices, ResetLine, SerialPort};
+pub use vmm_devices::virtio::block::QUEUE_SIZE as DISK_QUEUE_SIZE;
 pub use vmm_devices::DeviceError;
 
 /// The most PCI segments a guest may have.
 pub const MAX_PCI_SEGMENTS: u16 = 16;
+/// The most queues of one disk (its default is one per vCPU, up to this).
+pub const MAX_DISK_QUEUES: u16 = 64;
+
+/// A virtio-blk disk (Cloud Hypervisor's `--disk` fields).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskSpec {
+    /// The raw image.
+    pub path: PathBuf,
+    /// `readonly=on`.
+    pub readonly: bool,
+    /// `num_queues=N`; `None`: one per vCPU.
+    pub num_queues: Option<u16>,
+    /// `pci_segment=S`.
+    pub pci_segment: u16,
+}
 
 /// The I/O devices a guest gets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -43,6 +61,8 @@ pub struct DeviceSpec {
     pub pci_segments: u16,
     /// A virtio-rng on this segment.
     pub rng: Option<u16>,
+    /// virtio-blk disks, in the order the guest sees them (vda, vdb, ...).
+    pub disks: Vec<DiskSpec>,
 }
 
 impl DeviceSpec {
@@ -50,25 +70,61 @@ impl DeviceSpec {
     pub fn none() -> Self {
         Self {
             pci_segments: 1,
-            rng: None,
+            ..Self::default()
         }
     }
 
-    /// Refuses what cannot be built, naming the fix.
-    pub fn check(&self) -> Result<(), String> {
+    fn check_segment(&self, what: &str, s: u16) -> Result<(), String> {
+        if s < self.pci_segments {
+            return Ok(());
+        }
+        Err(format!(
+            "the {what}'s pci_segment={s} does not exist: the guest has {} segment(s) (0 to {}); \
+             raise num_pci_segments or pick a lower segment",
+            self.pci_segments,
+            self.pci_segments - 1
+        ))
+    }
+
+    /// Queues of disk `d` for a guest of `vcpus` vCPUs.
+    pub fn disk_queues(d: &DiskSpec, vcpus: usize) -> u16 {
+        d.num_queues
+            .unwrap_or_else(|| vcpus.clamp(1, usize::from(MAX_DISK_QUEUES)) as u16)
+    }
+
+    /// Opens and locks every disk image, in order; nothing is created.
+    pub fn open_disks(&self) -> Result<Vec<Disk>, DiskError> {
+        self.disks
+            .iter()
+            .map(|d| Disk::open(&d.path, d.readonly))
+            .collect()
+    }
+
+    /// Refuses what cannot be built for a guest of `vcpus` vCPUs, naming
+    /// the fix.
+    pub fn check(&self, vcpus: usize) -> Result<(), String> {
         if self.pci_segments == 0 || self.pci_segments > MAX_PCI_SEGMENTS {
             return Err(format!(
                 "num_pci_segments {} is out of range: give 1 to {MAX_PCI_SEGMENTS}",
                 self.pci_segments
             ));
         }
-        if let Some(s) = self.rng.filter(|&s| s >= self.pci_segments) {
-            return Err(format!(
-                "the rng's pci_segment={s} does not exist: the guest has {} segment(s) (0 to {}); \
-                 raise num_pci_segments or pick a lower segment",
-                self.pci_segments,
-                self.pci_segments - 1
-            ));
+        if let Some(s) = self.rng {
+            self.check_segment("rng", s)?;
+        }
+        for d in &self.disks {
+            let what = format!("disk {}", d.path.display());
+            self.check_segment(&what, d.pci_segment)?;
+            match d.num_queues {
+                Some(0) => return Err(format!("{what}: num_queues=0; give 1 or more")),
+                Some(n) if usize::from(n) > vcpus.max(1) => {
+                    return Err(format!(
+                        "{what}: num_queues={n} is more than the guest's {vcpus} vCPUs; \
+                         give at most {vcpus} (one per vCPU is the default)"
+                    ))
+                }
+                _ => {}
+            }
         }
         Ok(())
     }
@@ -142,7 +198,12 @@ impl PciBuilder {
     }
 
     /// The segments of `spec` for a guest of `nodes` nodes, with its devices.
-    pub fn build(&self, spec: &DeviceSpec, nodes: usize) -> Result<PciRoot, DeviceError> {
+    pub fn build(
+        &self,
+        spec: &DeviceSpec,
+        (nodes, vcpus): (usize, usize),
+        disks: Vec<Disk>,
+    ) -> Result<PciRoot, DeviceError> {
         let mut segments = spec
             .layouts(nodes)
             .into_iter()
@@ -153,6 +214,16 @@ impl PciBuilder {
                 &mut segments[usize::from(s)],
                 "virtio-rng",
                 Box::new(Rng::new()?),
+            )?;
+        }
+        for (i, (d, disk)) in spec.disks.iter().zip(disks).enumerate() {
+            let name = format!("virtio-blk{i}");
+            let queues = DeviceSpec::disk_queues(d, vcpus);
+            let dev = Block::new(&name, disk, queues);
+            self.add_virtio(
+                &mut segments[usize::from(d.pci_segment)],
+                &name,
+                Box::new(dev),
             )?;
         }
         Ok(PciRoot::new(segments))
@@ -217,7 +288,7 @@ mod tests {
     fn layouts_split_the_hole_and_follow_nodes() {
         let spec = DeviceSpec {
             pci_segments: 3,
-            rng: None,
+            ..DeviceSpec::default()
         };
         let l = spec.layouts(2);
         assert_eq!(l.len(), 3);
@@ -234,28 +305,37 @@ mod tests {
 
     #[test]
     fn impossible_specs_name_the_fix() {
-        let e = DeviceSpec {
-            pci_segments: 2,
-            rng: Some(2),
-        }
-        .check()
-        .unwrap_err();
+        let spec = |pci_segments, rng| DeviceSpec {
+            pci_segments,
+            rng,
+            ..DeviceSpec::default()
+        };
+        let e = spec(2, Some(2)).check(1).unwrap_err();
         assert!(
             e.contains("pci_segment=2") && e.contains("num_pci_segments"),
             "{e}"
         );
-        let e = DeviceSpec {
-            pci_segments: 0,
-            rng: None,
-        }
-        .check()
-        .unwrap_err();
+        let e = spec(0, None).check(1).unwrap_err();
         assert!(e.contains("1 to 16"), "{e}");
-        DeviceSpec {
-            pci_segments: 16,
-            rng: Some(15),
-        }
-        .check()
-        .unwrap();
+        spec(16, Some(15)).check(1).unwrap();
+        let disk = |num_queues, pci_segment| DiskSpec {
+            path: "a.img".into(),
+            readonly: false,
+            num_queues,
+            pci_segment,
+        };
+        let with = |d| DeviceSpec {
+            disks: vec![d],
+            ..spec(2, None)
+        };
+        let e = with(disk(Some(5), 0)).check(4).unwrap_err();
+        assert!(e.contains("num_queues=5") && e.contains("at most 4"), "{e}");
+        let e = with(disk(None, 2)).check(4).unwrap_err();
+        assert!(
+            e.contains("disk a.img") && e.contains("pci_segment=2"),
+            "{e}"
+        );
+        with(disk(Some(4), 1)).check(4).unwrap();
+        assert_eq!(DeviceSpec::disk_queues(&disk(None, 0), 6), 6);
     }
 }

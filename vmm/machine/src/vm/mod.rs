@@ -212,11 +212,17 @@ fn enable_x2apic_api(vm: &VmFd) -> Result<(), Error> {
 fn create_devices(
     vm: &Arc<VmFd>,
     ram: &GuestRam,
-    spec: (Box<dyn Write + Send>, Option<Regex>, &DeviceSpec, usize),
+    spec: (
+        Box<dyn Write + Send>,
+        Option<Regex>,
+        &DeviceSpec,
+        (usize, usize),
+    ),
+    disks: Vec<vmm_devices::virtio::block::Disk>,
     control: &Arc<VmControl>,
     wake: &MsiWakeSlot,
 ) -> Result<Arc<Devices>, Error> {
-    let (console, until, devices, nodes) = spec;
+    let (console, until, devices, shape) = spec;
     let serial_irq = EventFd::new(libc::EFD_NONBLOCK)
         .map_err(|e| Error::Other(format!("creating the serial eventfd: {e}")))?;
     vm.register_irqfd(&serial_irq, COM1_GSI)
@@ -229,7 +235,7 @@ fn create_devices(
         mem: ram.memory().clone(),
         wake: wake.clone(),
     }
-    .build(devices, nodes)?;
+    .build(devices, shape, disks)?;
     Ok(Arc::new(Devices::new(legacy, pci)))
 }
 
@@ -314,7 +320,8 @@ impl LinuxVm {
         let cmdline = full_cmdline(&spec.cmdline, spec.compat);
         boot::check_cmdline(&cmdline)?;
         let max_apic = check_vcpu_ids(kvm, &guest)?;
-        spec.devices.check().map_err(Error::Input)?;
+        spec.devices.check(n).map_err(Error::Input)?;
+        let disks = spec.devices.open_disks()?;
         let segments = spec.devices.layouts(guest.num_nodes());
         let acpi = acpi::build(&guest, &plan, &segments)?;
 
@@ -336,7 +343,13 @@ impl LinuxVm {
         let devices = create_devices(
             &vm,
             &ram,
-            (spec.console, spec.until, &spec.devices, guest.num_nodes()),
+            (
+                spec.console,
+                spec.until,
+                &spec.devices,
+                (guest.num_nodes(), n),
+            ),
+            disks,
             &control,
             &msi_wake,
         )?;

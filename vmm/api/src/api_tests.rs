@@ -1,0 +1,132 @@
+//! Tests of the request types' checks ([`super`]).
+use super::*;
+
+fn cfg(j: &str) -> Result<VmConfig, ApiError> {
+    serde_json::from_str(j).map_err(|e| ApiError::from_json(&e))
+}
+
+#[test]
+fn ch_topology_becomes_a_synthetic_shape() {
+    let c = cfg(r#"{"cpus":{"boot_vcpus":8,"max_vcpus":8,"topology":{"threads_per_core":2,"cores_per_die":2,"dies_per_package":1,"packages":2}},"numa":[{"guest_numa_id":0},{"guest_numa_id":1}]}"#).unwrap();
+    let s = c.guest_shape().unwrap();
+    let g = topology::GuestTopology::from_spec(&s).unwrap();
+    assert_eq!(g.num_vcpus(), 8);
+    assert_eq!(g.num_nodes(), 2);
+    assert_eq!(g.smt_siblings(0).len(), 2);
+}
+
+#[test]
+fn errors_name_the_field() {
+    let e = cfg(r#"{"cpus":{"boot_vcpus":2,"bogus":1}}"#).unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("bogus"));
+    let e = cfg(r#"{"cpus":{"boot_vcpus":4,"topology":{"threads_per_core":2,"cores_per_die":3,"dies_per_package":1,"packages":1}}}"#)
+        .unwrap()
+        .guest_shape()
+        .unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("cpus.topology"));
+    let e = cfg(r#"{"cpus":{"boot_vcpus":2,"max_vcpus":4}}"#)
+        .unwrap()
+        .guest_shape()
+        .unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("cpus.max_vcpus"));
+    let e = cfg(r#"{"memory":{"size":1000}}"#)
+        .unwrap()
+        .guest_shape()
+        .unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("memory.size"));
+    let e = cfg(r#"{"cpus":{"boot_vcpus":2},"x_vmm":{"rt":{"policy":"fifo","priority":5,"vcpu_priorities":[3]}}}"#)
+        .unwrap()
+        .guest_shape()
+        .unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("x_vmm.rt.vcpu_priorities"));
+    let ok = cfg(r#"{"cpus":{"boot_vcpus":2},"x_vmm":{"rt":{"policy":"rr","priority":5,"vcpu_priorities":[3,7]}}}"#).unwrap();
+    ok.guest_shape().unwrap();
+    let rt = ok.x_vmm.unwrap().rt.unwrap();
+    assert_eq!((rt.priority_of(0), rt.priority_of(1)), (3, 7));
+    let e = cfg(r#"{"x_vmm":{"micro":"nope"}}"#)
+        .unwrap()
+        .guest_shape()
+        .unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("x_vmm.micro"));
+    let e = cfg("{").unwrap_err();
+    assert!(e.error.contains("invalid JSON"), "{e:?}");
+}
+
+fn field_of(j: &str) -> Option<String> {
+    cfg(j).unwrap().guest_shape().unwrap_err().field
+}
+
+#[test]
+fn a_value_the_server_cannot_honour_names_its_field() {
+    let linux = r#""payload":{"kernel":"/k"}"#;
+    for (j, field) in [
+        (format!(r#"{{{linux},"serial":{{"mode":"Pty"}}}}"#), "serial.mode"),
+        (format!(r#"{{{linux},"serial":{{"mode":"bogus"}}}}"#), "serial.mode"),
+        (format!(r#"{{{linux},"serial":{{"mode":"File"}}}}"#), "serial.file"),
+        (format!(r#"{{{linux},"serial":{{"mode":"Tty","file":"/x"}}}}"#), "serial.file"),
+        (r#"{"serial":{"mode":"File","file":"/x"}}"#.into(), "serial.mode"),
+        (r#"{"console":{"mode":"Tty"}}"#.into(), "console.mode"),
+        (r#"{"console":{"mode":"Off","file":"/x"}}"#.into(), "console.file"),
+        (
+            r#"{"cpus":{"boot_vcpus":1,"affinity":[{"vcpu":0,"host_cpus":[0]}]},"x_vmm":{"placement":{"policy":"none"}}}"#.into(),
+            "x_vmm.placement",
+        ),
+        (
+            r#"{"cpus":{"boot_vcpus":1,"topology":{"threads_per_core":1,"cores_per_die":1,"dies_per_package":1,"packages":1}},"x_vmm":{"topology":"package:1 core:1 pu:1"}}"#.into(),
+            "x_vmm.topology",
+        ),
+        (r#"{"numa":[{"guest_numa_id":0,"memory_zones":["z"]}]}"#.into(), "numa.memory_zones"),
+        (r#"{"numa":[{"guest_numa_id":1}]}"#.into(), "numa.guest_numa_id"),
+        (r#"{"cpus":{"boot_vcpus":2},"numa":[{"guest_numa_id":0,"cpus":[0]}]}"#.into(), "numa.cpus"),
+        (r#"{"numa":[{"guest_numa_id":0,"distances":[{"destination":0,"distance":99}]}]}"#.into(), "numa.distances"),
+        (r#"{"x_vmm":{"topology":"package:2 [numa] core:1 pu:1"},"cpus":{"boot_vcpus":2},"numa":[{"guest_numa_id":0}]}"#.into(), "numa"),
+    ] {
+        assert_eq!(field_of(&j).as_deref(), Some(field), "{j}");
+    }
+    // What it honours passes.
+    for j in [
+        format!(r#"{{{linux},"serial":{{"mode":"File","file":"/x"}},"console":{{"mode":"Off"}}}}"#),
+        format!(r#"{{{linux},"serial":{{"mode":"Tty"}}}}"#),
+        r#"{"serial":{"mode":"Null"},"console":{"mode":"Null"}}"#.into(),
+        r#"{"cpus":{"boot_vcpus":2},"numa":[{"guest_numa_id":0,"cpus":[1,0],"distances":[{"destination":0,"distance":10}]}]}"#.into(),
+    ] {
+        cfg(&j).unwrap().guest_shape().unwrap_or_else(|e| panic!("{j}: {e:?}"));
+    }
+}
+
+#[test]
+fn devices_in_cloud_hypervisor_fields() {
+    let img = tempfile::NamedTempFile::new().unwrap();
+    let p = img.path().display().to_string();
+    let ok = format!(
+        r#"{{"cpus":{{"boot_vcpus":2}},"platform":{{"num_pci_segments":2}},"rng":{{"src":"/dev/urandom"}},"disks":[{{"path":"{p}","readonly":true,"pci_segment":1}}]}}"#
+    );
+    let d = cfg(&ok).unwrap().device_spec().unwrap();
+    assert_eq!((d.pci_segments, d.rng, d.disks.len()), (2, Some(0), 1));
+    assert!(d.disks[0].readonly);
+    let field = |j: &str| cfg(j).unwrap().device_spec().unwrap_err().field;
+    assert_eq!(
+        field(r#"{"cpus":{"boot_vcpus":2},"disks":[{"path":"/nonexistent.img"}]}"#).as_deref(),
+        Some("disks[0].path")
+    );
+    assert_eq!(
+        field(r#"{"cpus":{"boot_vcpus":2},"disks":[{"path":"/"}]}"#).as_deref(),
+        Some("disks[0].path")
+    );
+    let seg =
+        format!(r#"{{"cpus":{{"boot_vcpus":2}},"disks":[{{"path":"{p}","pci_segment":1}}]}}"#);
+    assert_eq!(field(&seg).as_deref(), Some("disks[0].pci_segment"));
+    let queues =
+        format!(r#"{{"cpus":{{"boot_vcpus":2}},"disks":[{{"path":"{p}","num_queues":3}}]}}"#);
+    assert_eq!(field(&queues).as_deref(), Some("disks"));
+    assert_eq!(
+        field(r#"{"cpus":{"boot_vcpus":2},"rng":{"src":"/dev/random"}}"#).as_deref(),
+        Some("rng.src")
+    );
+    assert_eq!(
+        field(r#"{"cpus":{"boot_vcpus":2},"platform":{"num_pci_segments":0}}"#).as_deref(),
+        Some("platform.num_pci_segments")
+    );
+    let e = cfg(r#"{"cpus":{"boot_vcpus":2},"disks":[{"path":"a","bogus":1}]}"#).unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("bogus"));
+}
