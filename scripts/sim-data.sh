@@ -93,17 +93,32 @@ one() {
         done
     else
         # each "$ vmm sim" line of the file, as committed (quotes and all),
-        # then what it prints
-        local line
+        # then what it prints; a `--json FILE` goes to a new file here (vmm
+        # never replaces one), compared with or copied over FILE after
+        local line run json
+        local -a jsons=()
         : > "$out"
         while IFS= read -r line; do
-            { echo "$line"; eval "\"\$VMM_BIN\" ${line#\$ vmm }" 2>&1; } >> "$out" || {
+            run=${line#\$ vmm }
+            if [[ $run =~ --json[[:space:]]+([^[:space:]]+) ]]; then
+                json=${BASH_REMATCH[1]}
+                jsons+=("$json")
+                rm -f "$TMPD/json_${json//\//_}"
+                run=${run/--json $json/--json $TMPD/json_${json//\//_}}
+            fi
+            { echo "$line"; eval "\"\$VMM_BIN\" $run" 2>&1; } >> "$out" || {
                 echo "FAILED $f: $line"; tail -5 "$out"; return 1; }
         done < <(grep '^\$ vmm sim ' "$f")
         if [ "$CHECK" = 1 ]; then
             cmp -s "$out" "$f" || { echo "DIFFERS $f"; return 1; }
+            for json in "${jsons[@]}"; do
+                cmp -s "$TMPD/json_${json//\//_}" "$json" || { echo "DIFFERS $json"; return 1; }
+            done
         else
             cp "$out" "$f"
+            for json in "${jsons[@]}"; do
+                cp "$TMPD/json_${json//\//_}" "$json"
+            done
         fi
     fi
     echo "ok $f ($((SECONDS - t0)) s)"

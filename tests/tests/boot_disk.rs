@@ -22,6 +22,8 @@ use integration_tests::guest::{guest_images, run_vmm};
 use integration_tests::vmm_bin;
 
 const MOUNTED: &str = "VFS: Mounted root (ext4 filesystem)";
+/// `--until` takes a regular expression: the same line, escaped.
+const MOUNTED_RE: &str = r"VFS: Mounted root \(ext4 filesystem\)";
 
 fn mkfs(dir: &Path) -> std::path::PathBuf {
     let content = dir.join("content");
@@ -73,7 +75,7 @@ fn args<'a>(kernel: &'a str, disk: &'a str, cmdline: &'a str) -> Vec<&'a str> {
         "--cmdline",
         cmdline,
         "--until",
-        MOUNTED,
+        MOUNTED_RE,
         "--timeout",
         "10m",
     ]
