@@ -33,7 +33,7 @@
 //! its MSI through an irqfd (KVM queues it in the target vCPU's LAPIC, in
 //! or out of `KVM_RUN`) and then calls the VM's
 //! [`msi_wake`](crate::vm::LinuxVm::msi_wake) hook with the destination
-//! APIC ID. Under the scheduler that hook marks the vCPU ([`IrqWakeups`])
+//! APIC ID. Under the scheduler that hook marks the vCPU (`IrqWakeups`)
 //! and unparks the poller's thread, which wakes it in the scheduler at
 //! once: one unpark and one `Scheduler::wake`, not a poll period. (A wake
 //! that finds the vCPU awake is remembered and cuts its next sleep short,
