@@ -414,6 +414,30 @@ pub struct LinuxSchedOptions {
     pub halt: HaltSleep,
 }
 
+/// Each vCPU's placement: `opts.policy`, pinned to its `--pin` CPU if any.
+fn placements(
+    opts: &LinuxSchedOptions,
+    topo: &topology::HostTopology,
+) -> Result<Vec<super::Placement>, super::TaskError> {
+    let Some(pins) = &opts.pins else {
+        return Ok(vec![super::Placement {
+            policy: opts.policy,
+            affinity: None,
+        }]);
+    };
+    pins.iter()
+        .map(|&os| {
+            let cpu = topo.cpu_by_os_index(os).ok_or_else(|| {
+                super::TaskError::Input(format!("--pin: host CPU {os} is not available"))
+            })?;
+            Ok(super::Placement {
+                policy: opts.policy,
+                affinity: Some(vcpu_sched::CpuMask::from_cpus([cpu])),
+            })
+        })
+        .collect()
+}
+
 /// Runs a built Linux VM with its vCPUs as `vcpu_sched` tasks (one task
 /// group) on the M:N worker executor over the host's CPUs, until the VM
 /// stops or the timeout passes. Returns why it stopped.
@@ -423,7 +447,7 @@ pub fn run_sched(
 ) -> Result<crate::vm::StopReason, super::TaskError> {
     use std::time::{Duration, Instant};
 
-    use super::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
+    use super::{ExecOptions, ExecutorKind, GuestVm, Running, VmSet};
     use crate::vm::StopReason;
 
     crate::vcpu::install_kick_signal()?;
@@ -432,24 +456,7 @@ pub fn run_sched(
     let n = vcpus.len();
     let control = vm.control();
     let devices = vm.devices();
-    let placement = match &opts.pins {
-        None => vec![Placement {
-            policy: opts.policy,
-            affinity: None,
-        }],
-        Some(p) => p
-            .iter()
-            .map(|&os| {
-                let cpu = topo.cpu_by_os_index(os).ok_or_else(|| {
-                    super::TaskError::Input(format!("--pin: host CPU {os} is not available"))
-                })?;
-                Ok(Placement {
-                    policy: opts.policy,
-                    affinity: Some(vcpu_sched::CpuMask::from_cpus([cpu])),
-                })
-            })
-            .collect::<Result<Vec<_>, super::TaskError>>()?,
-    };
+    let placement = placements(opts, &topo)?;
     let irqs = Arc::new(IrqWakeups::new(&vm));
     let msi_wake = vm.msi_wake();
     let mapper = Arc::new(LinuxMapper::new(devices.clone(), n, opts.halt));
