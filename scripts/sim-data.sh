@@ -109,6 +109,10 @@ one() {
             { echo "$line"; eval "\"\$VMM_BIN\" $run" 2>&1; } >> "$out" || {
                 echo "FAILED $f: $line"; tail -5 "$out"; return 1; }
         done < <(grep '^\$ vmm sim ' "$f")
+        # the output names the JSON file it wrote: the committed path
+        for json in "${jsons[@]}"; do
+            sed -i "s|$TMPD/json_${json//\//_}|$json|g" "$out"
+        done
         if [ "$CHECK" = 1 ]; then
             cmp -s "$out" "$f" || { echo "DIFFERS $f"; return 1; }
             for json in "${jsons[@]}"; do
