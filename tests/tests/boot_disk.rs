@@ -5,8 +5,10 @@
 //! its own log must say `VFS: Mounted root (ext4 filesystem)`, which it
 //! prints only after reading the superblock, the group descriptors and the
 //! root directory through the virtio-blk driver. The first boot mounts it
-//! read-only from a `readonly=on` disk; the second read-write, and the VMM
-//! is then killed with SIGKILL the moment the mount is printed. The image
+//! read-only from a `readonly=on` disk on the host 1:1 runner; the second
+//! read-write under `--sched vcpu_sched` with 2 vCPUs and 2 queues; the
+//! third read-write, and the VMM is then killed with SIGKILL the moment
+//! the mount is printed. The image
 //! must still pass `e2fsck -fn` (journal replay is left to the next
 //! mount, as after any crash).
 //!
@@ -100,6 +102,29 @@ fn the_guest_mounts_an_ext4_root_and_e2fsck_passes_after_sigkill() {
     assert!(r.console.contains(MOUNTED), "{}", r.context());
     assert!(
         r.console.contains("virtio_blk virtio0: [vda]"),
+        "{}",
+        r.context()
+    );
+    e2fsck(&img);
+
+    // Read-write under vcpu_sched, 2 vCPUs: one queue each, and every
+    // completion's interrupt reaches a vCPU that may sleep in the
+    // scheduler, outside KVM_RUN.
+    let disk = format!("path={}", img.display());
+    let mut a = args(&kernel, &disk, "root=/dev/vda rw loglevel=8");
+    a.splice(2..2, ["--sched", "vcpu_sched"]);
+    let guest = a.iter().position(|x| *x == "--guest").unwrap() + 1;
+    a[guest] = "package:1 l3:1 l2:1 core:2 pu:1";
+    let r = run_vmm(&a, Duration::from_secs(11 * 60));
+    eprintln!(
+        "read-write boot under vcpu_sched: {:.1} s",
+        r.elapsed.as_secs_f64()
+    );
+    assert_eq!(r.status, Some(0), "{}", r.context());
+    assert!(r.console.contains(MOUNTED), "{}", r.context());
+    assert!(
+        r.console
+            .contains("virtio_blk virtio0: 2/0/0 default/read/poll queues"),
         "{}",
         r.context()
     );
