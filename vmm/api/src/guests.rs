@@ -328,12 +328,14 @@ fn build_linux(job: &BootJob) -> Result<(vmm_machine::vm::LinuxVm, Option<FileId
 ///
 /// [`HaltPoller`]: vmm_machine::vcpu_body::linux::HaltPoller
 fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<Booted, String> {
-    use vmm_machine::vcpu_body::linux::{HaltPoller, HaltSleep, LinuxMapper};
+    use vmm_machine::vcpu_body::linux::{apic_ids, HaltPoller, HaltSleep, IrqWakeups, LinuxMapper};
     let id = job.id.as_str();
     let (mut vm, console) = build_linux(job)?;
     let mut vcpus = vm.take_vcpus();
     arm_faults(id, &mut vcpus)?;
     let control = vm.control();
+    let apics = apic_ids(&vm);
+    let msi_wake = vm.msi_wake();
     let mapper = Arc::new(LinuxMapper::new(
         vm.devices(),
         vcpus.len(),
@@ -361,11 +363,23 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
     std::thread::Builder::new()
         .name(format!("halt-poll/{id}"))
         .spawn(move || {
+            // Device interrupts unpark this thread, which wakes their vCPU
+            // at once (see vcpu_body::linux); halts are polled every 1 ms.
+            let irqs = Arc::new(IrqWakeups::new(&apics));
+            let hook = irqs.clone();
+            let _ = msi_wake.set(Arc::new(move |apic| hook.note(apic)));
+            let mut next = std::time::Instant::now();
             while !set.stopping() && set.vms()[0].live() > 0 {
                 let Some(r) = weak.upgrade() else { break };
-                poller.round(&|k| r.wake(0, k));
+                irqs.wake_marked(&|k| r.wake(0, k));
+                if std::time::Instant::now() >= next {
+                    poller.round(&|k| r.wake(0, k));
+                    next = std::time::Instant::now() + Duration::from_millis(1);
+                }
                 drop(r);
-                std::thread::sleep(Duration::from_millis(1));
+                std::thread::park_timeout(
+                    next.saturating_duration_since(std::time::Instant::now()),
+                );
             }
         })
         .map_err(|e| format!("cannot start the halt poller: {e}"))?;

@@ -33,7 +33,7 @@
 //! its MSI through an irqfd (KVM queues it in the target vCPU's LAPIC, in
 //! or out of `KVM_RUN`) and then calls the VM's
 //! [`msi_wake`](crate::vm::LinuxVm::msi_wake) hook with the destination
-//! APIC ID. Under the scheduler that hook marks the vCPU (`IrqWakeups`)
+//! APIC ID. Under the scheduler that hook marks the vCPU ([`IrqWakeups`])
 //! and unparks the poller's thread, which wakes it in the scheduler at
 //! once: one unpark and one `Scheduler::wake`, not a poll period. (A wake
 //! that finds the vCPU awake is remembered and cuts its next sleep short,
@@ -264,7 +264,7 @@ impl ExitMapper for LinuxMapper {
 /// Device interrupts for vCPUs that sleep in the scheduler: the VM's MSI
 /// hook marks the destination vCPU and unparks the thread that runs the
 /// poll loop, which wakes it (see the module docs).
-struct IrqWakeups {
+pub struct IrqWakeups {
     by_apic: HashMap<u32, usize>,
     pending: Box<[AtomicBool]>,
     any: AtomicBool,
@@ -272,10 +272,12 @@ struct IrqWakeups {
 }
 
 impl IrqWakeups {
-    fn new(vm: &crate::vm::LinuxVm) -> Self {
-        let n = vm.guest().num_vcpus();
+    /// For vCPUs with these APIC IDs (vCPU `i` has `apic_ids[i]`); the
+    /// calling thread is the one a device interrupt unparks.
+    pub fn new(apic_ids: &[u32]) -> Self {
+        let n = apic_ids.len();
         Self {
-            by_apic: (0..n).map(|i| (vm.guest().cpu(i).apic_id, i)).collect(),
+            by_apic: apic_ids.iter().enumerate().map(|(i, &a)| (a, i)).collect(),
             pending: (0..n).map(|_| AtomicBool::new(false)).collect(),
             any: AtomicBool::new(false),
             waiter: std::thread::current(),
@@ -283,7 +285,7 @@ impl IrqWakeups {
     }
 
     /// An MSI for APIC ID `apic` was raised.
-    fn note(&self, apic: u32) {
+    pub fn note(&self, apic: u32) {
         if let Some(&k) = self.by_apic.get(&apic) {
             self.pending[k].store(true, Ordering::Release);
             self.any.store(true, Ordering::Release);
@@ -292,7 +294,7 @@ impl IrqWakeups {
     }
 
     /// Wakes every marked vCPU; returns how many.
-    fn wake_marked(&self, wake: &dyn Fn(usize) -> bool) -> u64 {
+    pub fn wake_marked(&self, wake: &dyn Fn(usize) -> bool) -> u64 {
         if !self.any.swap(false, Ordering::AcqRel) {
             return 0;
         }
@@ -304,6 +306,13 @@ impl IrqWakeups {
         }
         n
     }
+}
+
+/// Each vCPU's APIC ID, in vCPU order.
+pub fn apic_ids(vm: &crate::vm::LinuxVm) -> Vec<u32> {
+    (0..vm.guest().num_vcpus())
+        .map(|i| vm.guest().cpu(i).apic_id)
+        .collect()
 }
 
 /// Probe states of a vCPU (see `HaltState::probe`).
@@ -457,7 +466,7 @@ pub fn run_sched(
     let control = vm.control();
     let devices = vm.devices();
     let placement = placements(opts, &topo)?;
-    let irqs = Arc::new(IrqWakeups::new(&vm));
+    let irqs = Arc::new(IrqWakeups::new(&apic_ids(&vm)));
     let msi_wake = vm.msi_wake();
     let mapper = Arc::new(LinuxMapper::new(devices.clone(), n, opts.halt));
     let poller = HaltPoller::new(mapper.clone(), &vcpus);
