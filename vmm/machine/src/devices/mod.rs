@@ -117,6 +117,10 @@ impl DeviceSpec {
             self.check_segment(&what, d.pci_segment)?;
             match d.num_queues {
                 Some(0) => return Err(format!("{what}: num_queues=0; give 1 or more")),
+                Some(n) if n > MAX_DISK_QUEUES => return Err(format!(
+                    "{what}: num_queues={n} is more than this VMM's {MAX_DISK_QUEUES} per disk; \
+                         give at most {MAX_DISK_QUEUES}"
+                )),
                 Some(n) if usize::from(n) > vcpus.max(1) => {
                     return Err(format!(
                         "{what}: num_queues={n} is more than the guest's {vcpus} vCPUs; \
@@ -336,6 +340,11 @@ mod tests {
             "{e}"
         );
         with(disk(Some(4), 1)).check(4).unwrap();
+        let e = with(disk(Some(65), 0)).check(1000).unwrap_err();
+        assert!(
+            e.contains("num_queues=65") && e.contains("at most 64"),
+            "{e}"
+        );
         assert_eq!(DeviceSpec::disk_queues(&disk(None, 0), 6), 6);
     }
 }
