@@ -330,15 +330,19 @@ pub fn virtio_block(data: &[u8]) {
     });
     let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), VIRTIO_MEM)]).expect("guest memory");
     let n = memory.len().min(VIRTIO_MEM);
-    mem.write_slice(&memory[..n], GuestAddress(0)).expect("filling guest memory");
+    mem.write_slice(&memory[..n], GuestAddress(0))
+        .expect("filling guest memory");
     let mut q = Queue::new(256).expect("a queue");
     // Sizes 1 to 256, powers of two, as the transport lets through.
     if q.try_set_size(1 << (size_bits % 9)).is_err() {
         return;
     }
-    q.try_set_desc_table_address(GuestAddress(0)).expect("aligned");
-    q.try_set_avail_ring_address(GuestAddress(0x1000)).expect("aligned");
-    q.try_set_used_ring_address(GuestAddress(0x2000)).expect("aligned");
+    q.try_set_desc_table_address(GuestAddress(0))
+        .expect("aligned");
+    q.try_set_avail_ring_address(GuestAddress(0x1000))
+        .expect("aligned");
+    q.try_set_used_ring_address(GuestAddress(0x2000))
+        .expect("aligned");
     q.set_ready(true);
     let _ = serve_once(disk, &mem, q);
     let len = file.as_file().metadata().expect("stat").len();

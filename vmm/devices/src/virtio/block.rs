@@ -400,22 +400,15 @@ impl BlockQueues {
 
     fn read(&mut self, sector: u64, bufs: &[Buffer]) -> Result<u32, u32> {
         let len = self.extent(sector, bufs)?;
-        let mut off = sector * SECTOR;
-        for b in bufs {
-            let mut done = 0u64;
-            while done < u64::from(b.len) {
-                let n = (u64::from(b.len) - done).min(MAX_CHUNK as u64) as usize;
-                self.bounce.resize(n, 0);
-                self.disk
-                    .file
-                    .read_exact_at(&mut self.bounce, off)
-                    .map_err(|_| VIRTIO_BLK_S_IOERR)?;
-                self.mem
-                    .write_slice(&self.bounce, GuestAddress(b.addr.0 + done))
-                    .map_err(|_| VIRTIO_BLK_S_IOERR)?;
-                off += n as u64;
-                done += n as u64;
-            }
+        for (off, addr, n) in chunks(sector, bufs) {
+            self.bounce.resize(n, 0);
+            self.disk
+                .file
+                .read_exact_at(&mut self.bounce, off)
+                .map_err(|_| VIRTIO_BLK_S_IOERR)?;
+            self.mem
+                .write_slice(&self.bounce, addr)
+                .map_err(|_| VIRTIO_BLK_S_IOERR)?;
         }
         self.stats.read_bytes.fetch_add(len, Ordering::Relaxed);
         Ok(len as u32)
@@ -426,22 +419,15 @@ impl BlockQueues {
             return Err(VIRTIO_BLK_S_IOERR);
         }
         let len = self.extent(sector, bufs)?;
-        let mut off = sector * SECTOR;
-        for b in bufs {
-            let mut done = 0u64;
-            while done < u64::from(b.len) {
-                let n = (u64::from(b.len) - done).min(MAX_CHUNK as u64) as usize;
-                self.bounce.resize(n, 0);
-                self.mem
-                    .read_slice(&mut self.bounce, GuestAddress(b.addr.0 + done))
-                    .map_err(|_| VIRTIO_BLK_S_IOERR)?;
-                self.disk
-                    .file
-                    .write_all_at(&self.bounce, off)
-                    .map_err(|_| VIRTIO_BLK_S_IOERR)?;
-                off += n as u64;
-                done += n as u64;
-            }
+        for (off, addr, n) in chunks(sector, bufs) {
+            self.bounce.resize(n, 0);
+            self.mem
+                .read_slice(&mut self.bounce, addr)
+                .map_err(|_| VIRTIO_BLK_S_IOERR)?;
+            self.disk
+                .file
+                .write_all_at(&self.bounce, off)
+                .map_err(|_| VIRTIO_BLK_S_IOERR)?;
         }
         self.stats.written_bytes.fetch_add(len, Ordering::Relaxed);
         Ok(0)
@@ -541,6 +527,20 @@ impl BlockQueues {
 
 fn status_addr(b: Buffer) -> GuestAddress {
     GuestAddress(b.addr.0 + u64::from(b.len) - 1)
+}
+
+/// The image offset, guest address and length of each piece of at most
+/// [`MAX_CHUNK`] bytes that `bufs`, read or written from `sector` on, move.
+fn chunks(sector: u64, bufs: &[Buffer]) -> impl Iterator<Item = (u64, GuestAddress, usize)> + '_ {
+    let mut off = sector * SECTOR;
+    bufs.iter().flat_map(move |b| {
+        let start = off;
+        off += u64::from(b.len);
+        (0..u64::from(b.len)).step_by(MAX_CHUNK).map(move |done| {
+            let n = (u64::from(b.len) - done).min(MAX_CHUNK as u64) as usize;
+            (start + done, GuestAddress(b.addr.0 + done), n)
+        })
+    })
 }
 
 /// Splits a chain into header, device-readable data, device-writable data

@@ -117,10 +117,12 @@ impl DeviceSpec {
             self.check_segment(&what, d.pci_segment)?;
             match d.num_queues {
                 Some(0) => return Err(format!("{what}: num_queues=0; give 1 or more")),
-                Some(n) if n > MAX_DISK_QUEUES => return Err(format!(
+                Some(n) if n > MAX_DISK_QUEUES => {
+                    return Err(format!(
                     "{what}: num_queues={n} is more than this VMM's {MAX_DISK_QUEUES} per disk; \
                          give at most {MAX_DISK_QUEUES}"
-                )),
+                ))
+                }
                 Some(n) if usize::from(n) > vcpus.max(1) => {
                     return Err(format!(
                         "{what}: num_queues={n} is more than the guest's {vcpus} vCPUs; \
