@@ -14,6 +14,8 @@ PKGS=(
   prometheus
   # virtio-blk tests: mke2fs -d builds ext4 images, e2fsck judges them
   e2fsprogs
+  # virtio-net tests: ip (network namespaces, taps) and ping
+  iproute2 iputils-ping
 )
 
 missing=()

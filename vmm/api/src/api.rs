@@ -90,6 +90,9 @@ pub struct VmConfig {
     /// virtio-blk disks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disks: Option<Vec<crate::devices::DiskConfig>>,
+    /// virtio-net devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net: Option<Vec<crate::devices::NetConfig>>,
     /// A virtio-rng.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rng: Option<crate::devices::RngConfig>,
@@ -340,20 +343,21 @@ impl VmConfig {
         Ok(shape)
     }
 
-    /// The machine's devices (`disks`, `rng`, `platform`); an error names
+    /// The machine's devices (`disks`, `net`, `rng`, `platform`); an error names
     /// the field. Stats the disk images, opens nothing.
     pub fn device_spec(&self) -> Result<vmm_machine::devices::DeviceSpec, ApiError> {
         let d = crate::devices::Devices {
             disks: self.disks.as_deref(),
+            net: self.net.as_deref(),
             rng: self.rng.as_ref(),
             platform: self.platform.as_ref(),
         };
         if self.x_vmm.as_ref().is_some_and(|x| x.micro.is_some())
-            && (self.disks.is_some() || self.rng.is_some())
+            && (self.disks.is_some() || self.rng.is_some() || self.net.is_some())
         {
             return Err(ApiError::bad(
                 "disks",
-                "micro-guests have no PCI devices: give a Linux payload, or leave disks and rng out",
+                "micro-guests have no PCI devices: give a Linux payload, or leave disks, net and rng out",
             ));
         }
         crate::devices::device_spec(d, self.cpus.boot_vcpus as usize)

@@ -217,11 +217,34 @@ pub fn gib(bytes: u64) -> String {
     }
 }
 
+/// Splits at the commas outside `[...]` (Cloud Hypervisor writes lists
+/// as `fd=[3,4]`).
+fn split_options(s: &str) -> Vec<&str> {
+    let (mut out, mut depth, mut start) = (Vec::new(), 0i32, 0);
+    for (i, c) in s.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    out
+}
+
 /// Cloud Hypervisor's option syntax, `key=value,key=value`: each key one
 /// of `keys`, at most once. An empty string has no options.
 fn ch_options<'a>(s: &'a str, keys: &[&str]) -> Result<Vec<(&'a str, &'a str)>, String> {
     let mut out: Vec<(&str, &str)> = Vec::new();
-    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+    for item in split_options(s)
+        .into_iter()
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+    {
         let (k, v) = item
             .split_once('=')
             .ok_or_else(|| format!("{item:?} is not key=value (keys: {})", keys.join(", ")))?;
@@ -286,6 +309,56 @@ pub fn disk(s: &str) -> Result<vmm_machine::devices::DiskSpec, String> {
     }
     d.path = path.ok_or("no path=IMG: give the raw image, e.g. path=disk.img")?;
     Ok(d)
+}
+
+/// `--net tap=NAME|fd=N|fd=[N,M..][,mac=MAC][,num_queues=N][,pci_segment=S]`
+/// (Cloud Hypervisor's syntax): a virtio-net on an existing tap, or on
+/// tap descriptors this process was handed.
+pub fn net(s: &str) -> Result<vmm_machine::devices::NetSpec, String> {
+    use vmm_machine::devices::{NetSpec, TapSource};
+    let mut tap = None;
+    let mut n = NetSpec {
+        tap: TapSource::Name(String::new()),
+        mac: None,
+        num_queues: None,
+        pci_segment: 0,
+    };
+    for (k, v) in ch_options(s, &["tap", "fd", "mac", "num_queues", "pci_segment"])? {
+        match k {
+            "tap" | "fd" if tap.is_some() => {
+                return Err(
+                    "tap= and fd= are both given: give one (a tap's name, or its open fds)".into(),
+                )
+            }
+            "tap" if v.is_empty() => return Err("tap= is empty: give the tap's name".into()),
+            "tap" => tap = Some(TapSource::Name(v.to_string())),
+            "fd" => {
+                let list = v
+                    .strip_prefix('[')
+                    .and_then(|l| l.strip_suffix(']'))
+                    .unwrap_or(v);
+                let fds = list
+                    .split(',')
+                    .map(|f| f.trim().parse::<i32>())
+                    .collect::<Result<Vec<_>, _>>()
+                    .ok()
+                    .filter(|f| !f.is_empty() && f.iter().all(|&x| x >= 0))
+                    .ok_or_else(|| {
+                        format!("fd={v:?} is not a descriptor number or a list like fd=[3,4]")
+                    })?;
+                tap = Some(TapSource::Fds(fds));
+            }
+            "mac" => n.mac = Some(v.parse()?),
+            "num_queues" => {
+                n.num_queues = Some(v.parse().map_err(|_| {
+                    format!("num_queues={v:?} is not a number of queues (2, 4, ...)")
+                })?)
+            }
+            _ => n.pci_segment = segment_number(v)?,
+        }
+    }
+    n.tap = tap.ok_or("no tap=NAME or fd=N: give the tap, e.g. tap=tap0")?;
+    Ok(n)
 }
 
 /// `--platform num_pci_segments=N` (Cloud Hypervisor's syntax).
@@ -366,6 +439,27 @@ mod tests {
         assert!(platform("num_pci_segments")
             .unwrap_err()
             .contains("key=value"));
+        let n = net("tap=tap0,mac=52:54:00:12:34:56,num_queues=4,pci_segment=1").unwrap();
+        assert_eq!(n.tap, vmm_machine::devices::TapSource::Name("tap0".into()));
+        assert_eq!(n.mac.unwrap().to_string(), "52:54:00:12:34:56");
+        assert_eq!((n.num_queues, n.pci_segment, n.pairs()), (Some(4), 1, 2));
+        let n = net("fd=[3,4],mac=02:00:00:00:00:01").unwrap();
+        assert_eq!(n.tap, vmm_machine::devices::TapSource::Fds(vec![3, 4]));
+        assert_eq!(n.pairs(), 2);
+        assert!(net("mac=52:54:00:12:34:56")
+            .unwrap_err()
+            .contains("no tap=NAME"));
+        assert!(net("tap=a,fd=3").unwrap_err().contains("both given"));
+        assert!(net("fd=x").unwrap_err().contains("fd=[3,4]"));
+        assert!(net("tap=a,mac=52:54:00:12:34")
+            .unwrap_err()
+            .contains("six hex bytes"));
+        assert!(net("tap=a,mac=01:00:5e:00:00:01")
+            .unwrap_err()
+            .contains("multicast"));
+        assert!(net("tap=a,num_queues=two")
+            .unwrap_err()
+            .contains("num_queues"));
         let d = disk("path=a.img,readonly=on,num_queues=2,pci_segment=1").unwrap();
         assert_eq!(
             (d.path.to_str(), d.readonly, d.num_queues, d.pci_segment),

@@ -99,7 +99,9 @@ pub fn of_error(e: &vmm_machine::Error) -> Fault {
         Error::Boot(b) => of_boot(b),
         Error::Memory(m) => of_memory(m),
         Error::Topology(t) => of_topology(t),
-        Error::Device(vmm_machine::devices::DeviceError::Full(_)) | Error::Disk(_) => Fault::User,
+        Error::Device(vmm_machine::devices::DeviceError::Full(_))
+        | Error::Disk(_)
+        | Error::Tap(_) => Fault::User,
         Error::Device(_) | Error::Vcpu(_) | Error::Kvm { .. } | Error::Other(_) => Fault::Runtime,
     }
 }

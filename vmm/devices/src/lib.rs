@@ -11,6 +11,7 @@
 //! |---|---|
 //! | [`pci`] | a PCI segment: config space through ECAM and 0xCF8/0xCFC, BARs, capabilities, MSI-X |
 //! | [`interrupt`] | what a device needs from the hypervisor: MSI routes and triggers, notification eventfds |
+//! | [`tap`] | host tap devices (by name or passed-in fd) with the virtio-net header, the back end of virtio-net |
 //! | [`virtio`] | the virtio PCI transport, descriptor chains checked strictly, the queue worker thread, the devices |
 //!
 //! The guest is untrusted. Every value it writes (a BAR, a queue size, a
@@ -21,6 +22,7 @@
 
 pub mod interrupt;
 pub mod pci;
+pub mod tap;
 pub mod virtio;
 
 /// Errors of building devices and of the hypervisor calls behind them.

@@ -79,6 +79,9 @@ pub enum Error {
     /// A disk image the user named.
     #[error(transparent)]
     Disk(#[from] vmm_devices::virtio::block::DiskError),
+    /// A tap the user named (or passed).
+    #[error(transparent)]
+    Tap(#[from] vmm_devices::tap::TapError),
     /// Anything else.
     #[error("{0}")]
     Other(String),

@@ -114,6 +114,13 @@ pub struct RunArgs {
     /// vCPU. Repeat for more disks (vda, vdb, ...).
     #[arg(long, value_name = "path=IMG[,...]")]
     pub disk: Vec<String>,
+    /// A virtio-net device on a host tap, as Cloud Hypervisor writes it:
+    /// `tap=NAME|fd=N|fd=[N,M..][,mac=MAC][,num_queues=N][,pci_segment=S]`.
+    /// The tap must exist (`ip tuntap add NAME mode tap multi_queue`);
+    /// num_queues counts receive and transmit queues (2 per pair, default
+    /// 2); mac defaults to a random local one. Repeat for more (eth0, eth1, ...).
+    #[arg(long, value_name = "tap=NAME[,...]")]
+    pub net: Vec<String>,
 }
 
 /// Runs `vmm run`: the exit status is the stop reason's
@@ -339,6 +346,7 @@ fn resolve(args: RunArgs) -> Result<RunConfig> {
         rng: args.rng,
         platform: args.platform,
         disk: args.disk,
+        net: args.net,
     };
     Ok(RunConfig::resolve(flags, file)?)
 }

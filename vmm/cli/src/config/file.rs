@@ -113,6 +113,8 @@ pub struct FileConfig {
     pub platform: Option<String>,
     /// `disk`: a list of `"path=IMG[,readonly=on][,num_queues=N][,pci_segment=S]"`.
     pub disk: Option<Vec<String>>,
+    /// `net`: a list of `"tap=NAME[,mac=MAC][,num_queues=N][,pci_segment=S]"`.
+    pub net: Option<Vec<String>>,
 }
 
 impl FileConfig {

@@ -20,6 +20,7 @@
 //! rng = ""                      # a virtio-rng; or "pci_segment=1"
 //! platform = "num_pci_segments=2"
 //! disk = ["path=root.img", "path=data.img,readonly=on"]   # paths relative to the file
+//! net = ["tap=tap0,mac=52:54:00:12:34:56"]
 //! ```
 //!
 //! Unknown fields and bad values are errors naming the field. Flags given
@@ -169,6 +170,8 @@ pub struct RunFlags {
     pub platform: Option<String>,
     /// `--disk`, each.
     pub disk: Vec<String>,
+    /// `--net`, each.
+    pub net: Vec<String>,
 }
 
 /// Parses a `--timeout`: `90s`, `10m`, `1h`, `500ms`, `1m30s`, or a

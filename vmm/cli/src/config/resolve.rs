@@ -219,11 +219,29 @@ impl Merge {
         Ok((disks, from_flag))
     }
 
+    /// `--net` flags, or else the file's `net` list.
+    fn nets(
+        &self,
+        flags: Vec<String>,
+        file: Option<Vec<String>>,
+    ) -> Result<(Vec<vmm_machine::devices::NetSpec>, bool), ConfigError> {
+        let (list, from_flag) = match (flags.is_empty(), file) {
+            (false, _) | (true, None) => (flags, true),
+            (true, Some(f)) => (f, false),
+        };
+        let nets = list
+            .iter()
+            .map(|s| args::net(s).map_err(|m| self.err("net", from_flag, m)))
+            .collect::<Result<_, ConfigError>>()?;
+        Ok((nets, from_flag))
+    }
+
     fn devices(
         &self,
         rng: Option<(String, bool)>,
         platform: Option<(String, bool)>,
         (disks, disks_from_flag): (Vec<vmm_machine::devices::DiskSpec>, bool),
+        (nets, nets_from_flag): (Vec<vmm_machine::devices::NetSpec>, bool),
         vcpus: usize,
     ) -> Result<vmm_machine::devices::DeviceSpec, ConfigError> {
         let rng_from_flag = rng.as_ref().is_none_or(|r| r.1);
@@ -234,12 +252,15 @@ impl Merge {
                 .unwrap_or(1),
             rng: self.parsed("rng", rng, args::rng)?,
             disks,
+            nets,
         };
         spec.check(vcpus).map_err(|m| {
             if m.starts_with("num_pci_segments") {
                 self.err("platform", platform_from_flag, m)
             } else if m.starts_with("the disk") || m.starts_with("disk ") {
                 self.err("disk", disks_from_flag, m)
+            } else if m.starts_with("the net") || m.starts_with("net ") {
+                self.err("net", nets_from_flag, m)
             } else {
                 self.err("rng", rng_from_flag, m)
             }
@@ -307,6 +328,7 @@ impl RunConfig {
                 pick(flags.rng, f.rng),
                 pick(flags.platform, f.platform),
                 m.disks(flags.disk, f.disk)?,
+                m.nets(flags.net, f.net)?,
                 // the vCPU count is the guest topology's: num_queues is
                 // checked against it when the VM is built
                 usize::MAX,

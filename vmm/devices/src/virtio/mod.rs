@@ -35,6 +35,7 @@ use crate::DeviceError;
 
 pub mod block;
 pub mod chain;
+pub mod net;
 pub mod rng;
 pub mod transport;
 pub mod worker;

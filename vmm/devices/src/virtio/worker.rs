@@ -8,8 +8,15 @@
 //! is not). When the handler reports a guest error the thread calls
 //! [`VirtioInterrupt::fault`] and serves nothing more; it still drains
 //! notifications until it is stopped, so the driver can reset the device.
+//!
+//! A device with a host side (a tap, a console's input) also names host
+//! file descriptors ([`QueueHandler::host_fds`]). They are watched
+//! edge-triggered: the handler reads each until it would block, or
+//! remembers that it stopped early (no guest buffers) and goes on when
+//! the driver next notifies the queue. Level-triggered, a tap with
+//! packets and a guest with no buffers would spin the thread.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -25,6 +32,18 @@ pub trait QueueHandler: Send + 'static {
     /// Serves everything the driver made available on queue `index`.
     /// An `Err` is a guest error: the device needs a reset.
     fn process(&mut self, index: usize) -> Result<(), String>;
+
+    /// Host file descriptors to watch too (asked once, at spawn).
+    fn host_fds(&self) -> Vec<RawFd> {
+        Vec::new()
+    }
+
+    /// Host fd `k` (of [`host_fds`](Self::host_fds)) became readable.
+    /// An `Err` is a guest error, as for [`process`](Self::process).
+    fn host_ready(&mut self, k: usize) -> Result<(), String> {
+        let _ = k;
+        Ok(())
+    }
 }
 
 /// A running I/O thread.
@@ -63,6 +82,19 @@ impl Worker {
                 )
                 .map_err(host_err("watching a queue eventfd"))?;
         }
+        let host_fds = handler.host_fds();
+        for (k, fd) in host_fds.iter().enumerate() {
+            epoll
+                .ctl(
+                    ControlOperation::Add,
+                    *fd,
+                    EpollEvent::new(
+                        EventSet::IN | EventSet::EDGE_TRIGGERED,
+                        (queues.len() + k) as u64,
+                    ),
+                )
+                .map_err(host_err("watching a host fd"))?;
+        }
         epoll
             .ctl(
                 ControlOperation::Add,
@@ -84,7 +116,19 @@ impl Worker {
                 for &(index, _) in &queues {
                     serve(&mut handler, index);
                 }
-                let mut events = vec![EpollEvent::default(); queues.len() + 1];
+                let host_ready = |h: &mut H, k: usize| {
+                    if interrupt.faulted() {
+                        return;
+                    }
+                    if let Err(e) = h.host_ready(k) {
+                        interrupt.fault(&e);
+                    }
+                };
+                // Anything that arrived before the watch began.
+                for k in 0..host_fds.len() {
+                    host_ready(&mut handler, k);
+                }
+                let mut events = vec![EpollEvent::default(); queues.len() + host_fds.len() + 1];
                 loop {
                     let n = match epoll.wait(-1, &mut events) {
                         Ok(n) => n,
@@ -99,7 +143,11 @@ impl Worker {
                             debug!("virtio worker stopping");
                             return;
                         }
-                        let (index, evt) = &queues[ev.data() as usize];
+                        let slot = ev.data() as usize;
+                        let Some((index, evt)) = queues.get(slot) else {
+                            host_ready(&mut handler, slot - queues.len());
+                            continue;
+                        };
                         // Reading clears it; EAGAIN if another wakeup took it.
                         let _ = evt.read();
                         serve(&mut handler, *index);

@@ -20,7 +20,9 @@ use kvm_ioctls::VmFd;
 use tracing::{info, trace};
 use vm_memory::GuestMemoryMmap;
 use vmm_devices::pci::{PciRoot, PciSegment, SegmentLayout, ECAM_SEGMENT_SIZE};
+use vmm_devices::tap::{Tap, TapError};
 use vmm_devices::virtio::block::{Block, Disk, DiskError};
+use vmm_devices::virtio::net::Net;
 use vmm_devices::virtio::rng::Rng;
 use vmm_devices::virtio::transport::BAR_SIZE;
 use vmm_devices::virtio::{VirtioDevice, VirtioPci};
@@ -34,12 +36,15 @@ pub mod legacy;
 pub use kvm::{GsiRoutes, KvmMsi, KvmNotify, MsiWake, MsiWakeSlot};
 pub use legacy::{EventFdTrigger, LegacyDevices, ResetLine, SerialPort};
 pub use vmm_devices::virtio::block::QUEUE_SIZE as DISK_QUEUE_SIZE;
+pub use vmm_devices::virtio::net::{Mac, QUEUE_SIZE as NET_QUEUE_SIZE};
 pub use vmm_devices::DeviceError;
 
 /// The most PCI segments a guest may have.
 pub const MAX_PCI_SEGMENTS: u16 = 16;
 /// The most queues of one disk (its default is one per vCPU, up to this).
 pub const MAX_DISK_QUEUES: u16 = 64;
+/// The most queue pairs of one virtio-net.
+pub const MAX_NET_PAIRS: u16 = vmm_devices::virtio::net::MAX_PAIRS;
 
 /// A virtio-blk disk (Cloud Hypervisor's `--disk` fields).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,6 +59,108 @@ pub struct DiskSpec {
     pub pci_segment: u16,
 }
 
+/// Where a virtio-net's tap comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TapSource {
+    /// `tap=NAME`: an existing tap, opened once per queue pair.
+    Name(String),
+    /// `fd=N` or `fd=[N,M,..]`: descriptors of an open tap, one per
+    /// queue pair, handed to this process.
+    Fds(Vec<i32>),
+}
+
+/// A virtio-net (Cloud Hypervisor's `--net` fields).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetSpec {
+    /// The tap.
+    pub tap: TapSource,
+    /// `mac=`; `None`: a random locally administered one.
+    pub mac: Option<Mac>,
+    /// `num_queues=N`: receive and transmit queues together (2 per pair);
+    /// `None`: 2, or 2 per passed fd.
+    pub num_queues: Option<u16>,
+    /// `pci_segment=S`.
+    pub pci_segment: u16,
+}
+
+impl NetSpec {
+    /// Queue pairs.
+    pub fn pairs(&self) -> u16 {
+        match (self.num_queues, &self.tap) {
+            (Some(n), _) => (n / 2).max(1),
+            (None, TapSource::Fds(f)) => f.len().max(1) as u16,
+            (None, TapSource::Name(_)) => 1,
+        }
+    }
+
+    fn what(&self) -> String {
+        match &self.tap {
+            TapSource::Name(n) => format!("net tap={n}"),
+            TapSource::Fds(f) => format!("net fd={f:?}"),
+        }
+    }
+
+    fn check(&self, vcpus: usize) -> Result<(), String> {
+        let what = self.what();
+        if let Some(n) = self.num_queues {
+            if n < 2 || n % 2 != 0 {
+                return Err(format!(
+                    "{what}: num_queues={n}; give an even number, 2 or more \
+                     (a receive and a transmit queue per pair)"
+                ));
+            }
+        }
+        let pairs = self.pairs();
+        if pairs > MAX_NET_PAIRS {
+            return Err(format!(
+                "{what}: {pairs} queue pairs is more than this VMM's {MAX_NET_PAIRS}; \
+                 give num_queues={} or less",
+                2 * MAX_NET_PAIRS
+            ));
+        }
+        if usize::from(pairs) > vcpus.max(1) {
+            return Err(format!(
+                "{what}: {pairs} queue pairs is more than the guest's {vcpus} vCPUs; \
+                 give num_queues={} or less (one pair per vCPU at most)",
+                2 * vcpus.max(1)
+            ));
+        }
+        if let TapSource::Fds(f) = &self.tap {
+            if f.len() != usize::from(pairs) {
+                return Err(format!(
+                    "{what}: {} fds for {pairs} queue pairs; give one fd per pair \
+                     (num_queues = 2 x the number of fds)",
+                    f.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens the tap's files (one per pair); nothing is created.
+    pub fn open(&self) -> Result<Vec<Tap>, TapError> {
+        match &self.tap {
+            TapSource::Name(n) => Tap::open_named(n, self.pairs()),
+            TapSource::Fds(fds) => fds
+                .iter()
+                .map(|&fd| {
+                    if fd < 3 {
+                        return Err(TapError::BadFd {
+                            fd,
+                            source: std::io::Error::other(
+                                "0, 1 and 2 are stdin, stdout and stderr",
+                            ),
+                        });
+                    }
+                    // SAFETY: the user handed this process descriptor `fd`
+                    // for the tap (`fd=`); nothing else here uses or closes it.
+                    unsafe { Tap::from_raw_fd(fd) }
+                })
+                .collect(),
+        }
+    }
+}
+
 /// The I/O devices a guest gets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceSpec {
@@ -63,6 +170,18 @@ pub struct DeviceSpec {
     pub rng: Option<u16>,
     /// virtio-blk disks, in the order the guest sees them (vda, vdb, ...).
     pub disks: Vec<DiskSpec>,
+    /// virtio-net devices, in the order the guest sees them (eth0, ...).
+    pub nets: Vec<NetSpec>,
+}
+
+/// The host side of the devices, opened before the VM is built: the
+/// disk images (locked) and the taps.
+#[derive(Debug, Default)]
+pub struct Backends {
+    /// One per [`DeviceSpec::disks`].
+    pub disks: Vec<Disk>,
+    /// One list of tap files per [`DeviceSpec::nets`].
+    pub taps: Vec<Vec<Tap>>,
 }
 
 impl DeviceSpec {
@@ -100,6 +219,18 @@ impl DeviceSpec {
             .collect()
     }
 
+    /// Opens every disk and tap, in order; nothing is created.
+    pub fn open(&self) -> Result<Backends, crate::Error> {
+        Ok(Backends {
+            disks: self.open_disks()?,
+            taps: self
+                .nets
+                .iter()
+                .map(NetSpec::open)
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
     /// Refuses what cannot be built for a guest of `vcpus` vCPUs, naming
     /// the fix.
     pub fn check(&self, vcpus: usize) -> Result<(), String> {
@@ -131,6 +262,10 @@ impl DeviceSpec {
                 }
                 _ => {}
             }
+        }
+        for n in &self.nets {
+            self.check_segment(&n.what(), n.pci_segment)?;
+            n.check(vcpus)?;
         }
         Ok(())
     }
@@ -208,7 +343,7 @@ impl PciBuilder {
         &self,
         spec: &DeviceSpec,
         (nodes, vcpus): (usize, usize),
-        disks: Vec<Disk>,
+        backends: Backends,
     ) -> Result<PciRoot, DeviceError> {
         let mut segments = spec
             .layouts(nodes)
@@ -222,12 +357,23 @@ impl PciBuilder {
                 Box::new(Rng::new()?),
             )?;
         }
-        for (i, (d, disk)) in spec.disks.iter().zip(disks).enumerate() {
+        for (i, (d, disk)) in spec.disks.iter().zip(backends.disks).enumerate() {
             let name = format!("virtio-blk{i}");
             let queues = DeviceSpec::disk_queues(d, vcpus);
             let dev = Block::new(&name, disk, queues);
             self.add_virtio(
                 &mut segments[usize::from(d.pci_segment)],
+                &name,
+                Box::new(dev),
+            )?;
+        }
+        for (i, (n, taps)) in spec.nets.iter().zip(backends.taps).enumerate() {
+            let name = format!("virtio-net{i}");
+            let mac = n.mac.unwrap_or_else(Mac::random);
+            info!(device = name, %mac, pairs = taps.len(), "virtio-net");
+            let dev = Net::new(&name, taps, mac);
+            self.add_virtio(
+                &mut segments[usize::from(n.pci_segment)],
                 &name,
                 Box::new(dev),
             )?;

@@ -218,7 +218,7 @@ fn create_devices(
         &DeviceSpec,
         (usize, usize),
     ),
-    disks: Vec<vmm_devices::virtio::block::Disk>,
+    backends: crate::devices::Backends,
     control: &Arc<VmControl>,
     wake: &MsiWakeSlot,
 ) -> Result<Arc<Devices>, Error> {
@@ -235,7 +235,7 @@ fn create_devices(
         mem: ram.memory().clone(),
         wake: wake.clone(),
     }
-    .build(devices, shape, disks)?;
+    .build(devices, shape, backends)?;
     Ok(Arc::new(Devices::new(legacy, pci)))
 }
 
@@ -321,7 +321,7 @@ impl LinuxVm {
         boot::check_cmdline(&cmdline)?;
         let max_apic = check_vcpu_ids(kvm, &guest)?;
         spec.devices.check(n).map_err(Error::Input)?;
-        let disks = spec.devices.open_disks()?;
+        let backends = spec.devices.open()?;
         let segments = spec.devices.layouts(guest.num_nodes());
         let acpi = acpi::build(&guest, &plan, &segments)?;
 
@@ -349,7 +349,7 @@ impl LinuxVm {
                 &spec.devices,
                 (guest.num_nodes(), n),
             ),
-            disks,
+            backends,
             &control,
             &msi_wake,
         )?;
