@@ -235,6 +235,7 @@ pub fn device_spec(cfg: Devices<'_>, vcpus: usize) -> Result<DeviceSpec, FieldEr
         rng,
         disks,
         nets,
+        console: None,
     };
     spec.check(vcpus).map_err(|e| {
         let field = if e.starts_with("net ") || e.starts_with("the net") {

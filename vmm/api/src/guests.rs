@@ -315,6 +315,7 @@ fn build_linux(job: &BootJob) -> Result<(vmm_machine::vm::LinuxVm, Option<FileId
         console,
         until: None,
         devices: cfg.device_spec().map_err(|e| e.error)?,
+        console_input: None,
     };
     let vm = vmm_machine::vm::LinuxVm::build(&kvm, spec).map_err(|e| e.to_string())?;
     Ok((vm, made))

@@ -29,6 +29,7 @@ pub mod acpi;
 pub mod boot;
 pub mod compat;
 pub mod console;
+pub mod console_host;
 pub mod cpuid;
 pub mod devices;
 pub mod layout;

@@ -156,6 +156,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
             "cannot open /dev/kvm: {e} (is KVM loaded, and may this user open /dev/kvm?)"
         )
     })?;
+    let console = open_console(&cfg)?;
+    let _socket = console.guard;
     let spec = vmm_machine::vm::LinuxVmSpec {
         guest,
         memory: cfg.memory,
@@ -169,9 +171,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         compat: cfg.compat.resolve(),
         pins: pins.clone(),
         host,
-        console: open_console(&cfg)?,
+        console: console.out,
         until: until_regex(&cfg)?,
         devices: cfg.devices.clone(),
+        console_input: console.input,
     };
     phase("building the VM (guest memory, kernel, ACPI)");
     let vm = vmm_machine::vm::LinuxVm::build(&kvm, spec)?;
@@ -306,7 +309,19 @@ fn check_memory_fits(bytes: u64) -> Result<()> {
 /// `--console-append`, no file is there yet (never clobbered).
 fn check_console(cfg: &RunConfig) -> Result<()> {
     match &cfg.console {
-        ConsoleTarget::Stdout | ConsoleTarget::Stderr => Ok(()),
+        ConsoleTarget::Stdout
+        | ConsoleTarget::Stderr
+        | ConsoleTarget::Null
+        | ConsoleTarget::Pty => Ok(()),
+        ConsoleTarget::Socket(p) if std::fs::symlink_metadata(p).is_ok() => {
+            Err(InputError(format!(
+                "--console virtio,socket={}: something is already there; give a new path \
+                 (the socket is created, and removed when the VM ends)",
+                p.display()
+            ))
+            .into())
+        }
+        ConsoleTarget::Socket(p) => Ok(check_output_file("--console", p, false)?),
         ConsoleTarget::File(p) if !p.is_dir() && std::fs::symlink_metadata(p).is_ok() => {
             Err(InputError(format!(
                 "--console {}: the file exists and would be overwritten; remove it, give \
@@ -419,7 +434,26 @@ fn warn_rt_oversubscribed(
 
 /// `--console`: a new file is created exclusively (a file that appeared
 /// since [`check_console`] is still not overwritten).
-fn open_console(cfg: &RunConfig) -> Result<Box<dyn std::io::Write + Send>> {
+/// The console's host end: where output goes, where input (if any)
+/// comes from, and the socket file to remove at the end.
+struct OpenConsole {
+    out: Box<dyn std::io::Write + Send>,
+    input: Option<std::os::fd::OwnedFd>,
+    guard: Option<vmm_machine::console_host::SocketGuard>,
+}
+
+fn open_console(cfg: &RunConfig) -> Result<OpenConsole> {
+    use vmm_machine::console_host;
+    let host = |c: console_host::HostConsole| OpenConsole {
+        out: c.out,
+        input: Some(c.input),
+        guard: c.guard,
+    };
+    let out = |out: Box<dyn std::io::Write + Send>| OpenConsole {
+        out,
+        input: None,
+        guard: None,
+    };
     let open = |p: &std::path::Path, append: bool| {
         let mut o = std::fs::OpenOptions::new();
         if append {
@@ -436,10 +470,21 @@ fn open_console(cfg: &RunConfig) -> Result<Box<dyn std::io::Write + Send>> {
         })
     };
     Ok(match &cfg.console {
-        ConsoleTarget::Stdout => Box::new(std::io::stdout()),
-        ConsoleTarget::Stderr => Box::new(std::io::stderr()),
-        ConsoleTarget::File(p) => Box::new(open(p, false)?),
-        ConsoleTarget::Append(p) => Box::new(open(p, true)?),
+        ConsoleTarget::Stdout => out(Box::new(std::io::stdout())),
+        ConsoleTarget::Stderr => out(Box::new(std::io::stderr())),
+        ConsoleTarget::File(p) => out(Box::new(open(p, false)?)),
+        ConsoleTarget::Append(p) => out(Box::new(open(p, true)?)),
+        ConsoleTarget::Null => out(Box::new(std::io::sink())),
+        ConsoleTarget::Pty => host(console_host::pty().map_err(|e| {
+            vmm_machine::Error::Input(format!("--console virtio,pty: cannot open a pty: {e}"))
+        })?),
+        ConsoleTarget::Socket(p) => host(console_host::socket(p).map_err(|e| {
+            vmm_machine::Error::Input(format!(
+                "--console virtio,socket={}: cannot listen there: {}",
+                p.display(),
+                args::os_message(&e)
+            ))
+        })?),
     })
 }
 

@@ -156,7 +156,22 @@ impl FileConfig {
         fix(&mut c.kernel);
         fix(&mut c.initrd);
         if let Some(con) = &mut c.console {
-            if !matches!(con.as_str(), "stdout" | "stderr" | "-") && Path::new(con).is_relative() {
+            // A bare path, not a device or destination list (resolved later).
+            let plain = !con.contains(',')
+                && !con.contains('=')
+                && !matches!(
+                    con.as_str(),
+                    "stdout"
+                        | "stderr"
+                        | "-"
+                        | "tty"
+                        | "pty"
+                        | "null"
+                        | "serial"
+                        | "virtio"
+                        | "off"
+                );
+            if plain && Path::new(con).is_relative() {
                 *con = dir.join(&*con).display().to_string();
             }
         }

@@ -11,7 +11,8 @@
 //! numa-distance = 21
 //! pin = "auto"                  # "none", "auto" or a CPU list "0-7"
 //! rt = "fifo:50"                # or "rr:PRIO", "none"
-//! console = "stdout"            # "stderr", "-" (stdout) or a new file's path
+//! console = "stdout"            # "stderr", "-" (stdout), a new file's path, or
+//!                               # "virtio[,tty|pty|file=PATH|socket=PATH]", "serial[,..]", "off"
 //! console-append = true         # append to the console file if it exists
 //! until = "root domain span"
 //! timeout = "10m"               # or an integer number of seconds
@@ -69,6 +70,25 @@ pub enum ConsoleTarget {
     File(PathBuf),
     /// A file appended to (created if absent): `--console-append`.
     Append(PathBuf),
+    /// A new pseudo-terminal (virtio console only; input too).
+    Pty,
+    /// A new Unix socket: one client at a time gets the output and gives
+    /// the input (virtio console only).
+    Socket(PathBuf),
+    /// Nowhere.
+    Null,
+}
+
+/// Which device is the guest's console.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ConsoleDevice {
+    /// COM1, `ttyS0` (the default).
+    #[default]
+    Serial,
+    /// A virtio-console, `hvc0`.
+    Virtio,
+    /// None: the guest's console output goes nowhere.
+    Off,
 }
 
 /// The CPUID vendor choice.
@@ -99,8 +119,10 @@ pub struct RunConfig {
     pub pin: PinSpec,
     /// RT policy.
     pub rt: Option<RtPolicy>,
-    /// Console.
+    /// Console: where it goes.
     pub console: ConsoleTarget,
+    /// Console: which device.
+    pub console_device: ConsoleDevice,
     /// Stop regex (validated).
     pub until: Option<String>,
     /// Time limit.

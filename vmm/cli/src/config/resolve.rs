@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use vmm_machine::memory::parse_size;
 
 use super::{
-    ConfigError, ConsoleTarget, FileConfig, RunConfig, RunFlags, SchedMode, StrOrInt, VendorChoice,
+    ConfigError, ConsoleDevice, ConsoleTarget, FileConfig, RunConfig, RunFlags, SchedMode,
+    StrOrInt, VendorChoice,
 };
 use crate::args;
 
@@ -95,7 +96,113 @@ impl Merge {
         }
     }
 
+    /// `--console`: a device word (`serial`, `virtio`, `off`) and a
+    /// destination (`tty`/`stdout`/`-`, `stderr`, `pty`, `null`,
+    /// `file=PATH`, `socket=PATH`), comma-separated, either optional; or,
+    /// as before the virtio console, just a destination or a file path.
     fn console(
+        &self,
+        v: Option<(String, bool)>,
+        append: bool,
+    ) -> Result<(ConsoleTarget, ConsoleDevice), ConfigError> {
+        let Some((text, fl)) = v else {
+            return self
+                .console_target(None, append)
+                .map(|t| (t, ConsoleDevice::Serial));
+        };
+        let items: Vec<&str> = text.split(',').map(str::trim).collect();
+        let word = |i: &str| matches!(i, "serial" | "virtio" | "off");
+        let dest = |i: &str| {
+            matches!(i, "tty" | "stdout" | "-" | "stderr" | "pty" | "null")
+                || i.starts_with("file=")
+                || i.starts_with("socket=")
+        };
+        if !items.iter().any(|i| word(i) || dest(i)) {
+            // A plain path, as before.
+            return self
+                .console_target(Some((text, fl)), append)
+                .map(|t| (t, ConsoleDevice::Serial));
+        }
+        let bad = |m: String| self.err("console", fl, m);
+        let (mut device, mut target) = (None, None);
+        for i in &items {
+            if word(i) && device.is_none() {
+                device = Some(match *i {
+                    "virtio" => ConsoleDevice::Virtio,
+                    "off" => ConsoleDevice::Off,
+                    _ => ConsoleDevice::Serial,
+                });
+            } else if dest(i) && target.is_none() {
+                let path = |p: &str| {
+                    if fl {
+                        PathBuf::from(p)
+                    } else {
+                        self.relative_to_file(p)
+                    }
+                };
+                target = Some(match *i {
+                    "tty" | "stdout" | "-" => ConsoleTarget::Stdout,
+                    "stderr" => ConsoleTarget::Stderr,
+                    "pty" => ConsoleTarget::Pty,
+                    "null" => ConsoleTarget::Null,
+                    s => match s.split_once('=') {
+                        Some(("file", "")) | Some(("socket", "")) => {
+                            return Err(bad(format!("{s}: give a path after the =")))
+                        }
+                        Some(("file", p)) if append => ConsoleTarget::Append(path(p)),
+                        Some(("file", p)) => ConsoleTarget::File(path(p)),
+                        Some((_, p)) => ConsoleTarget::Socket(path(p)),
+                        None => unreachable!("dest() matched"),
+                    },
+                });
+            } else {
+                return Err(bad(format!(
+                    "{text:?}: give at most one device (serial, virtio, off) and one destination \
+                     (tty, stderr, pty, null, file=PATH, socket=PATH), e.g. virtio,pty"
+                )));
+            }
+        }
+        let device = device.unwrap_or_default();
+        let target = match (device, target) {
+            (ConsoleDevice::Off, Some(_)) => {
+                return Err(bad("off has no destination: give just --console off".into()))
+            }
+            (ConsoleDevice::Off, None) => ConsoleTarget::Null,
+            (ConsoleDevice::Serial, Some(t @ (ConsoleTarget::Pty | ConsoleTarget::Socket(_)))) => {
+                return Err(bad(format!(
+                    "{} needs the virtio console (the serial port here is output only): \
+                     give virtio,{}",
+                    if t == ConsoleTarget::Pty {
+                        "pty"
+                    } else {
+                        "socket="
+                    },
+                    items.iter().find(|i| dest(i)).unwrap_or(&"pty")
+                )))
+            }
+            (_, t) => t.unwrap_or(ConsoleTarget::Stdout),
+        };
+        if append && !matches!(target, ConsoleTarget::Append(_)) {
+            return Err(ConfigError {
+                field: "--console-append".into(),
+                message: "appends to a --console file; without one it would be ignored: \
+                          give --console FILE (or file=FILE) or leave it out"
+                    .into(),
+            });
+        }
+        Ok((target, device))
+    }
+
+    /// A path from the `--config` file is relative to it.
+    fn relative_to_file(&self, p: &str) -> PathBuf {
+        let p = PathBuf::from(p);
+        match &self.file {
+            Some(f) if p.is_relative() => f.parent().unwrap_or(Path::new(".")).join(p),
+            _ => p,
+        }
+    }
+
+    fn console_target(
         &self,
         v: Option<(String, bool)>,
         append: bool,
@@ -253,6 +360,7 @@ impl Merge {
             rng: self.parsed("rng", rng, args::rng)?,
             disks,
             nets,
+            console: None,
         };
         spec.check(vcpus).map_err(|m| {
             if m.starts_with("num_pci_segments") {
@@ -295,6 +403,17 @@ impl RunConfig {
             Merge::missing("guest", "SPEC (e.g. \"package:2 [numa] core:2 pu:2\")")
         })?;
         let append = flags.console_append || f.console_append.unwrap_or(false);
+        let until_flag = flags.until.is_some();
+        let (console, console_device) = m.console(pick(flags.console, f.console), append)?;
+        let until = m.until(pick(flags.until, f.until))?;
+        if until.is_some() && console_device == ConsoleDevice::Off {
+            return Err(m.err(
+                "until",
+                until_flag,
+                "watches the guest's console, and --console off leaves it none: \
+                 give --console serial or virtio, or leave --until out",
+            ));
+        }
         let sched = m.sched(pick(flags.sched, f.sched))?;
         Ok(RunConfig {
             kernel,
@@ -307,8 +426,9 @@ impl RunConfig {
                 .parsed("pin", pick(flags.pin, f.pin), args::pin)?
                 .unwrap_or(vcpu_sched::placement::pin::PinSpec::None),
             rt: m.parsed("rt", pick(flags.rt, f.rt), args::rt)?.flatten(),
-            console: m.console(pick(flags.console, f.console), append)?,
-            until: m.until(pick(flags.until, f.until))?,
+            console,
+            console_device,
+            until,
             timeout: m.timeout(flags.timeout, f.timeout)?,
             vendor: m
                 .parsed("vendor", pick(flags.vendor, f.vendor), |v| {
@@ -324,15 +444,21 @@ impl RunConfig {
                 .unwrap_or_default(),
             sched,
             mitigations: m.mitigations(pick(flags.mitigations, f.mitigations), sched)?,
-            devices: m.devices(
-                pick(flags.rng, f.rng),
-                pick(flags.platform, f.platform),
-                m.disks(flags.disk, f.disk)?,
-                m.nets(flags.net, f.net)?,
-                // the vCPU count is the guest topology's: num_queues is
-                // checked against it when the VM is built
-                usize::MAX,
-            )?,
+            devices: {
+                let mut d = m.devices(
+                    pick(flags.rng, f.rng),
+                    pick(flags.platform, f.platform),
+                    m.disks(flags.disk, f.disk)?,
+                    m.nets(flags.net, f.net)?,
+                    // the vCPU count is the guest topology's: num_queues is
+                    // checked against it when the VM is built
+                    usize::MAX,
+                )?;
+                if console_device == ConsoleDevice::Virtio {
+                    d.console = Some(0);
+                }
+                d
+            },
         })
     }
 }

@@ -35,6 +35,7 @@ use crate::DeviceError;
 
 pub mod block;
 pub mod chain;
+pub mod console;
 pub mod net;
 pub mod rng;
 pub mod transport;
@@ -216,5 +217,7 @@ impl VirtioInterrupt {
 
 #[cfg(test)]
 mod block_tests;
+#[cfg(test)]
+mod console_tests;
 #[cfg(test)]
 mod tests;

@@ -22,6 +22,7 @@ use vm_memory::GuestMemoryMmap;
 use vmm_devices::pci::{PciRoot, PciSegment, SegmentLayout, ECAM_SEGMENT_SIZE};
 use vmm_devices::tap::{Tap, TapError};
 use vmm_devices::virtio::block::{Block, Disk, DiskError};
+use vmm_devices::virtio::console::{Console, ConsoleOut};
 use vmm_devices::virtio::net::Net;
 use vmm_devices::virtio::rng::Rng;
 use vmm_devices::virtio::transport::BAR_SIZE;
@@ -172,16 +173,30 @@ pub struct DeviceSpec {
     pub disks: Vec<DiskSpec>,
     /// virtio-net devices, in the order the guest sees them (eth0, ...).
     pub nets: Vec<NetSpec>,
+    /// A virtio-console on this segment: the guest's console is `hvc0`.
+    pub console: Option<u16>,
 }
 
 /// The host side of the devices, opened before the VM is built: the
 /// disk images (locked) and the taps.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Backends {
     /// One per [`DeviceSpec::disks`].
     pub disks: Vec<Disk>,
     /// One list of tap files per [`DeviceSpec::nets`].
     pub taps: Vec<Vec<Tap>>,
+    /// The virtio-console's output and input, with [`DeviceSpec::console`].
+    pub console: Option<(Box<dyn std::io::Write + Send>, Option<std::os::fd::OwnedFd>)>,
+}
+
+impl std::fmt::Debug for Backends {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backends")
+            .field("disks", &self.disks)
+            .field("taps", &self.taps)
+            .field("console", &self.console.is_some())
+            .finish()
+    }
 }
 
 impl DeviceSpec {
@@ -228,6 +243,7 @@ impl DeviceSpec {
                 .iter()
                 .map(NetSpec::open)
                 .collect::<Result<_, _>>()?,
+            console: None,
         })
     }
 
@@ -242,6 +258,9 @@ impl DeviceSpec {
         }
         if let Some(s) = self.rng {
             self.check_segment("rng", s)?;
+        }
+        if let Some(s) = self.console {
+            self.check_segment("virtio console", s)?;
         }
         for d in &self.disks {
             let what = format!("disk {}", d.path.display());
@@ -291,6 +310,7 @@ impl DeviceSpec {
 pub struct Devices {
     legacy: LegacyDevices,
     pci: PciRoot,
+    console: Option<ConsoleOut>,
 }
 
 impl std::fmt::Debug for Devices {
@@ -338,13 +358,14 @@ impl PciBuilder {
         Ok(())
     }
 
-    /// The segments of `spec` for a guest of `nodes` nodes, with its devices.
+    /// The segments of `spec` for a guest of `nodes` nodes, with its
+    /// devices; the virtio-console's output handle, if it has one.
     pub fn build(
         &self,
         spec: &DeviceSpec,
         (nodes, vcpus): (usize, usize),
         backends: Backends,
-    ) -> Result<PciRoot, DeviceError> {
+    ) -> Result<(PciRoot, Option<ConsoleOut>), DeviceError> {
         let mut segments = spec
             .layouts(nodes)
             .into_iter()
@@ -367,6 +388,16 @@ impl PciBuilder {
                 Box::new(dev),
             )?;
         }
+        let mut console_out = None;
+        if let (Some(s), Some((out, input))) = (spec.console, backends.console) {
+            let dev = Console::new(out, input);
+            console_out = Some(dev.output());
+            self.add_virtio(
+                &mut segments[usize::from(s)],
+                "virtio-console",
+                Box::new(dev),
+            )?;
+        }
         for (i, (n, taps)) in spec.nets.iter().zip(backends.taps).enumerate() {
             let name = format!("virtio-net{i}");
             let mac = n.mac.unwrap_or_else(Mac::random);
@@ -378,19 +409,28 @@ impl PciBuilder {
                 Box::new(dev),
             )?;
         }
-        Ok(PciRoot::new(segments))
+        Ok((PciRoot::new(segments), console_out))
     }
 }
 
 impl Devices {
-    /// The legacy devices and `pci`.
-    pub fn new(legacy: LegacyDevices, pci: PciRoot) -> Self {
-        Self { legacy, pci }
+    /// The legacy devices and `pci`, with the virtio-console's output.
+    pub fn new(legacy: LegacyDevices, (pci, console): (PciRoot, Option<ConsoleOut>)) -> Self {
+        Self {
+            legacy,
+            pci,
+            console,
+        }
     }
 
-    /// Flushes the console (at VM stop).
+    /// Flushes the consoles (at VM stop).
     pub fn flush_console(&self) {
         self.legacy.flush_console();
+        if let Some(c) = &self.console {
+            if let Err(e) = c.lock().unwrap_or_else(|e| e.into_inner()).flush() {
+                tracing::warn!("flushing the virtio console failed: {e}");
+            }
+        }
     }
 
     /// The PCI segments.

@@ -74,6 +74,8 @@ pub struct LinuxVmSpec {
     pub until: Option<Regex>,
     /// PCI segments and devices.
     pub devices: DeviceSpec,
+    /// Input for the virtio-console (a pty's master, a socket's pipe).
+    pub console_input: Option<std::os::fd::OwnedFd>,
 }
 
 impl fmt::Debug for LinuxVmSpec {
@@ -88,9 +90,19 @@ impl fmt::Debug for LinuxVmSpec {
     }
 }
 
-/// The complete command line for a user part and a compat mode.
-pub fn full_cmdline(user: &str, compat: CompatMode) -> String {
-    let mut items: Vec<String> = BASE_CMDLINE.iter().map(|s| s.to_string()).collect();
+/// The complete command line for a user part and a compat mode. With a
+/// virtio console the kernel's console is `hvc0` after `ttyS0`: the
+/// kernel registers `hvc0` at its very start, long before the virtio
+/// driver gives it a device, and what it prints to it until then is
+/// lost; COM1 carries that early part (and the rest again).
+pub fn full_cmdline(user: &str, compat: CompatMode, virtio_console: bool) -> String {
+    let mut items: Vec<String> = BASE_CMDLINE
+        .iter()
+        .map(|s| match *s {
+            "console=ttyS0" if virtio_console => "console=ttyS0 console=hvc0".to_string(),
+            s => s.to_string(),
+        })
+        .collect();
     items.extend(compat.cmdline_items());
     let user = user.trim();
     if !user.is_empty() {
@@ -223,12 +235,22 @@ fn create_devices(
     wake: &MsiWakeSlot,
 ) -> Result<Arc<Devices>, Error> {
     let (console, until, devices, shape) = spec;
+    let mut backends = backends;
     let serial_irq = EventFd::new(libc::EFD_NONBLOCK)
         .map_err(|e| Error::Other(format!("creating the serial eventfd: {e}")))?;
     vm.register_irqfd(&serial_irq, COM1_GSI)
         .map_err(kvm_err("KVM_IRQFD(COM1)"))?;
+    // The guest's console (the one `--until` watches) is hvc0 with a
+    // virtio console; COM1 then writes to stderr (early boot, earlycon).
     let sink = ConsoleSink::new(console, until, control.clone());
-    let legacy = LegacyDevices::new(serial_irq, sink);
+    let serial_sink = match backends.console.as_mut() {
+        Some((out, _)) => {
+            *out = Box::new(sink);
+            ConsoleSink::new(Box::new(std::io::stderr()), None, control.clone())
+        }
+        None => sink,
+    };
+    let legacy = LegacyDevices::new(serial_irq, serial_sink);
     let pci = PciBuilder {
         vm: vm.clone(),
         routes: Arc::new(GsiRoutes::new(vm.clone())),
@@ -317,11 +339,14 @@ impl LinuxVm {
         let plan = MemoryPlan::new(spec.memory, guest.num_nodes())?;
         let info = boot::inspect_kernel(&spec.kernel)?;
         boot::check_fit(&info, spec.initrd.as_deref(), &plan)?;
-        let cmdline = full_cmdline(&spec.cmdline, spec.compat);
+        let cmdline = full_cmdline(&spec.cmdline, spec.compat, spec.devices.console.is_some());
         boot::check_cmdline(&cmdline)?;
         let max_apic = check_vcpu_ids(kvm, &guest)?;
         spec.devices.check(n).map_err(Error::Input)?;
-        let backends = spec.devices.open()?;
+        let mut backends = spec.devices.open()?;
+        if spec.devices.console.is_some() {
+            backends.console = Some((Box::new(std::io::sink()), spec.console_input));
+        }
         let segments = spec.devices.layouts(guest.num_nodes());
         let acpi = acpi::build(&guest, &plan, &segments)?;
 
