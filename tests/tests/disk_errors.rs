@@ -1,6 +1,7 @@
-//! `vmm run --disk` and `--rng`/`--platform` mistakes: each exits 2 within
-//! 10 s with one line that names the problem and the fix, and leaves the
-//! files around it as they were (nothing created, nothing written).
+//! `vmm run --disk`, `--net`, `--console` and `--rng`/`--platform`
+//! mistakes: each exits 2 within 10 s with one line that names the problem
+//! and the fix, and leaves the files around it as they were (nothing
+//! created, nothing written; no network interface created).
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -162,5 +163,83 @@ fn a_read_only_image_asked_read_write_names_readonly_on() {
         dir.path(),
         &["--disk", &d],
         &["cannot be opened read-write", "readonly=on"],
+    );
+}
+
+#[test]
+fn net_and_console_mistakes_exit_2_and_create_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let absent = "vmmnosuchtap0";
+    run_with(
+        dir.path(),
+        &["--net", &format!("tap={absent}")],
+        &["no such network interface", "ip tuntap add vmmnosuchtap0"],
+    );
+    assert!(
+        !std::path::Path::new("/sys/class/net").join(absent).exists(),
+        "a tap was created"
+    );
+    // An interface that is no tap.
+    run_with(dir.path(), &["--net", "tap=lo"], &["not a tap"]);
+    run_with(
+        dir.path(),
+        &["--net", "tap=lo,mac=52:54:00:zz:34:56"],
+        &["--net", "six hex bytes"],
+    );
+    run_with(
+        dir.path(),
+        &["--net", "tap=lo,mac=01:00:5e:00:00:01"],
+        &["--net", "multicast"],
+    );
+    // The guest has 2 vCPUs: 3 queue pairs is one too many.
+    run_with(
+        dir.path(),
+        &["--net", "tap=lo,num_queues=6"],
+        &["3 queue pairs", "2 vCPUs", "num_queues=4"],
+    );
+    run_with(
+        dir.path(),
+        &["--net", "tap=lo,num_queues=3"],
+        &["num_queues=3", "even number"],
+    );
+    run_with(
+        dir.path(),
+        &["--net", "tap=lo,pci_segment=1"],
+        &["pci_segment=1", "num_pci_segments"],
+    );
+    run_with(
+        dir.path(),
+        &["--net", "fd=1"],
+        &["fd 1", "stdin, stdout and stderr"],
+    );
+    run_with(
+        dir.path(),
+        &["--net", "mac=52:54:00:12:34:56"],
+        &["--net", "no tap=NAME"],
+    );
+
+    // The console: an existing path is never taken over as a socket; a
+    // pty needs the virtio console; --until needs a console.
+    let taken = dir.path().join("taken");
+    std::fs::write(&taken, b"keep me").unwrap();
+    run_with(
+        dir.path(),
+        &["--console", &format!("virtio,socket={}", taken.display())],
+        &["already there", "new path"],
+    );
+    run_with(
+        dir.path(),
+        &["--console", "serial,pty"],
+        &["--console", "virtio,pty"],
+    );
+    run_with(
+        dir.path(),
+        &["--console", "off", "--until", "x"],
+        &["--until", "--console off"],
+    );
+    run_with(
+        dir.path(),
+        &["--console", "virtio,serial"],
+        &["--console", "at most one device"],
     );
 }

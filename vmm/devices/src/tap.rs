@@ -301,6 +301,18 @@ impl Tap {
     }
 }
 
+#[cfg(test)]
+impl Tap {
+    /// A datagram socket standing in for a tap (one read, one packet).
+    pub(crate) fn from_socket(s: std::os::unix::net::UnixDatagram) -> Self {
+        s.set_nonblocking(true).unwrap();
+        Self {
+            file: File::from(OwnedFd::from(s)),
+            name: "test-tap".into(),
+        }
+    }
+}
+
 impl AsRawFd for Tap {
     fn as_raw_fd(&self) -> RawFd {
         self.file.as_raw_fd()

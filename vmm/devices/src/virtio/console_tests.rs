@@ -12,32 +12,6 @@ use super::console::Console;
 use super::status;
 use super::tests::{Driver, F_WRITE};
 
-/// Queue `index` at its own rings: descriptors at `base`, available ring
-/// at `base + 0x1000`, used ring at `base + 0x2000`.
-fn queue(d: &mut Driver, index: u16, size: u16, base: u64) {
-    d.w(0x16, u64::from(index), 2);
-    d.w(0x18, u64::from(size), 2);
-    d.w(0x1a, 0, 2);
-    d.w(0x20, base, 4);
-    d.w(0x28, base + 0x1000, 4);
-    d.w(0x30, base + 0x2000, 4);
-    d.w(0x1c, 1, 2);
-}
-
-fn post(d: &mut Driver, index: u16, base: u64, idx: u16, head: u16) {
-    d.mem
-        .write_obj(head, GuestAddress(base + 0x1000 + 4 + 2 * u64::from(idx)))
-        .unwrap();
-    d.mem
-        .write_obj(idx + 1, GuestAddress(base + 0x1000 + 2))
-        .unwrap();
-    d.w(0x3000 + 4 * u64::from(index), u64::from(index), 2);
-}
-
-fn used(d: &Driver, base: u64) -> u16 {
-    d.mem.read_obj(GuestAddress(base + 0x2002)).unwrap()
-}
-
 #[derive(Clone, Default)]
 struct Shared(Arc<Mutex<Vec<u8>>>);
 
@@ -63,8 +37,8 @@ fn console() -> (Driver, Shared, std::fs::File) {
     )));
     d.msix();
     d.setup(16);
-    queue(&mut d, 0, 16, RX);
-    queue(&mut d, 1, 16, TX);
+    d.queue_at(0, 16, RX);
+    d.queue_at(1, 16, TX);
     d.driver_ok();
     assert_eq!(d.status() & status::NEEDS_RESET, 0);
     (d, out, std::fs::File::from(OwnedFd::from(w)))
@@ -82,24 +56,27 @@ fn output_reaches_the_writer_and_input_the_guest() {
         .unwrap();
     d.desc(TX, 0, 0x6_0000, 7, super::tests::F_NEXT, 1);
     d.desc(TX, 1, 0x6_1000, 5, 0, 0);
-    post(&mut d, 1, TX, 0, 0);
-    assert!(d.wait(|d| used(d, TX) == 1));
+    d.post_at(1, TX, 0, 0);
+    assert!(d.wait(|d| d.used_at(TX) == 1));
     assert_eq!(&out.0.lock().unwrap()[..], b"hello, hvc0\n");
 
     // Input: bytes written to the pipe before and after the buffer is
     // posted both arrive.
     input.write_all(b"ab").unwrap();
     d.desc(RX, 0, 0x7_0000, 64, F_WRITE, 0);
-    post(&mut d, 0, RX, 0, 0);
-    assert!(d.wait(|d| used(d, RX) == 1), "the first input arrives");
+    d.post_at(0, RX, 0, 0);
+    assert!(d.wait(|d| d.used_at(RX) == 1), "the first input arrives");
     let len: u32 = d.mem.read_obj(GuestAddress(RX + 0x2000 + 8)).unwrap();
     let mut got = vec![0u8; len as usize];
     d.mem.read_slice(&mut got, GuestAddress(0x7_0000)).unwrap();
     assert_eq!(got, b"ab");
     d.desc(RX, 1, 0x7_1000, 64, F_WRITE, 0);
-    post(&mut d, 0, RX, 1, 1);
+    d.post_at(0, RX, 1, 1);
     input.write_all(b"cd").unwrap();
-    assert!(d.wait(|d| used(d, RX) == 2), "input after the post arrives");
+    assert!(
+        d.wait(|d| d.used_at(RX) == 2),
+        "input after the post arrives"
+    );
     let mut got = [0u8; 2];
     d.mem.read_slice(&mut got, GuestAddress(0x7_1000)).unwrap();
     assert_eq!(&got, b"cd");
@@ -110,6 +87,6 @@ fn a_readable_receive_buffer_needs_a_reset() {
     let (mut d, _out, mut input) = console();
     input.write_all(b"x").unwrap();
     d.desc(RX, 0, 0x7_0000, 64, 0, 0);
-    post(&mut d, 0, RX, 0, 0);
+    d.post_at(0, RX, 0, 0);
     assert!(d.faulted(), "a device-readable receive buffer is refused");
 }

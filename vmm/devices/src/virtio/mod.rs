@@ -220,4 +220,6 @@ mod block_tests;
 #[cfg(test)]
 mod console_tests;
 #[cfg(test)]
+mod net_tests;
+#[cfg(test)]
 mod tests;

@@ -144,6 +144,40 @@ impl Driver {
             .unwrap();
         self.w(0x3000, 0, 2);
     }
+    /// Queue `index` at its own rings: descriptors at `base`, available
+    /// ring at `base + 0x1000`, used ring at `base + 0x2000`.
+    pub(super) fn queue_at(&mut self, index: u16, size: u16, base: u64) {
+        self.w(0x16, u64::from(index), 2);
+        self.w(0x18, u64::from(size), 2);
+        self.w(0x1a, 0, 2);
+        self.w(0x20, base, 4);
+        self.w(0x28, base + 0x1000, 4);
+        self.w(0x30, base + 0x2000, 4);
+        self.w(0x1c, 1, 2);
+    }
+    /// Makes head `head` available as entry `idx` of the queue at `base`
+    /// (set up by [`queue_at`](Self::queue_at)) and notifies it.
+    pub(super) fn post_at(&mut self, index: u16, base: u64, idx: u16, head: u16) {
+        self.mem
+            .write_obj(head, GuestAddress(base + 0x1000 + 4 + 2 * u64::from(idx)))
+            .unwrap();
+        self.mem
+            .write_obj(idx + 1, GuestAddress(base + 0x1000 + 2))
+            .unwrap();
+        self.w(0x3000 + 4 * u64::from(index), u64::from(index), 2);
+    }
+    /// The used index of the queue at `base`.
+    pub(super) fn used_at(&self, base: u64) -> u16 {
+        self.mem.read_obj(GuestAddress(base + 0x2002)).unwrap()
+    }
+    /// Used element `i` (head, length) of the queue at `base`.
+    pub(super) fn used_elem(&self, base: u64, i: u16) -> (u32, u32) {
+        let a = base + 0x2004 + 8 * u64::from(i);
+        (
+            self.mem.read_obj(GuestAddress(a)).unwrap(),
+            self.mem.read_obj(GuestAddress(a + 4)).unwrap(),
+        )
+    }
     pub(super) fn used_idx(&self) -> u16 {
         self.mem.read_obj(GuestAddress(USED + 2)).unwrap()
     }

@@ -153,8 +153,16 @@ impl NetSpec {
                             ),
                         });
                     }
+                    // SAFETY: F_GETFD on a number; no memory is passed.
+                    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+                        return Err(TapError::BadFd {
+                            fd,
+                            source: std::io::Error::last_os_error(),
+                        });
+                    }
                     // SAFETY: the user handed this process descriptor `fd`
-                    // for the tap (`fd=`); nothing else here uses or closes it.
+                    // (open, checked above) for the tap (`fd=`); nothing else
+                    // here uses or closes it.
                     unsafe { Tap::from_raw_fd(fd) }
                 })
                 .collect(),
