@@ -283,7 +283,13 @@ impl VirtioDevice for Block {
             stats: self.stats.clone(),
             bounce: Vec::new(),
         };
-        self.worker = Some(Worker::spawn(&self.name, handler, events, a.interrupt)?);
+        self.worker = Some(Worker::spawn_on(
+            &self.name,
+            handler,
+            events,
+            a.interrupt,
+            a.io_cpus,
+        )?);
         Ok(())
     }
     fn reset(&mut self) {

@@ -276,7 +276,13 @@ impl VirtioDevice for Console {
             }
             events.push((q.index, q.event));
         }
-        self.worker = Some(Worker::spawn("virtio-console", h, events, a.interrupt)?);
+        self.worker = Some(Worker::spawn_on(
+            "virtio-console",
+            h,
+            events,
+            a.interrupt,
+            a.io_cpus,
+        )?);
         Ok(())
     }
     fn reset(&mut self) {

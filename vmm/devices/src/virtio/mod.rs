@@ -99,6 +99,10 @@ pub struct Activation {
     pub queues: Vec<ActiveQueue>,
     /// Interrupts and fault reporting.
     pub interrupt: Arc<VirtioInterrupt>,
+    /// Host CPUs (OS numbers) the device's I/O threads run on: those of
+    /// the host node behind its PCI segment's guest node; `None`:
+    /// wherever the host kernel puts them.
+    pub io_cpus: Option<Arc<[usize]>>,
 }
 
 /// A virtio device behind the PCI transport.

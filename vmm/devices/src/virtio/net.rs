@@ -310,8 +310,13 @@ impl VirtioDevice for Net {
             }
             let events = std::mem::take(&mut h.events);
             let name = format!("{}-q{}", self.name, h.pair);
-            self.workers
-                .push(Worker::spawn(&name, h, events, a.interrupt.clone())?);
+            self.workers.push(Worker::spawn_on(
+                &name,
+                h,
+                events,
+                a.interrupt.clone(),
+                a.io_cpus.clone(),
+            )?);
         }
         Ok(())
     }

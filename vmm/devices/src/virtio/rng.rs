@@ -126,11 +126,12 @@ impl VirtioDevice for Rng {
             interrupt: a.interrupt.clone(),
             buf: Vec::new(),
         };
-        self.worker = Some(Worker::spawn(
+        self.worker = Some(Worker::spawn_on(
             "virtio-rng",
             handler,
             vec![(q.index, q.event)],
             a.interrupt,
+            a.io_cpus,
         )?);
         Ok(())
     }

@@ -94,6 +94,7 @@ pub struct VirtioPci {
     registered: Option<u64>,
     mem: Memory,
     active: bool,
+    io_cpus: Option<Arc<[usize]>>,
 }
 
 impl std::fmt::Debug for VirtioPci {
@@ -126,6 +127,12 @@ fn host_err(what: &str) -> impl FnOnce(std::io::Error) -> DeviceError + '_ {
 }
 
 impl VirtioPci {
+    /// Runs the device's I/O threads on these host CPUs (OS numbers).
+    pub fn with_io_cpus(mut self, cpus: Option<Vec<usize>>) -> Self {
+        self.io_cpus = cpus.filter(|c| !c.is_empty()).map(Into::into);
+        self
+    }
+
     /// Puts `device` on the transport, BAR 0 at `bar` (from the segment's
     /// allocator), its MSI-X vectors from `vectors` (one per queue plus
     /// one for configuration changes is what Linux asks for).
@@ -210,6 +217,7 @@ impl VirtioPci {
             registered: None,
             mem,
             active: false,
+            io_cpus: None,
         })
     }
 
@@ -407,6 +415,7 @@ impl VirtioPci {
                 features: self.driver_features,
                 queues: active,
                 interrupt: self.interrupt.clone(),
+                io_cpus: self.io_cpus.clone(),
             })
             .map_err(|e| format!("activation: {e}"))?;
         self.active = true;

@@ -337,6 +337,47 @@ pub struct PciBuilder {
     pub mem: GuestMemoryMmap,
     /// Called with an MSI's destination APIC ID after it is raised.
     pub wake: MsiWakeSlot,
+    /// Per segment: the host CPUs (OS numbers) its devices' I/O threads
+    /// run on ([`io_cpus`]).
+    pub io_cpus: Vec<Option<Vec<usize>>>,
+}
+
+/// Per PCI segment, the host CPUs (OS numbers) for the I/O threads of its
+/// devices: those of the host node that backs the segment's guest node
+/// (the node its memory is bound to). The guest's driver puts the
+/// device's rings in memory of the device's node (the kernel allocates
+/// them on `dev_to_node`), which is bound to that host node; the thread
+/// that reads them and writes the used rings runs there too, as do the
+/// vCPUs the node's interrupts go to. `None` where that node's memory is
+/// not bound to one host node (one-node host, unpinned vCPUs, a guest
+/// node spread over host nodes): the thread then runs wherever the host
+/// kernel puts it.
+pub fn io_cpus(
+    layouts: &[SegmentLayout],
+    policies: &[crate::memory::NodePolicy],
+    host: Option<&topology::HostTopology>,
+) -> Vec<Option<Vec<usize>>> {
+    layouts
+        .iter()
+        .map(|l| {
+            let host = host?;
+            let node = l.node?;
+            let p = policies.iter().find(|p| p.node == node)?;
+            let crate::memory::HostPolicy::Bind(os_nodes) = &p.policy else {
+                return None;
+            };
+            let [os_node] = os_nodes.as_slice() else {
+                return None;
+            };
+            let dense = host.nodes().iter().position(|n| n.os_index == *os_node)?;
+            let cpus: Vec<usize> = host
+                .cpus_of_node(dense as u32)
+                .iter()
+                .map(|&c| host.os_index(c) as usize)
+                .collect();
+            (!cpus.is_empty()).then_some(cpus)
+        })
+        .collect()
 }
 
 impl PciBuilder {
@@ -353,13 +394,21 @@ impl PciBuilder {
         let count = device.queue_max_sizes().len() as u16 + 1;
         let vectors = Arc::new(KvmMsi::new(self.routes.clone(), count, self.wake.clone())?);
         let notify = Arc::new(KvmNotify(self.vm.clone()));
-        let dev = VirtioPci::new(name, device, bar, vectors, notify, self.mem.clone())?;
+        let cpus = self
+            .io_cpus
+            .get(usize::from(segment.layout().id))
+            .cloned()
+            .flatten();
+        let on = cpus.as_ref().map(|c| c.len());
+        let dev = VirtioPci::new(name, device, bar, vectors, notify, self.mem.clone())?
+            .with_io_cpus(cpus);
         info!(
             device = name,
             segment = segment.layout().id,
             slot,
             bar = format_args!("{bar:#x}"),
             node = ?segment.layout().node,
+            io_thread_cpus = ?on,
             "virtio device"
         );
         segment.insert(slot, Arc::new(Mutex::new(dev)));
@@ -501,6 +550,37 @@ mod tests {
             l.iter().map(|s| s.node).collect::<Vec<_>>(),
             [Some(0), Some(1), Some(0)]
         );
+    }
+
+    #[test]
+    fn io_threads_follow_the_host_node_of_their_segment() {
+        use crate::memory::node_policies;
+        let host = topology::load("genoa-2s").unwrap();
+        let guest = topology::GuestTopology::from_spec("package:2 [numa] core:2 pu:2").unwrap();
+        let spec = DeviceSpec {
+            pci_segments: 2,
+            ..DeviceSpec::default()
+        };
+        let layouts = spec.layouts(2);
+        // Guest node 0 on host package 1, node 1 on package 0.
+        let pins = [192, 193, 194, 195, 0, 1, 2, 3];
+        let pol = node_policies(&guest, &host, Some(&pins));
+        let cpus = io_cpus(&layouts, &pol, Some(&host));
+        let node_of = |c: usize| host.node_of(host.cpu_by_os_index(c as u32).unwrap());
+        let s0 = cpus[0].as_ref().expect("segment 0 is placed");
+        let s1 = cpus[1].as_ref().expect("segment 1 is placed");
+        assert_eq!(s0.len(), host.cpus_of_node(1).len());
+        assert!(
+            s0.iter().all(|&c| node_of(c) == 1),
+            "segment 0 on host node 1"
+        );
+        assert!(
+            s1.iter().all(|&c| node_of(c) == 0),
+            "segment 1 on host node 0"
+        );
+        // Unpinned: nothing is bound, the threads are not placed.
+        let pol = node_policies(&guest, &host, None);
+        assert_eq!(io_cpus(&layouts, &pol, Some(&host)), vec![None, None]);
     }
 
     #[test]

@@ -230,7 +230,7 @@ fn create_devices(
         &DeviceSpec,
         (usize, usize),
     ),
-    backends: crate::devices::Backends,
+    (backends, io_cpus): (crate::devices::Backends, Vec<Option<Vec<usize>>>),
     control: &Arc<VmControl>,
     wake: &MsiWakeSlot,
 ) -> Result<Arc<Devices>, Error> {
@@ -256,6 +256,7 @@ fn create_devices(
         routes: Arc::new(GsiRoutes::new(vm.clone())),
         mem: ram.memory().clone(),
         wake: wake.clone(),
+        io_cpus,
     }
     .build(devices, shape, backends)?;
     Ok(Arc::new(Devices::new(legacy, pci)))
@@ -361,6 +362,7 @@ impl LinuxVm {
             None => Vec::new(),
         };
         let ram = GuestRam::allocate(plan, &policies)?;
+        let io_cpus = crate::devices::io_cpus(&segments, &policies, spec.host.as_ref());
         register_memory(&vm, ram.memory())?;
 
         let control = VmControl::new();
@@ -374,7 +376,7 @@ impl LinuxVm {
                 &spec.devices,
                 (guest.num_nodes(), n),
             ),
-            backends,
+            (backends, io_cpus),
             &control,
             &msi_wake,
         )?;
