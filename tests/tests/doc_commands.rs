@@ -337,6 +337,32 @@ const TABLE: &[(&str, How)] = &[
             ..run("vmm run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz -m 256M -g \"package:2 [numa] l3:1 l2:2 core:1 pu:2\" --cmdline \"loglevel=8 sched_verbose\" --until 'CPU7 attaching sched-domain' --timeout 5m")
         }]),
     ),
+    (
+        "vmm run --kernel .cache/guest/kernel/vmlinux --memory 256M --disk path=.cache/guest/root.img,readonly=on --cmdline \"root=/dev/vda ro\" --until \"VFS: Mounted root\" --timeout 10m",
+        // tests/tests/boot_disk.rs boots read-write too, kills the VMM and
+        // runs e2fsck
+        How::Run(&[Form {
+            expect: Expect::Stdout("VFS: Mounted root (ext4 filesystem) readonly"),
+            ..run("vmm run --kernel .cache/guest/kernel/vmlinux --memory 256M --disk path=.cache/guest/root.img,readonly=on --cmdline \"root=/dev/vda ro\" --until \"VFS: Mounted root\" --timeout 10m")
+        }]),
+    ),
+    (
+        "scripts/net-demo.sh --pings 20 --console virtio",
+        // tests/tests/boot_net.rs pings 1,000 times under both schedulers
+        How::Run(&[Form {
+            env: &[("VMM_BIN", "{vmm}")],
+            expect: Expect::Stdout("20 received, 0% packet loss"),
+            ..run("scripts/net-demo.sh --pings 20 --console virtio")
+        }]),
+    ),
+    (
+        "guest/build-disk.sh /tmp/root.img",
+        How::Run(&[Form {
+            expand: &[("/tmp/root.img", "{tmp}/root.img")],
+            expect: Expect::Stdout("ext4, label vmmroot"),
+            ..run("guest/build-disk.sh {tmp}/root.img")
+        }]),
+    ),
     // ---- docs/devices.md ----
     (
         "vmm -v run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 1G --guest \"package:2 [numa] l3:1 l2:1 core:1 pu:1\" --platform num_pci_segments=2 --rng pci_segment=1 --cmdline \"loglevel=8\" --until \"IPI shorthand broadcast\" --timeout 12m",
