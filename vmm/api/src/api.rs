@@ -196,7 +196,7 @@ pub struct NumaDistance {
     pub distance: u32,
 }
 
-/// CH's `ConsoleConfig` (mode and file).
+/// CH's `ConsoleConfig`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConsoleConfig {
@@ -206,6 +206,19 @@ pub struct ConsoleConfig {
     /// The file, for `File`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
+    /// The Unix socket to make, for the console's `Socket`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+    /// CH's IOMMU flag: false only.
+    #[serde(default)]
+    pub iommu: bool,
+}
+
+impl ConsoleConfig {
+    /// Whether this `console` asks for a virtio console device.
+    pub fn is_device(&self) -> bool {
+        matches!(self.mode.as_str(), "Tty" | "File" | "Pty" | "Socket")
+    }
 }
 
 /// CH's `VmResize`.
@@ -360,8 +373,12 @@ impl VmConfig {
                 "micro-guests have no PCI devices: give a Linux payload, or leave disks, net and rng out",
             ));
         }
-        crate::devices::device_spec(d, self.cpus.boot_vcpus as usize)
-            .map_err(|(field, msg)| ApiError::bad(&field, msg))
+        let mut spec = crate::devices::device_spec(d, self.cpus.boot_vcpus as usize)
+            .map_err(|(field, msg)| ApiError::bad(&field, msg))?;
+        if self.linux_payload() && self.console.as_ref().is_some_and(ConsoleConfig::is_device) {
+            spec.console = Some(0);
+        }
+        Ok(spec)
     }
 
     /// `cpus.boot_vcpus` and `cpus.max_vcpus`.
@@ -499,8 +516,9 @@ impl VmConfig {
     }
 
     /// `serial` and `console`: only what this VMM has (a Linux guest's
-    /// 16550 serial port, to a file or the server's stdout; no virtio
-    /// console), never a field it would ignore.
+    /// 16550 serial port, to a file or the server's stdout; its virtio
+    /// console, `hvc0`, to the server's stdout, a new file, a new pty or a
+    /// new Unix socket), never a field it would ignore.
     fn check_consoles(&self) -> Result<(), ApiError> {
         if let Some(s) = &self.serial {
             let honoured: &[&str] = if self.linux_payload() {
@@ -522,15 +540,45 @@ impl VmConfig {
             check_console_file("serial", s)?;
         }
         if let Some(c) = &self.console {
-            if !matches!(c.mode.as_str(), "Off" | "Null") {
+            let honoured: &[&str] = if self.linux_payload() {
+                &["Off", "Null", "Tty", "File", "Pty", "Socket"]
+            } else {
+                &["Off", "Null"]
+            };
+            if !honoured.contains(&c.mode.as_str()) {
                 return Err(ApiError::bad(
                     "console.mode",
                     format!(
-                        "{:?}: this VMM has no virtio console; give Off or Null (a Linux \
-                         guest's console is the serial port: serial)",
-                        c.mode
+                        "{:?}: {}; give one of {honoured:?}",
+                        c.mode,
+                        if self.linux_payload() {
+                            "not a console mode"
+                        } else {
+                            "a micro-guest has no virtio console"
+                        }
                     ),
                 ));
+            }
+            if c.iommu {
+                return Err(ApiError::bad(
+                    "console.iommu",
+                    "this VMM has no IOMMU; give false",
+                ));
+            }
+            match (c.mode.as_str(), &c.socket) {
+                ("Socket", None) => {
+                    return Err(ApiError::bad(
+                        "console.socket",
+                        "give a socket path for mode Socket",
+                    ))
+                }
+                ("Socket", Some(_)) | (_, None) => {}
+                (m, Some(_)) => {
+                    return Err(ApiError::bad(
+                        "console.socket",
+                        format!("mode {m} makes no socket; give mode Socket, or leave socket out"),
+                    ))
+                }
             }
             check_console_file("console", c)?;
         }

@@ -67,6 +67,11 @@ fn a_value_the_server_cannot_honour_names_its_field() {
         (r#"{"serial":{"mode":"File","file":"/x"}}"#.into(), "serial.mode"),
         (r#"{"console":{"mode":"Tty"}}"#.into(), "console.mode"),
         (r#"{"console":{"mode":"Off","file":"/x"}}"#.into(), "console.file"),
+        (format!(r#"{{{linux},"console":{{"mode":"Socket"}}}}"#), "console.socket"),
+        (format!(r#"{{{linux},"console":{{"mode":"Pty","socket":"/s"}}}}"#), "console.socket"),
+        (format!(r#"{{{linux},"console":{{"mode":"File"}}}}"#), "console.file"),
+        (format!(r#"{{{linux},"console":{{"mode":"Tty","iommu":true}}}}"#), "console.iommu"),
+        (format!(r#"{{{linux},"console":{{"mode":"Serial"}}}}"#), "console.mode"),
         (
             r#"{"cpus":{"boot_vcpus":1,"affinity":[{"vcpu":0,"host_cpus":[0]}]},"x_vmm":{"placement":{"policy":"none"}}}"#.into(),
             "x_vmm.placement",
@@ -87,6 +92,9 @@ fn a_value_the_server_cannot_honour_names_its_field() {
     for j in [
         format!(r#"{{{linux},"serial":{{"mode":"File","file":"/x"}},"console":{{"mode":"Off"}}}}"#),
         format!(r#"{{{linux},"serial":{{"mode":"Tty"}}}}"#),
+        format!(r#"{{{linux},"serial":{{"mode":"Null"}},"console":{{"mode":"Pty"}}}}"#),
+        format!(r#"{{{linux},"console":{{"mode":"Socket","socket":"/tmp/c.sock"}}}}"#),
+        format!(r#"{{{linux},"console":{{"mode":"File","file":"/tmp/c.log"}}}}"#),
         r#"{"serial":{"mode":"Null"},"console":{"mode":"Null"}}"#.into(),
         r#"{"cpus":{"boot_vcpus":2},"numa":[{"guest_numa_id":0,"cpus":[1,0],"distances":[{"destination":0,"distance":10}]}]}"#.into(),
     ] {
@@ -129,4 +137,20 @@ fn devices_in_cloud_hypervisor_fields() {
     );
     let e = cfg(r#"{"cpus":{"boot_vcpus":2},"disks":[{"path":"a","bogus":1}]}"#).unwrap_err();
     assert_eq!(e.field.as_deref(), Some("bogus"));
+}
+
+#[test]
+fn a_console_device_mode_gives_a_linux_guest_a_virtio_console() {
+    let linux = r#""payload":{"kernel":"/k"}"#;
+    let spec = |c: &str| {
+        cfg(&format!(r#"{{{linux}{c}}}"#))
+            .unwrap()
+            .device_spec()
+            .unwrap()
+            .console
+    };
+    assert_eq!(spec(r#","console":{"mode":"Tty"}"#), Some(0));
+    assert_eq!(spec(r#","console":{"mode":"Pty"}"#), Some(0));
+    assert_eq!(spec(r#","console":{"mode":"Off"}"#), None);
+    assert_eq!(spec(""), None);
 }

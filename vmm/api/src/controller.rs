@@ -379,6 +379,7 @@ impl Controller {
             micro: self.micro.clone(),
             counts: v.exit_counts.clone(),
             console: v.console,
+            vconsole: v.vconsole,
         })
     }
 
@@ -390,6 +391,7 @@ impl Controller {
             Ok(b) => {
                 v.run = Some(b.running);
                 v.console = b.console.or(v.console);
+                v.vconsole = b.vconsole.or(v.vconsole);
                 v.state = VmState::Running;
                 v.boots += 1;
                 v.last_stop = None;

@@ -100,12 +100,19 @@ pub fn check_output_file(field: &str, path: &str) -> Result<(), ApiError> {
 }
 
 /// Checks every file `cfg` names, as `vm.create` needs: the payload's
-/// ([`check_payload_files`]), and the serial file, a new one. Opens and
-/// reads the kernel's header: run it with no lock held.
+/// ([`check_payload_files`]), and the serial and console files, new ones,
+/// and the console's socket, a free path. Opens and reads the kernel's
+/// header: run it with no lock held.
 pub fn check_config_files(cfg: &VmConfig) -> Result<(), ApiError> {
     check_payload_files(cfg)?;
     if let Some(f) = cfg.serial.as_ref().and_then(|s| s.file.as_deref()) {
         check_output_file("serial.file", f)?;
+    }
+    if let Some(f) = cfg.console.as_ref().and_then(|s| s.file.as_deref()) {
+        check_output_file("console.file", f)?;
+    }
+    if let Some(f) = cfg.console.as_ref().and_then(|s| s.socket.as_deref()) {
+        check_output_file("console.socket", f)?;
     }
     Ok(())
 }
@@ -129,15 +136,19 @@ pub fn check_payload_files(cfg: &VmConfig) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Opens a VM's serial file for writing, never blocking and never writing
+/// Opens a VM's serial or console file (`field`) for writing, never blocking and never writing
 /// over a user's file: a new file when `made` is `None` (or the file this
 /// VM made is gone), else the file this VM made at an earlier boot,
 /// appended to. Returns the file and its identity.
-pub fn open_console(path: &str, made: Option<FileId>) -> Result<(File, FileId), String> {
+pub fn open_console(
+    field: &str,
+    path: &str,
+    made: Option<FileId>,
+) -> Result<(File, FileId), String> {
     let id = |f: &File| {
         f.metadata()
             .map(|m| (m.is_file(), (m.dev(), m.ino())))
-            .map_err(|e| format!("serial.file {path}: {e}"))
+            .map_err(|e| format!("{field}.file {path}: {e}"))
     };
     if let Some(mine) = made {
         match OpenOptions::new()
@@ -149,14 +160,14 @@ pub fn open_console(path: &str, made: Option<FileId>) -> Result<(File, FileId), 
                 return match id(&f)? {
                     (true, now) if now == mine => Ok((f, mine)),
                     _ => Err(format!(
-                        "serial.file {path}: no longer the file this VM made; the server \
+                        "{field}.file {path}: no longer the file this VM made; the server \
                          never writes over a file it did not make: remove it, or vm.delete \
                          and vm.create the VM with another path"
                     )),
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("serial.file {path}: {e}")),
+            Err(e) => return Err(format!("{field}.file {path}: {e}")),
         }
     }
     let f = OpenOptions::new()
@@ -166,10 +177,10 @@ pub fn open_console(path: &str, made: Option<FileId>) -> Result<(File, FileId), 
         .open(path)
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::AlreadyExists => format!(
-                "serial.file {path}: exists; the server never writes over a file it did not \
+                "{field}.file {path}: exists; the server never writes over a file it did not \
                  make: remove it, or vm.delete and vm.create the VM with another path"
             ),
-            _ => format!("serial.file {path}: {e}"),
+            _ => format!("{field}.file {path}: {e}"),
         })?;
     let (_, made) = id(&f)?;
     Ok((f, made))
@@ -243,22 +254,22 @@ mod tests {
         assert!(e.error.contains("a named pipe (FIFO)"), "{e:?}");
         let e = check_output_file("serial.file", "/nonexistent/dir/c.log").unwrap_err();
         assert!(e.error.contains("not a directory"), "{e:?}");
-        assert!(open_console(old.to_str().unwrap(), None).is_err());
+        assert!(open_console("serial", old.to_str().unwrap(), None).is_err());
         assert_eq!(std::fs::read_to_string(&old).unwrap(), "precious");
         // A new file; a later boot appends to the same file.
         let new = d.path().join("new.log");
         let new = new.to_str().unwrap();
         check_output_file("serial.file", new).unwrap();
-        let (mut f, id) = open_console(new, None).unwrap();
+        let (mut f, id) = open_console("serial", new, None).unwrap();
         std::io::Write::write_all(&mut f, b"boot 1\n").unwrap();
-        let (mut f, again) = open_console(new, Some(id)).unwrap();
+        let (mut f, again) = open_console("serial", new, Some(id)).unwrap();
         assert_eq!(again, id);
         std::io::Write::write_all(&mut f, b"boot 2\n").unwrap();
         assert_eq!(std::fs::read_to_string(new).unwrap(), "boot 1\nboot 2\n");
         // Replaced by someone else's file: refused, left alone.
         std::fs::remove_file(new).unwrap();
         std::fs::write(new, "theirs").unwrap();
-        assert!(open_console(new, Some(id)).is_err());
+        assert!(open_console("serial", new, Some(id)).is_err());
         assert_eq!(std::fs::read_to_string(new).unwrap(), "theirs");
     }
 }

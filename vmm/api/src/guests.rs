@@ -115,6 +115,8 @@ pub struct BootJob {
     pub counts: Arc<ExitCounts>,
     /// The serial file this VM made at an earlier boot.
     pub console: Option<FileId>,
+    /// The virtio console's file this VM made at an earlier boot.
+    pub vconsole: Option<FileId>,
 }
 
 /// A booted VM: its running vCPUs and the serial file it writes (made or
@@ -124,6 +126,8 @@ pub struct Booted {
     pub running: Arc<Running>,
     /// The serial file's identity, with `serial.mode` `File`.
     pub console: Option<FileId>,
+    /// The virtio console file's identity, with `console.mode` `File`.
+    pub vconsole: Option<FileId>,
 }
 
 /// Builds the VM `job` describes and starts its vCPUs. Blocking: KVM,
@@ -155,6 +159,7 @@ pub fn boot(job: BootJob) -> Result<Booted, String> {
     Ok(Booted {
         running: Arc::new(running),
         console: None,
+        vconsole: None,
     })
 }
 
@@ -273,7 +278,7 @@ fn console_of(
                 .file
                 .as_deref()
                 .ok_or("serial.file: give a file for mode File")?;
-            let (file, id) = files::open_console(f, made)?;
+            let (file, id) = files::open_console("serial", f, made)?;
             Ok((Box::new(file), Some(id)))
         }
         Some(c) if c.mode == "Tty" => Ok((Box::new(std::io::stdout()), None)),
@@ -281,9 +286,71 @@ fn console_of(
     }
 }
 
+/// The virtio console's host end (`console.mode`), if the VM has one:
+/// the server's stdout, a file this VM makes (or made at an earlier boot),
+/// a new pty, or a new Unix socket (removed when the VM ends).
+struct VirtioConsole {
+    out: Box<dyn std::io::Write + Send>,
+    input: Option<std::os::fd::OwnedFd>,
+    made: Option<FileId>,
+    guard: Option<vmm_machine::console_host::SocketGuard>,
+}
+
+fn virtio_console_of(
+    cfg: &VmConfig,
+    made: Option<FileId>,
+) -> Result<Option<VirtioConsole>, String> {
+    use vmm_machine::console_host;
+    let Some(c) = cfg.console.as_ref().filter(|c| c.is_device()) else {
+        return Ok(None);
+    };
+    let plain = |out: Box<dyn std::io::Write + Send>, made| VirtioConsole {
+        out,
+        input: None,
+        made,
+        guard: None,
+    };
+    let host = |h: console_host::HostConsole| VirtioConsole {
+        out: h.out,
+        input: Some(h.input),
+        made: None,
+        guard: h.guard,
+    };
+    Ok(Some(match c.mode.as_str() {
+        "File" => {
+            let f = c
+                .file
+                .as_deref()
+                .ok_or("console.file: give a file for mode File")?;
+            let (file, id) = files::open_console("console", f, made)?;
+            plain(Box::new(file), Some(id))
+        }
+        "Pty" => host(console_host::pty().map_err(|e| format!("console.mode Pty: {e}"))?),
+        "Socket" => {
+            let p = c
+                .socket
+                .as_deref()
+                .ok_or("console.socket: give a path for mode Socket")?;
+            host(
+                console_host::socket(std::path::Path::new(p))
+                    .map_err(|e| format!("console.socket {p}: {e}"))?,
+            )
+        }
+        _ => plain(Box::new(std::io::stdout()), None),
+    }))
+}
+
+/// A built Linux VM, the serial and console files it made, and what to
+/// keep while it runs.
+type BuiltLinux = (
+    vmm_machine::vm::LinuxVm,
+    (Option<FileId>, Option<FileId>),
+    Option<vmm_machine::console_host::SocketGuard>,
+);
+
 /// Builds a Linux VM (`payload.kernel`): checks its files again (they may
 /// have changed since `vm.create`), reads the kernel, maps its memory.
-fn build_linux(job: &BootJob) -> Result<(vmm_machine::vm::LinuxVm, Option<FileId>), String> {
+fn build_linux(job: &BootJob) -> Result<BuiltLinux, String> {
     let cfg = &job.config;
     files::check_payload_files(cfg).map_err(|e| e.error)?;
     let shape = cfg.guest_shape().map_err(|e| e.error)?;
@@ -293,7 +360,15 @@ fn build_linux(job: &BootJob) -> Result<(vmm_machine::vm::LinuxVm, Option<FileId
         cmdline: None,
         initramfs: None,
     });
-    let (console, made) = console_of(cfg, job.console)?;
+    let (serial, made) = console_of(cfg, job.console)?;
+    let vcons = virtio_console_of(cfg, job.vconsole)?;
+    let vmade = vcons.as_ref().and_then(|v| v.made);
+    // With a virtio console the guest's console (what `console` names)
+    // is hvc0, and COM1 writes where `serial` says.
+    let (console, serial, input, guard) = match vcons {
+        Some(v) => (v.out, Some(serial), v.input, v.guard),
+        None => (serial, None, None, None),
+    };
     let kvm = kvm_ioctls::Kvm::new().map_err(|e| format!("cannot open /dev/kvm: {e}"))?;
     let plan = job.plan.as_ref();
     let spec = vmm_machine::vm::LinuxVmSpec {
@@ -315,10 +390,11 @@ fn build_linux(job: &BootJob) -> Result<(vmm_machine::vm::LinuxVm, Option<FileId
         console,
         until: None,
         devices: cfg.device_spec().map_err(|e| e.error)?,
-        console_input: None,
+        console_input: input,
+        serial,
     };
     let vm = vmm_machine::vm::LinuxVm::build(&kvm, spec).map_err(|e| e.to_string())?;
-    Ok((vm, made))
+    Ok((vm, (made, vmade), guard))
 }
 
 /// Builds and starts a Linux VM: its vCPUs become tasks like a
@@ -331,7 +407,7 @@ fn build_linux(job: &BootJob) -> Result<(vmm_machine::vm::LinuxVm, Option<FileId
 fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<Booted, String> {
     use vmm_machine::vcpu_body::linux::{apic_ids, HaltPoller, HaltSleep, IrqWakeups, LinuxMapper};
     let id = job.id.as_str();
-    let (mut vm, console) = build_linux(job)?;
+    let (mut vm, (console, vconsole), guard) = build_linux(job)?;
     let mut vcpus = vm.take_vcpus();
     arm_faults(id, &mut vcpus)?;
     let control = vm.control();
@@ -352,7 +428,7 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
         }),
         control: control.clone(),
         placement,
-        keep: Box::new(vm),
+        keep: Box::new((vm, guard)),
     };
     control.mark_started();
     tracing::info!(vm = id, "booting Linux");
@@ -384,5 +460,9 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
             }
         })
         .map_err(|e| format!("cannot start the halt poller: {e}"))?;
-    Ok(Booted { running, console })
+    Ok(Booted {
+        running,
+        console,
+        vconsole,
+    })
 }

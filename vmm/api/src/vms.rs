@@ -58,6 +58,8 @@ pub struct VmRecord {
     pub(crate) exit_counts: Arc<ExitCounts>,
     /// The serial file an earlier boot made (a later boot appends to it).
     pub(crate) console: Option<FileId>,
+    /// The virtio console's file an earlier boot made.
+    pub(crate) vconsole: Option<FileId>,
 }
 
 impl VmRecord {
@@ -75,6 +77,7 @@ impl VmRecord {
             last_stop: None,
             exit_counts: Arc::default(),
             console: None,
+            vconsole: None,
         }
     }
 

@@ -175,6 +175,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         until: until_regex(&cfg)?,
         devices: cfg.devices.clone(),
         console_input: console.input,
+        serial: None,
     };
     phase("building the VM (guest memory, kernel, ACPI)");
     let vm = vmm_machine::vm::LinuxVm::build(&kvm, spec)?;

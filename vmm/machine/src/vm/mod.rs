@@ -76,6 +76,8 @@ pub struct LinuxVmSpec {
     pub devices: DeviceSpec,
     /// Input for the virtio-console (a pty's master, a socket's pipe).
     pub console_input: Option<std::os::fd::OwnedFd>,
+    /// With a virtio console, where COM1 writes (`None`: stderr).
+    pub serial: Option<Box<dyn Write + Send>>,
 }
 
 impl fmt::Debug for LinuxVmSpec {
@@ -243,10 +245,12 @@ fn create_devices(
     // The guest's console (the one `--until` watches) is hvc0 with a
     // virtio console; COM1 then writes to stderr (early boot, earlycon).
     let sink = ConsoleSink::new(console, until, control.clone());
+    // `backends.console` arrives holding COM1's writer; the virtio
+    // console gets the sink.
     let serial_sink = match backends.console.as_mut() {
         Some((out, _)) => {
-            *out = Box::new(sink);
-            ConsoleSink::new(Box::new(std::io::stderr()), None, control.clone())
+            let serial = std::mem::replace(out, Box::new(sink));
+            ConsoleSink::new(serial, None, control.clone())
         }
         None => sink,
     };
@@ -346,7 +350,10 @@ impl LinuxVm {
         spec.devices.check(n).map_err(Error::Input)?;
         let mut backends = spec.devices.open()?;
         if spec.devices.console.is_some() {
-            backends.console = Some((Box::new(std::io::sink()), spec.console_input));
+            backends.console = Some((
+                spec.serial.unwrap_or_else(|| Box::new(std::io::stderr())),
+                spec.console_input,
+            ));
         }
         let segments = spec.devices.layouts(guest.num_nodes());
         let acpi = acpi::build(&guest, &plan, &segments)?;
