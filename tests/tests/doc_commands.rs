@@ -338,12 +338,12 @@ const TABLE: &[(&str, How)] = &[
         }]),
     ),
     (
-        "vmm run --kernel .cache/guest/kernel/vmlinux --memory 256M --disk path=.cache/guest/root.img,readonly=on --cmdline \"root=/dev/vda ro\" --until \"VFS: Mounted root\" --timeout 10m",
+        "vmm run --kernel .cache/guest/kernel/vmlinux --memory 256M --guest \"package:1 core:1 pu:1\" --disk path=.cache/guest/root.img,readonly=on --cmdline \"root=/dev/vda ro\" --until \"VFS: Mounted root\" --timeout 10m",
         // tests/tests/boot_disk.rs boots read-write too, kills the VMM and
         // runs e2fsck
         How::Run(&[Form {
             expect: Expect::Stdout("VFS: Mounted root (ext4 filesystem) readonly"),
-            ..run("vmm run --kernel .cache/guest/kernel/vmlinux --memory 256M --disk path=.cache/guest/root.img,readonly=on --cmdline \"root=/dev/vda ro\" --until \"VFS: Mounted root\" --timeout 10m")
+            ..run("vmm run --kernel .cache/guest/kernel/vmlinux --memory 256M --guest \"package:1 core:1 pu:1\" --disk path=.cache/guest/root.img,readonly=on --cmdline \"root=/dev/vda ro\" --until \"VFS: Mounted root\" --timeout 10m")
         }]),
     ),
     (

@@ -301,15 +301,16 @@ impl Tap {
     }
 }
 
-#[cfg(test)]
 impl Tap {
-    /// A datagram socket standing in for a tap (one read, one packet).
-    pub(crate) fn from_socket(s: std::os::unix::net::UnixDatagram) -> Self {
-        s.set_nonblocking(true).unwrap();
-        Self {
+    /// A datagram socket standing in for a tap (one read, one packet, as
+    /// a tap gives them): for tests and fuzz targets, which have no
+    /// network namespace to make taps in.
+    pub fn from_socket(s: std::os::unix::net::UnixDatagram) -> std::io::Result<Self> {
+        s.set_nonblocking(true)?;
+        Ok(Self {
             file: File::from(OwnedFd::from(s)),
-            name: "test-tap".into(),
-        }
+            name: "socket-tap".into(),
+        })
     }
 }
 

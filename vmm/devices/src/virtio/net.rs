@@ -615,3 +615,43 @@ impl QueueHandler for PairQueues {
         self.receive()
     }
 }
+
+/// Serves what the driver made available on a receive, a transmit and a
+/// control queue (`[rx, tx, ctrl]`), once, on the calling thread, with
+/// `tap`: transmit, then receive what the tap holds, then the control
+/// queue. The path as the fuzz targets drive it over arbitrary guest
+/// memory; `Err` is what makes the device need a reset.
+pub fn serve_once(
+    tap: Tap,
+    mem: &Memory,
+    [rx, tx, ctrl]: [Queue; 3],
+    mergeable: bool,
+) -> Result<(), String> {
+    let served = |queue, index| {
+        Some(Served {
+            queue,
+            vector: super::NO_VECTOR,
+            index,
+        })
+    };
+    let mut h = PairQueues {
+        pair: 0,
+        tap: Arc::new(tap),
+        mem: mem.clone(),
+        interrupt: Arc::new(VirtioInterrupt::standalone("net-serve-once")),
+        stats: Arc::default(),
+        mergeable,
+        pairs: 1,
+        rx: served(rx, 0),
+        tx: served(tx, 1),
+        ctrl: served(ctrl, 2),
+        stash: VecDeque::new(),
+        rx_buf: vec![0; MAX_PACKET],
+        rx_len: 0,
+        tx_buf: Vec::new(),
+        events: Vec::new(),
+    };
+    h.transmit()?;
+    h.receive()?;
+    h.control()
+}

@@ -29,7 +29,7 @@ fn net() -> (Driver, UnixDatagram, std::sync::Arc<super::net::NetStats>) {
     peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let dev = Net::new(
         "net-test",
-        vec![Tap::from_socket(ours)],
+        vec![Tap::from_socket(ours).unwrap()],
         Mac([2, 0, 0, 0, 0, 1]),
     );
     let stats = dev.stats();
