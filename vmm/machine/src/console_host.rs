@@ -13,6 +13,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tracing::{debug, info};
@@ -86,15 +87,20 @@ pub fn pty() -> io::Result<HostConsole> {
     })
 }
 
-/// Removes the socket file it was made for, if the file there is still
-/// that socket.
+/// Ends the socket's acceptor thread and removes the socket file it was
+/// made for, if the file there is still that socket.
 pub struct SocketGuard {
     path: PathBuf,
     ino: u64,
+    stop: Arc<AtomicBool>,
 }
 
 impl Drop for SocketGuard {
     fn drop(&mut self) {
+        // The acceptor waits in accept(): a connection of our own wakes it
+        // to see the flag.
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = UnixStream::connect(&self.path);
         if std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.ino() == self.ino) {
             let _ = std::fs::remove_file(&self.path);
         }
@@ -127,9 +133,11 @@ impl Write for Client {
 pub fn socket(path: &Path) -> io::Result<HostConsole> {
     let listener = UnixListener::bind(path)?;
     let ino = std::fs::symlink_metadata(path)?.ino();
+    let stop = Arc::new(AtomicBool::new(false));
     let guard = SocketGuard {
         path: path.to_path_buf(),
         ino,
+        stop: stop.clone(),
     };
     // A socket pair as the pipe from the clients to the device.
     let (input, feed) = UnixStream::pair()?;
@@ -139,6 +147,9 @@ pub fn socket(path: &Path) -> io::Result<HostConsole> {
         .name("console-socket".into())
         .spawn(move || {
             for conn in listener.incoming() {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
                 let Ok(conn) = conn else { continue };
                 let (Ok(reader), Ok(mut feed)) = (conn.try_clone(), feed.try_clone()) else {
                     continue;
@@ -227,5 +238,22 @@ mod tests {
         assert_eq!(&b, b"out");
         drop(c);
         assert!(!p.exists(), "the socket file is removed");
+        // The acceptor thread ends with it (a server making many VMs
+        // must not keep one per VM).
+        let acceptors = || {
+            std::fs::read_dir("/proc/self/task")
+                .unwrap()
+                .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                .filter(|c| c.trim() == "console-socket")
+                .count()
+        };
+        let t = std::time::Instant::now();
+        while acceptors() > 0 {
+            assert!(
+                t.elapsed().as_secs() < 5,
+                "the acceptor thread is still there"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 }
