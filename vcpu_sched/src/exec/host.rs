@@ -268,6 +268,13 @@ impl HostExecutor {
         self.sh.wake(t)
     }
 
+    /// [`HostExecutor::wake`] as an owned handle (see
+    /// [`RemoteWaker`](super::RemoteWaker)).
+    pub fn remote_waker(&self) -> super::RemoteWaker {
+        let sh = self.sh.clone();
+        super::RemoteWaker::new(move |t| sh.wake(t))
+    }
+
     /// Tasks whose body has not ended.
     pub fn live_tasks(&self) -> usize {
         self.sh.live.load(Ordering::Acquire)

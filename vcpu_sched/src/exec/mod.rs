@@ -107,6 +107,16 @@ impl Executor {
         }
     }
 
+    /// A handle that wakes this executor's tasks from any thread, for as
+    /// long as the holder likes (see [`RemoteWaker`]).
+    pub fn remote_waker(&self) -> RemoteWaker {
+        match self {
+            Executor::Workers(w) => w.remote_waker(),
+            Executor::Threads(t) => t.remote_waker(),
+            Executor::Host(h) => h.remote_waker(),
+        }
+    }
+
     /// The executor as a task spawner.
     pub fn spawner(&self) -> &dyn Spawner {
         match self {
@@ -123,5 +133,33 @@ impl Executor {
             Executor::Threads(t) => t.shutdown(timeout),
             Executor::Host(h) => h.shutdown(timeout),
         }
+    }
+}
+
+/// Wakes tasks of one executor from threads outside it (a device's I/O
+/// thread raising an interrupt), as [`Spawner::wake`] does, but owned:
+/// it can be cloned and kept where a borrow of the executor cannot (in a
+/// device, for the VM's lifetime). It holds the executor's scheduler and
+/// shared state, not its threads or task bodies; a wake after the
+/// executor has shut down changes nothing that runs.
+#[derive(Clone)]
+pub struct RemoteWaker(Arc<dyn Fn(crate::task::TaskId) -> bool + Send + Sync>);
+
+impl RemoteWaker {
+    pub(crate) fn new(f: impl Fn(crate::task::TaskId) -> bool + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+
+    /// Wakes task `t`: true if it was blocked. A task that is not
+    /// blocked keeps the wake for its next block (one deep), as for every
+    /// executor wake.
+    pub fn wake(&self, t: crate::task::TaskId) -> bool {
+        (self.0)(t)
+    }
+}
+
+impl std::fmt::Debug for RemoteWaker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RemoteWaker")
     }
 }

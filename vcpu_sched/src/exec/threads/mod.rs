@@ -187,6 +187,18 @@ impl ThreadsExecutor {
         r
     }
 
+    /// [`ThreadsExecutor::wake`] as an owned handle (see
+    /// [`RemoteWaker`](super::RemoteWaker)); a task the scheduler does not
+    /// know is not woken.
+    pub fn remote_waker(&self) -> super::RemoteWaker {
+        let (sh, sched) = (self.sh.clone(), self.sched.clone());
+        super::RemoteWaker::new(move |t| {
+            let r = sched.wake(t, None, sh.core.now());
+            sh.core.woken(t);
+            r.unwrap_or(false)
+        })
+    }
+
     /// Changes a task's affinity.
     pub fn set_affinity(&self, t: TaskId, mask: &CpuMask) -> Result<()> {
         self.sched.set_affinity(t, mask, self.sh.core.now())

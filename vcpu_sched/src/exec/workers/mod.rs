@@ -294,6 +294,13 @@ impl WorkerPool {
         self.pool.core.wake(&self.pool.sched, t, None)
     }
 
+    /// [`WorkerPool::wake`] as an owned handle (see
+    /// [`RemoteWaker`](super::RemoteWaker)).
+    pub fn remote_waker(&self) -> super::RemoteWaker {
+        let (core, sched) = (self.pool.core.clone(), self.pool.sched.clone());
+        super::RemoteWaker::new(move |t| core.wake(&sched, t, None))
+    }
+
     /// What the thread acting for `cpu` is doing, as the checker sees it
     /// (parked without a kick, or runnable with its host CPU time).
     pub fn liveness(&self, cpu: CpuId) -> crate::check::Liveness {

@@ -29,6 +29,9 @@
 //!   stop the VM with a message; nothing else in the process is affected.
 
 pub mod asm;
+pub mod blk;
+pub mod devices;
+pub mod driver;
 pub mod proto;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,10 +40,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use kvm_bindings::CpuId;
 use kvm_ioctls::{Kvm, VmFd};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vmm_devices::pci::PciDevice;
 
 use crate::vcpu::{IoAction, Kicker, PortIo, Vcpu, VcpuExit};
-use crate::vcpu_body::{Action, ExitMapper};
+use crate::vcpu_body::{Action, ExitMapper, VcpuWaker};
 use crate::vm::{handle_exit, StopReason, VmControl};
+use devices::{DeviceSlot, MicroDevice, WakerSlot};
 use proto::{ProtoError, Request};
 
 /// Where the code is loaded, and the entry point of every vCPU.
@@ -83,6 +88,12 @@ pub enum MicroError {
     /// Guest memory.
     #[error("guest memory: {0}")]
     Memory(String),
+    /// A disk image the spec names.
+    #[error(transparent)]
+    Disk(#[from] vmm_devices::virtio::block::DiskError),
+    /// A device could not be built.
+    #[error(transparent)]
+    Device(#[from] vmm_devices::DeviceError),
 }
 
 /// What every micro-guest needs from KVM, opened once: `/dev/kvm` and the
@@ -136,6 +147,10 @@ pub struct MicroVmSpec {
     /// How many `REPORT` values to keep per vCPU, in order (the count and
     /// the sum are always kept).
     pub report_log: usize,
+    /// Virtio devices, device `i`'s BAR at
+    /// [`DEVICE_BASE`](devices::DEVICE_BASE)` + i * 64 KiB` (see
+    /// [`devices`]).
+    pub devices: Vec<MicroDevice>,
 }
 
 impl MicroVmSpec {
@@ -148,6 +163,7 @@ impl MicroVmSpec {
             code,
             data: Vec::new(),
             report_log: 0,
+            devices: Vec::new(),
         }
     }
 }
@@ -170,7 +186,13 @@ pub struct MicroIo {
     reports: Box<[Reports]>,
     faults: Box<[Mutex<Option<ProtoError>>]>,
     kickers: OnceLock<Vec<Kicker>>,
+    devices: Vec<DeviceSlot>,
+    waker: WakerSlot,
+    on_report: OnceLock<ReportHook>,
 }
+
+/// Called with (vCPU, value) for every `REPORT`, on the vCPU's thread.
+type ReportHook = Box<dyn Fn(usize, u32) + Send + Sync>;
 
 impl MicroIo {
     fn fault(&self, vcpu: usize, e: ProtoError) {
@@ -210,6 +232,39 @@ impl MicroIo {
             .map_or(0, |r| r.sum.load(Ordering::Relaxed))
     }
 
+    /// Calls `f(vcpu, value)` for every `REPORT` from now on, on the
+    /// reporting vCPU's thread, before the vCPU resumes (keep it short).
+    /// False if a hook was already set.
+    pub fn set_report_hook(&self, f: impl Fn(usize, u32) + Send + Sync + 'static) -> bool {
+        self.on_report.set(Box::new(f)).is_ok()
+    }
+
+    /// Device `i`'s status byte (`None`: no such device, or torn down).
+    pub fn device_status(&self, i: usize) -> Option<u8> {
+        let d = self.devices.get(i)?;
+        let mut g = d.pci.lock().unwrap_or_else(|p| p.into_inner());
+        let mut b = [0u8; 1];
+        g.as_mut()?.read_bar(0, 0x14, &mut b);
+        Some(b[0])
+    }
+
+    /// The device whose BAR holds `addr`, and the offset in it.
+    fn device_at(&self, addr: u64) -> Option<(&DeviceSlot, u64)> {
+        self.devices
+            .iter()
+            .find_map(|d| d.offset(addr).map(|o| (d, o)))
+    }
+
+    /// Drops the devices (their I/O threads stop, their images are closed
+    /// and unlocked) and forgets the executor's waker: the VM is torn down.
+    fn release_devices(&self) {
+        for d in &self.devices {
+            let dev = d.pci.lock().unwrap_or_else(|p| p.into_inner()).take();
+            drop(dev);
+        }
+        self.waker.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
     fn proto_failure(&self, vcpu: usize, e: &ProtoError) -> Action {
         Action::Fail(StopReason::VcpuFailed {
             vcpu,
@@ -228,6 +283,13 @@ impl PortIo for MicroIo {
         IoAction::Exit
     }
     fn mmio_read(&self, vcpu: usize, addr: u64, data: &mut [u8]) {
+        if let Some((d, off)) = self.device_at(addr) {
+            let mut g = d.pci.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(pci) = g.as_mut() {
+                pci.read_bar(0, off, data);
+                return;
+            }
+        }
         data.fill(0xff);
         self.fault(
             vcpu,
@@ -238,7 +300,14 @@ impl PortIo for MicroIo {
             },
         );
     }
-    fn mmio_write(&self, vcpu: usize, addr: u64, _data: &[u8]) -> IoAction {
+    fn mmio_write(&self, vcpu: usize, addr: u64, data: &[u8]) -> IoAction {
+        if let Some((d, off)) = self.device_at(addr) {
+            let mut g = d.pci.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(pci) = g.as_mut() {
+                pci.write_bar(0, off, data);
+                return IoAction::Continue;
+            }
+        }
         self.fault(
             vcpu,
             ProtoError::Mmio {
@@ -262,6 +331,9 @@ impl ExitMapper for MicroIo {
             VcpuExit::Io { port, value, size } => {
                 match proto::decode(port, value, size, self.vcpus) {
                     Ok(Request::Report(v)) => {
+                        if let Some(f) = self.on_report.get() {
+                            f(i, v);
+                        }
                         if let Some(r) = self.reports.get(i) {
                             r.count.fetch_add(1, Ordering::Relaxed);
                             r.sum.fetch_add(v as u64, Ordering::Relaxed);
@@ -307,6 +379,10 @@ impl ExitMapper for MicroIo {
             .take()?;
         Some(self.proto_failure(i, &f))
     }
+
+    fn attached(&self, waker: VcpuWaker) {
+        *self.waker.lock().unwrap_or_else(|p| p.into_inner()) = Some(waker);
+    }
 }
 
 /// A built micro-guest: its vCPUs, its I/O side, its control block, its
@@ -315,8 +391,8 @@ impl ExitMapper for MicroIo {
 pub struct MicroVm {
     /// The vCPUs (take them out to run them).
     pub vcpus: Vec<Vcpu>,
-    /// The VM fd.
-    pub vm: VmFd,
+    /// The VM fd (its devices' ioeventfds hold it too).
+    pub vm: Arc<VmFd>,
     /// The ports and the exit mapping.
     pub io: Arc<MicroIo>,
     /// Stop requests; every vCPU's kicker is registered.
@@ -345,7 +421,15 @@ impl MicroVm {
             crate::Error::Kvm { op, source } => MicroError::Kvm { op, source },
             other => MicroError::Memory(other.to_string()),
         })?;
+        let vm = Arc::new(vm);
         let memory = guest_memory(&vm, spec)?;
+        let waker: WakerSlot = Arc::default();
+        let devices = spec
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| devices::build_device(&spec.name, i, d, &vm, &memory, &waker))
+            .collect::<Result<Vec<_>, MicroError>>()?;
         let io = Arc::new(MicroIo {
             name: spec.name.clone(),
             vcpus: spec.vcpus,
@@ -354,6 +438,9 @@ impl MicroVm {
             reports: (0..spec.vcpus).map(|_| Reports::default()).collect(),
             faults: (0..spec.vcpus).map(|_| Mutex::new(None)).collect(),
             kickers: OnceLock::new(),
+            devices,
+            waker,
+            on_report: OnceLock::new(),
         });
         let control = VmControl::new();
         let vcpus = (0..spec.vcpus)
@@ -381,6 +468,14 @@ impl MicroVm {
     }
 }
 
+impl Drop for MicroVm {
+    fn drop(&mut self) {
+        // Before the VM fd and the memory: the devices' I/O threads use
+        // both.
+        self.io.release_devices();
+    }
+}
+
 /// Refuses a spec the machine cannot hold.
 fn check_spec(host: &MicroHost, spec: &MicroVmSpec) -> Result<(), MicroError> {
     let bad = |s: String| Err(MicroError::Input(format!("micro-guest {}: {s}", spec.name)));
@@ -400,6 +495,22 @@ fn check_spec(host: &MicroHost, spec: &MicroVmSpec) -> Result<(), MicroError> {
         return bad(format!(
             "the program is {} bytes; at most {CODE_MAX} fit",
             spec.code.len()
+        ));
+    }
+    if spec.devices.len() > devices::MAX_DEVICES {
+        return bad(format!(
+            "{} devices; a micro-guest has at most {}",
+            spec.devices.len(),
+            devices::MAX_DEVICES
+        ));
+    }
+    if !spec.devices.is_empty() && spec.memory > devices::DEVICE_BASE {
+        return bad(format!(
+            "{} bytes of RAM reach the device window at {:#x}; a micro-guest with devices \
+             has at most {} MiB of RAM",
+            spec.memory,
+            devices::DEVICE_BASE,
+            devices::DEVICE_BASE >> 20
         ));
     }
     if DATA_ADDR + spec.data.len() as u64 > spec.memory {

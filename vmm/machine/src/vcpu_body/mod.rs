@@ -47,7 +47,7 @@ mod set;
 
 pub use set::{Stages, VcpuMetrics, VcpuSlot, VcpuState, VmEntry, VmSet, Window, STAGES};
 
-pub use run::{ExecOptions, ExecOutcome, Running, VcpuPool};
+pub use run::{ExecOptions, ExecOutcome, Running, VcpuPool, VcpuWaker};
 pub use vcpu_sched::exec::ExecutorKind;
 
 use std::any::Any;
@@ -91,6 +91,10 @@ pub trait ExitMapper: Send + Sync {
     fn wake_ends_sleep(&self) -> bool {
         false
     }
+    /// The VM's vCPUs are tasks of an executor now and are about to run:
+    /// `waker` wakes them from other threads (a micro-guest's device
+    /// interrupts). Called once per run, before any vCPU enters the guest.
+    fn attached(&self, _waker: VcpuWaker) {}
 }
 
 /// Scheduling attributes of one vCPU task.

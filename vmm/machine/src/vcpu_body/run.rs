@@ -184,10 +184,64 @@ fn attach(ex: &Executor, opts: &ExecOptions, set: &Arc<VmSet>) -> Result<(), Tas
         discard(ex, set, &ids);
         return Err(e);
     }
+    // Before any vCPU runs: a device that wakes vCPUs has its waker
+    // before the guest can ask it for anything.
+    let remote = ex.remote_waker();
+    for vm in set.vms() {
+        vm.mapper.attached(VcpuWaker {
+            slots: set.slots()[vm.first..vm.first + vm.nvcpus].into(),
+            epoch: set.epoch(),
+            wake: remote.clone(),
+        });
+    }
     for id in ids {
         ex.spawner().wake(id);
     }
     Ok(())
+}
+
+/// Wakes the vCPUs of one VM from threads outside the executor (a
+/// device's I/O thread raising an interrupt) through the executor's own
+/// wake: the scheduler's on `workers` and `threads`, the vCPU thread's on
+/// `host`. A wake of a vCPU that is not blocked is kept for its next
+/// block, one deep (a doorbell). Handed to each VM's mapper when its set
+/// starts ([`ExitMapper::attached`](super::ExitMapper::attached)).
+#[derive(Clone)]
+pub struct VcpuWaker {
+    slots: Arc<[Arc<VcpuSlot>]>,
+    epoch: Instant,
+    wake: vcpu_sched::exec::RemoteWaker,
+}
+
+impl std::fmt::Debug for VcpuWaker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VcpuWaker")
+            .field("vcpus", &self.slots.len())
+            .finish()
+    }
+}
+
+impl VcpuWaker {
+    /// Rings vCPU `k`'s doorbell (stamped for the doorbell latency, as a
+    /// guest's `WAKE` is). False if the VM has no such live vCPU.
+    pub fn wake(&self, k: usize) -> bool {
+        let Some(s) = self.slots.get(k) else {
+            return false;
+        };
+        let now = self.epoch.elapsed().as_nanos() as u64 + 1;
+        if !s.ring(now) {
+            return false;
+        }
+        if let Some(t) = s.task.get() {
+            self.wake.wake(*t);
+        }
+        true
+    }
+
+    /// The VM's vCPUs.
+    pub fn vcpus(&self) -> usize {
+        self.slots.len()
+    }
 }
 
 /// Creates a group per VM and a task per vCPU, in vCPU order; pushes every

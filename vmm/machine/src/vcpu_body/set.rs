@@ -168,6 +168,18 @@ impl VcpuSlot {
     pub fn exited(&self) -> bool {
         self.exited.load(Ordering::Acquire)
     }
+    /// A doorbell at `now` (set clock): stamps it for the doorbell
+    /// latency (first one wins until the vCPU runs). False if the vCPU
+    /// has ended (nothing to wake).
+    pub(crate) fn ring(&self, now: u64) -> bool {
+        if self.exited() {
+            return false;
+        }
+        let _ = self
+            .doorbell_at
+            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed);
+        true
+    }
 }
 
 /// One VM of a set.
@@ -532,13 +544,7 @@ impl VmSet {
     /// its slot if it exists and has not ended.
     pub(crate) fn doorbell(&self, vm: usize, k: usize, now: u64) -> Option<&Arc<VcpuSlot>> {
         let s = self.slot(vm, k)?;
-        if s.exited() {
-            return None;
-        }
-        let _ = s
-            .doorbell_at
-            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed);
-        Some(s)
+        s.ring(now).then_some(s)
     }
 
     /// Stops VM `vm` for `reason`: records it (first reason wins), kicks
