@@ -43,6 +43,11 @@ pub trait PciDevice: Send {
     /// A guest write to config space at byte `offset`; the device applies
     /// it and acts on what changed (MSI-X control, BAR moves).
     fn write_config(&mut self, offset: usize, data: &[u8]) -> ConfigChange;
+    /// A guest read of config register `reg` (a dword index); a device
+    /// with a window into its BARs in config space answers it here.
+    fn read_config(&mut self, reg: usize) -> u32 {
+        self.config().read(reg)
+    }
     /// A guest read of BAR `bar` at `offset`.
     fn read_bar(&mut self, bar: usize, offset: u64, data: &mut [u8]);
     /// A guest write to BAR `bar` at `offset`.
@@ -214,7 +219,7 @@ impl PciSegment {
     /// An empty slot or function reads as all ones.
     pub fn read_config(&self, slot: usize, func: usize, reg: usize) -> u32 {
         match (func, self.slots.get(slot)) {
-            (0, Some(Some(d))) => lock(d).config().read(reg),
+            (0, Some(Some(d))) => lock(d).read_config(reg),
             _ => u32::MAX,
         }
     }

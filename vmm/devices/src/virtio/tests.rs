@@ -372,3 +372,41 @@ fn event_idx_rearms_the_drivers_notifications() {
         );
     }
 }
+
+#[test]
+fn the_pci_cfg_capability_reaches_bar_0_through_config_space() {
+    let (mut d, _) = Driver::new();
+    // Walk the capability list for the vendor capability of type 5.
+    let mut off = d.dev.config().read(13) as usize & 0xff;
+    let mut cap = None;
+    while off != 0 {
+        let b = d.dev.config().bytes(off, 4);
+        if b[0] == 0x09 && b[3] == 5 {
+            cap = Some(off);
+        }
+        off = b[1] as usize;
+    }
+    let cap = cap.expect("a VIRTIO_PCI_CAP_PCI_CFG capability");
+    assert_eq!(d.dev.config().bytes(cap + 2, 1)[0], 20, "cap_len");
+    // Point it at device_status (common config + 0x14), one byte.
+    d.dev.write_config(cap + 4, &[0]);
+    d.dev.write_config(cap + 8, &0x14u32.to_le_bytes());
+    d.dev.write_config(cap + 12, &1u32.to_le_bytes());
+    d.dev
+        .write_config(cap + 16, &[status::ACKNOWLEDGE | status::DRIVER]);
+    assert_eq!(
+        d.status(),
+        status::ACKNOWLEDGE | status::DRIVER,
+        "written through the window"
+    );
+    let v = d.dev.read_config((cap + 16) / 4);
+    assert_eq!(
+        v & 0xff,
+        u32::from(status::ACKNOWLEDGE | status::DRIVER),
+        "read through it"
+    );
+    // A length the specification does not allow moves nothing.
+    d.dev.write_config(cap + 12, &3u32.to_le_bytes());
+    d.dev.write_config(cap + 16, &[0]);
+    assert_eq!(d.status(), status::ACKNOWLEDGE | status::DRIVER);
+}

@@ -56,6 +56,10 @@ const CAP_COMMON: u8 = 1;
 const CAP_NOTIFY: u8 = 2;
 const CAP_ISR: u8 = 3;
 const CAP_DEVICE: u8 = 4;
+/// `VIRTIO_PCI_CAP_PCI_CFG`: a window into the BARs through config space
+/// (virtio 1.2, 4.1.4.9), which the specification requires of every
+/// device, for drivers that cannot map BARs (firmware, early boot).
+const CAP_PCI_CFG: u8 = 5;
 
 /// The virtio PCI vendor ID, and the modern device IDs' base.
 pub const VIRTIO_VENDOR: u16 = 0x1af4;
@@ -79,6 +83,8 @@ pub struct VirtioPci {
     name: String,
     config: PciConfig,
     msix_cap: usize,
+    /// The `VIRTIO_PCI_CAP_PCI_CFG` capability's offset.
+    pci_cfg_cap: usize,
     msix: Arc<Mutex<Msix>>,
     device: Box<dyn VirtioDevice>,
     status: Arc<AtomicU8>,
@@ -174,6 +180,15 @@ impl VirtioPci {
             let w = vec![0u8; body.len()];
             config.add_capability(VENDOR_CAP_ID, &body, &w);
         }
+        // PCI_CFG: cap_len, cfg_type, bar, id, padding, offset, length
+        // and the 4 data bytes; the driver writes bar, offset, length and
+        // data.
+        let mut body = vendor_cap(CAP_PCI_CFG, 0, 0, Some(0));
+        body[4] = 0;
+        let mut w = vec![0u8; body.len()];
+        w[2] = 0xff;
+        w[6..18].fill(0xff);
+        let pci_cfg_cap = config.add_capability(VENDOR_CAP_ID, &body, &w);
         let (body, w) = msix::capability(vectors.count(), 0, MSIX_TABLE as u32, MSIX_PBA as u32);
         let msix_cap = config.add_capability(MSIX_CAP_ID, &body, &w);
         let msix = Arc::new(Mutex::new(Msix::new(vectors)));
@@ -203,6 +218,7 @@ impl VirtioPci {
             name: name.into(),
             config,
             msix_cap,
+            pci_cfg_cap,
             msix,
             device,
             status,
@@ -487,12 +503,53 @@ impl VirtioPci {
     }
 }
 
+impl VirtioPci {
+    /// The BAR 0 access the `PCI_CFG` capability asks for: its offset and
+    /// length, when the driver chose BAR 0, a length of 1, 2 or 4 and an
+    /// offset aligned to it inside the BAR. Anything else moves nothing
+    /// (the specification leaves it undefined).
+    fn pci_cfg_window(&self) -> Option<(u64, usize)> {
+        let c = self.config.bytes(self.pci_cfg_cap, 16);
+        let bar = c[4];
+        let off = u32::from_le_bytes([c[8], c[9], c[10], c[11]]);
+        let len = u32::from_le_bytes([c[12], c[13], c[14], c[15]]) as usize;
+        let ok = bar == 0
+            && matches!(len, 1 | 2 | 4)
+            && off as usize % len == 0
+            && u64::from(off) + len as u64 <= u64::from(BAR_SIZE);
+        ok.then_some((u64::from(off), len))
+    }
+}
+
 impl PciDevice for VirtioPci {
     fn config(&self) -> &PciConfig {
         &self.config
     }
 
+    fn read_config(&mut self, reg: usize) -> u32 {
+        let data_reg = (self.pci_cfg_cap + 16) / 4;
+        if reg == data_reg {
+            if let Some((off, len)) = self.pci_cfg_window() {
+                let mut b = [0u8; 4];
+                self.read_bar(0, off, &mut b[..len]);
+                return u32::from_le_bytes(b);
+            }
+        }
+        self.config.read(reg)
+    }
+
     fn write_config(&mut self, offset: usize, data: &[u8]) -> ConfigChange {
+        let data_at = self.pci_cfg_cap + 16;
+        if offset == data_at && (1..=4).contains(&data.len()) {
+            let change = self.config.write(offset, data);
+            if let Some((off, len)) = self.pci_cfg_window() {
+                let n = len.min(data.len());
+                let mut b = [0u8; 4];
+                b[..n].copy_from_slice(&data[..n]);
+                self.write_bar(0, off, &b[..len]);
+            }
+            return change;
+        }
         let before = self.config.bar_address(0);
         let change = self.config.write(offset, data);
         if change.capability == Some(self.msix_cap) {
