@@ -208,3 +208,194 @@ fn each_hostile_driver_is_refused_and_the_writer_beside_it_goes_on() {
         }
     }
 }
+
+/// `vmm bench blk --integrity` over `imgs` (16 writes per generation,
+/// queue depth 8), killed with SIGKILL once every VM has flushed at least
+/// 3 generations (and a little later, so that writes are in flight);
+/// returns each VM's last generation whose flush it printed.
+fn integrity_killed(kind: &str, imgs: &[PathBuf]) -> Vec<Option<u64>> {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    let mut args: Vec<String> = [
+        "bench",
+        "blk",
+        "--integrity",
+        "--executor",
+        kind,
+        "--qd",
+        "8",
+        "--per-gen",
+        "16",
+        "--duration",
+        "120s",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for i in imgs {
+        args.push("--disk".into());
+        args.push(i.display().to_string());
+    }
+    let mut child = Command::new(integration_tests::vmm_bin())
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting vmm");
+    let out = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for l in std::io::BufReader::new(out).lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let mut last: Vec<Option<u64>> = vec![None; imgs.len()];
+    let note = |l: &str, last: &mut Vec<Option<u64>>| {
+        let mut w = l.split_whitespace();
+        if let (Some(vm), Some("flushed"), Some("generation"), Some(g)) =
+            (w.next(), w.next(), w.next(), w.next())
+        {
+            let v: usize = vm.trim_start_matches("vm").parse().expect("vm index");
+            let g: u64 = g.parse().expect("generation");
+            assert!(
+                last[v].map_or(g == 0, |p| g == p + 1),
+                "{kind}: vm{v}: generation {g} after {:?}",
+                last[v]
+            );
+            last[v] = Some(g);
+        }
+    };
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(40) {
+        if let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
+            note(&l, &mut last);
+        }
+        if last.iter().all(|g| g.is_some_and(|g| g >= 3)) {
+            break;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(30));
+    child.kill().expect("SIGKILL"); // std's kill is SIGKILL
+    let status = child.wait().expect("wait");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{kind}: {status:?}");
+    reader.join().expect("reader");
+    // Lines printed before the kill are still in the pipe.
+    for l in rx.try_iter() {
+        note(&l, &mut last);
+    }
+    last
+}
+
+#[test]
+fn sigkill_mid_run_keeps_every_write_acknowledged_before_the_last_completed_flush() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let n = 4 * cpus();
+    for kind in ["workers", "threads", "host"] {
+        let imgs: Vec<PathBuf> = (0..n)
+            .map(|i| image(dir.path(), &format!("kill-{kind}-{i}.img"), 40))
+            .collect();
+        let last = integrity_killed(kind, &imgs);
+        for (i, (img, g)) in imgs.iter().zip(&last).enumerate() {
+            let g = g.unwrap_or_else(|| panic!("{kind}: vm{i} printed no completed flush"));
+            let w = Integrity {
+                blocks: 40,
+                per_gen: 16,
+                gens: 0,
+                qd: 8,
+                verify: false,
+            };
+            let v =
+                blk::verify_file(img, &w, g + 1).unwrap_or_else(|e| panic!("{kind}: vm{i}: {e}"));
+            assert_eq!(v.flushed_blocks, 40, "{kind}: vm{i}: {v:?}");
+        }
+    }
+}
+
+#[test]
+fn the_integrity_command_verifies_its_images_and_refuses_bad_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = image(dir.path(), "a.img", 32);
+    let b = image(dir.path(), "b.img", 32);
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let r = integration_tests::guest::run_vmm(
+        &[
+            "bench",
+            "blk",
+            "--integrity",
+            "--gens",
+            "4",
+            "--per-gen",
+            "8",
+            "--disk",
+            a,
+            "--disk",
+            b,
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(r.status, Some(0), "{}", r.context());
+    for vm in ["vm0", "vm1"] {
+        assert!(
+            r.console.contains(&format!("{vm} flushed generation 3\n")),
+            "{}",
+            r.context()
+        );
+        assert!(
+            r.console.contains(&format!("{vm}: 4 generations flushed;")),
+            "{}",
+            r.context()
+        );
+    }
+    assert!(r.console.contains("verified: 32 blocks"), "{}", r.context());
+    let missing = dir.path().join("none.img");
+    let missing = missing.to_str().unwrap();
+    for (args, needle) in [
+        (vec!["bench", "blk"], "--disk IMG"),
+        (
+            vec!["bench", "blk", "--disk", a, "--vcpus", "2"],
+            "--vcpus 1",
+        ),
+        (vec!["bench", "blk", "--disk", missing], "no such file"),
+        (vec!["bench", "blk", "--disk", a, "--qd", "65"], "1 to 64"),
+        (
+            vec!["bench", "blk", "--integrity", "--disk", a, "--vms", "2"],
+            "one --disk per VM",
+        ),
+        (
+            vec!["bench", "blk", "--disk", a, "--write", "--vms", "2"],
+            "one --disk per VM",
+        ),
+        (
+            vec!["bench", "runq", "--disk", a],
+            "--disk applies to the blk workload",
+        ),
+        (
+            vec!["bench", "blk", "--disk", a, "--gens", "3"],
+            "--gens applies to --integrity",
+        ),
+    ] {
+        let r = integration_tests::guest::run_vmm(&args, Duration::from_secs(30));
+        integration_tests::guest::assert_input_error(&r, &[needle]);
+    }
+    // A locked image: another process holds it.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(a)
+        .unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this test owns; no memory is passed.
+    let locked = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    assert_eq!(locked, 0);
+    let r = integration_tests::guest::run_vmm(
+        &["bench", "blk", "--integrity", "--gens", "1", "--disk", a],
+        Duration::from_secs(30),
+    );
+    integration_tests::guest::assert_input_error(&r, &["locked"]);
+}

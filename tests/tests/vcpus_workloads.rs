@@ -60,7 +60,7 @@ fn check(w: Workload, topology: &str, vms: usize, m: Mitigations, exec: Executor
     let progress = match w {
         Workload::Cyclic => r.run.extra["wakeups"],
         Workload::Messaging => r.run.extra["messages"],
-        Workload::Runq => r.run.extra["requests"],
+        Workload::Runq | Workload::Blk => r.run.extra["requests"],
         Workload::Transcode => r.run.extra["frames"],
     };
     assert!(

@@ -157,7 +157,8 @@ pub fn of_task(e: &TaskError) -> Fault {
 /// Micro-guests.
 pub fn of_micro(e: &MicroError) -> Fault {
     match e {
-        MicroError::Input(_) => Fault::User,
+        // an image the user named: missing, locked, not writable
+        MicroError::Input(_) | MicroError::Disk(_) => Fault::User,
         _ => Fault::Runtime,
     }
 }

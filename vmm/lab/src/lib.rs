@@ -18,12 +18,20 @@
 //! | `messaging` | sender/receiver pairs through 16-message pipes, a doorbell per message | seconds per 100k messages (hackbench's total time; lower is better) |
 //! | `runq` | vCPU 0 rings all workers, each computes and answers (schbench) | requests/s; p99 doorbell-to-run latency |
 //! | `transcode` | 8 FIFO-99 vCPUs per VM pinned to 4 cores / 8 CPUs, a frame is a burst on each | frames/s |
+//! | `blk` | one vCPU per VM drives virtio-blk over a raw image: random 4 KiB reads (or writes) at a queue depth, completions wake it through the executor | IOPS (higher is better); p50/p99 interrupt-to-run latency |
+//!
+//! [`integrity`] runs the virtio-blk integrity writer instead: one VM per
+//! image writes generations of patterns with a flush after each, reports
+//! each completed flush as it happens, and the images are verified when
+//! it stops.
 
+mod blk;
 mod calibrate;
 mod compare;
 pub mod guests;
 mod run;
 
+pub use blk::{integrity, BlkOptions, IntegrityOptions, IntegrityVm, OnFlush};
 pub use calibrate::iters_per_us;
 pub use compare::{compare, BenchComparison, CompareOptions, CompareProgress};
 pub use run::run;
@@ -75,6 +83,9 @@ pub enum Workload {
     Runq,
     /// Pinned FIFO-99 VMs in compute bursts (the 60-instance FFmpeg case).
     Transcode,
+    /// virtio-blk requests at a queue depth (IOPS); not one of the seeds'
+    /// workloads, so not in [`Workload::ALL`].
+    Blk,
 }
 
 impl Workload {
@@ -92,6 +103,7 @@ impl Workload {
             Workload::Messaging => "messaging",
             Workload::Runq => "runq",
             Workload::Transcode => "transcode",
+            Workload::Blk => "blk",
         }
     }
 }
@@ -101,10 +113,11 @@ impl FromStr for Workload {
     fn from_str(s: &str) -> Result<Self, BenchError> {
         Workload::ALL
             .into_iter()
+            .chain([Workload::Blk])
             .find(|w| w.name().eq_ignore_ascii_case(s.trim()))
             .ok_or_else(|| {
                 BenchError::Input(format!(
-                    "unknown workload {s:?}; use cyclic, messaging, runq or transcode"
+                    "unknown workload {s:?}; use cyclic, messaging, runq, transcode or blk"
                 ))
             })
     }
@@ -159,6 +172,9 @@ pub struct BenchOptions {
     /// vCPUs must fit the topology's CPUs.
     #[serde(default)]
     pub pin: bool,
+    /// `blk`: the images and the requests.
+    #[serde(default)]
+    pub blk: BlkOptions,
 }
 
 fn yes() -> bool {
@@ -185,6 +201,7 @@ impl BenchOptions {
             require_measurement: true,
             breakdown: false,
             pin: false,
+            blk: BlkOptions::default(),
         }
     }
 }

@@ -39,6 +39,7 @@ fn default_burst(w: Workload) -> u64 {
         Workload::Messaging => defs::MESSAGING_BURST_US,
         Workload::Runq => defs::RUNQ_BURST_US,
         Workload::Transcode => defs::TRANSCODE_BURST_US,
+        Workload::Blk => 0,
     }
 }
 
@@ -54,6 +55,13 @@ fn build(
              {} CPUs of the topology: give fewer --vms or --vcpus, or leave --pin out",
             topo.num_cpus()
         )));
+    }
+    if opts.workload == Workload::Blk {
+        let (vms, memories) = super::blk::iops_vms(&opts.blk, opts.vms, host)?;
+        return Ok(Built {
+            set: VmSet::new(vms)?,
+            memories,
+        });
     }
     let code = guest_code(opts, iters_per_us(host)?)?;
     let mut vms = Vec::with_capacity(opts.vms);
@@ -121,6 +129,7 @@ fn guest_code(opts: &BenchOptions, ipu: f64) -> Result<Vec<u8>, BenchError> {
             guests::runq(iters)?
         }
         Workload::Transcode => guests::transcode(iters)?,
+        Workload::Blk => return Err(BenchError::Input("blk builds its guests itself".into())),
     })
 }
 
@@ -153,6 +162,9 @@ fn guest_count(w: Workload, b: &Built, vcpus: usize) -> u64 {
             }
             Workload::Runq => s += read_u64(m, DATA_ADDR + guests::RUNQ_ANSWERS).unwrap_or(0),
             Workload::Transcode => s += read_u64(m, DATA_ADDR + guests::FRAMES).unwrap_or(0),
+            Workload::Blk => {
+                s += read_u64(m, DATA_ADDR + vmm_machine::micro::driver::COMPLETED).unwrap_or(0)
+            }
             Workload::Cyclic => {}
         }
     }
@@ -176,6 +188,9 @@ fn validate(opts: &BenchOptions) -> Result<(), BenchError> {
     }
     if opts.burst_us == Some(0) {
         return Err(BenchError::Input("a burst must be at least 1 us".into()));
+    }
+    if opts.workload == Workload::Blk {
+        super::blk::validate(&opts.blk, opts.vms, opts.vcpus)?;
     }
     Ok(())
 }
@@ -597,6 +612,15 @@ fn workload_metric(
             extra.insert("frames".into(), count);
             Metric {
                 name: "frames_per_s".into(),
+                unit: "1/s".into(),
+                value: per_s(count),
+                higher_is_better: true,
+            }
+        }
+        Workload::Blk => {
+            extra.insert("requests".into(), count);
+            Metric {
+                name: "iops".into(),
                 unit: "1/s".into(),
                 value: per_s(count),
                 higher_is_better: true,

@@ -1,5 +1,7 @@
 //! `vmm bench WORKLOAD ...`: argument parsing, progress bar, tables and
-//! JSON for [`vmm_lab::run`] and [`vmm_lab::compare`].
+//! JSON for [`vmm_lab::run`] and [`vmm_lab::compare`], and `vmm bench blk
+//! --integrity` ([`vmm_lab::integrity`]): a line per completed flush on
+//! stdout, the images verified at the end.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -12,14 +14,16 @@ use vcpu_sched::Mitigations;
 
 use super::args::{self, ignored, mitigation_sets, out, outln, progress_bar, InputError};
 use vmm_lab::{
-    compare, run as run_bench, BenchOptions, BenchReport, CompareOptions, VcpuRow, Workload,
+    compare, integrity, run as run_bench, BenchOptions, BenchReport, BlkOptions, CompareOptions,
+    IntegrityOptions, VcpuRow, Workload,
 };
 use vmm_machine::vcpu_body::ExecutorKind;
 
 /// `vmm bench WORKLOAD --topology SPEC --vms N --vcpus M --duration D ...`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// cyclic, messaging, runq or transcode.
+    /// cyclic, messaging, runq, transcode, or blk (virtio-blk at a queue
+    /// depth; needs --disk).
     pub workload: String,
     /// Scheduler topology: `host` (the real CPUs), a preset (gnr-2s,
     /// genoa-2s, ...) or an hwloc synthetic string, emulated onto the CPUs
@@ -27,14 +31,14 @@ pub struct BenchArgs {
     #[arg(long, short, default_value = "host", value_name = "SPEC")]
     pub topology: String,
     /// Micro-guest VMs (each one a task group). At most 1024 vCPUs in
-    /// all (--vms x --vcpus).
-    #[arg(long, default_value = "8", value_name = "N", value_parser = args::vm_count,
+    /// all (--vms x --vcpus). Default 8; blk: one per --disk.
+    #[arg(long, value_name = "N", value_parser = args::vm_count,
           allow_negative_numbers = true)]
-    pub vms: usize,
-    /// vCPUs per VM (1..=256).
-    #[arg(long, default_value = "8", value_name = "M", value_parser = args::vm_count,
+    pub vms: Option<usize>,
+    /// vCPUs per VM (1..=256). Default 8; blk: 1 (the only choice).
+    #[arg(long, value_name = "M", value_parser = args::vm_count,
           allow_negative_numbers = true)]
-    pub vcpus: usize,
+    pub vcpus: Option<usize>,
     /// Measured time per run, after a warm-up: 2s, 500ms, 1m or seconds
     /// (0.3); 100ms to 1h.
     #[arg(long, short, default_value = "2s", value_name = "DURATION",
@@ -113,6 +117,71 @@ pub struct BenchArgs {
     /// exists is refused, never replaced; checked before the run starts).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// blk only: a raw image (`IMG` or `path=IMG`) for the VMs'
+    /// virtio-blk; repeat it for more (VM v uses image v mod N). Opened
+    /// read-only, shared, unless --write or --integrity, which overwrite
+    /// it and need one per VM.
+    #[arg(long, value_name = "IMG")]
+    pub disk: Vec<String>,
+    /// blk only: requests in flight per VM (1..=64; default 1, with
+    /// --integrity 8).
+    #[arg(long, value_name = "N", value_parser = qd, allow_negative_numbers = true)]
+    pub qd: Option<u16>,
+    /// blk only: random 4 KiB writes instead of reads.
+    #[arg(long)]
+    pub write: bool,
+    /// blk only: instead of IOPS, the integrity writer: each VM writes
+    /// generations of 4 KiB patterns over its --disk with a flush after
+    /// each, prints `vmN flushed generation G` when a flush has completed,
+    /// and its image is verified when it stops (after --gens, or
+    /// --duration).
+    #[arg(long)]
+    pub integrity: bool,
+    /// --integrity only: generations per VM, then a read-back in the guest
+    /// (default: until --duration has passed).
+    #[arg(long, value_name = "N", value_parser = gens, allow_negative_numbers = true)]
+    pub gens: Option<u64>,
+    /// --integrity only: writes per generation (1..=1048576, default 32).
+    #[arg(long, value_name = "N", value_parser = per_gen, allow_negative_numbers = true)]
+    pub per_gen: Option<u32>,
+}
+
+fn qd(s: &str) -> std::result::Result<u16, String> {
+    let v: u64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a whole number; give 1 to 64"))?;
+    match u16::try_from(v) {
+        Ok(q) if (1..=64).contains(&q) => Ok(q),
+        _ => Err(format!("{v}: give 1 to 64 requests in flight")),
+    }
+}
+
+fn gens(s: &str) -> std::result::Result<u64, String> {
+    let max = vmm_machine::micro::blk::MAX_GENS;
+    match s.trim().parse::<u64>() {
+        Ok(v) if (1..=max).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?}: give 1 to {max} generations")),
+    }
+}
+
+fn per_gen(s: &str) -> std::result::Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(v) if (1..=1 << 20).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?}: give 1 to 1048576 writes per generation")),
+    }
+}
+
+/// `--disk IMG` or `--disk path=IMG`.
+fn disk_path(s: &str) -> Result<PathBuf> {
+    let p = s.strip_prefix("path=").unwrap_or(s);
+    if p.is_empty() || p.contains(",") {
+        return Err(InputError(format!(
+            "--disk {s:?}: give the image's path (IMG or path=IMG; no other options here)"
+        ))
+        .into());
+    }
+    Ok(PathBuf::from(p))
 }
 
 /// The summary of one run: metric, extras, per-vCPU aggregates and the
@@ -292,6 +361,7 @@ fn render_per_vcpu(s: &mut String, r: &BenchReport) {
 fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -> Result<()> {
     let rt = matches!(workload, Workload::Cyclic | Workload::Transcode);
     let here = format!("the {} workload", workload.name());
+    check_blk_flags(a, workload, &here)?;
     if a.period_us.is_some() && workload != Workload::Cyclic {
         return Err(ignored("--period-us", "cyclic", &here).into());
     }
@@ -335,16 +405,82 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
     Ok(())
 }
 
+/// blk's own flags on other workloads, and the seeds' flags on blk.
+fn check_blk_flags(a: &BenchArgs, workload: Workload, here: &str) -> Result<()> {
+    if workload != Workload::Blk {
+        for (set, flag) in [
+            (!a.disk.is_empty(), "--disk"),
+            (a.qd.is_some(), "--qd"),
+            (a.write, "--write"),
+            (a.integrity, "--integrity"),
+            (a.gens.is_some(), "--gens"),
+            (a.per_gen.is_some(), "--per-gen"),
+        ] {
+            if set {
+                return Err(ignored(flag, "the blk workload", here).into());
+            }
+        }
+        return Ok(());
+    }
+    if a.burst_us.is_some() {
+        return Err(ignored("--burst-us", "the seeds' workloads", here).into());
+    }
+    if a.pin {
+        return Err(ignored("--pin", "the seeds' workloads", here).into());
+    }
+    if a.breakdown && a.integrity {
+        return Err(ignored("--breakdown", "a blk IOPS run", "--integrity").into());
+    }
+    if !a.integrity {
+        if a.gens.is_some() {
+            return Err(ignored("--gens", "--integrity", "an IOPS run").into());
+        }
+        if a.per_gen.is_some() {
+            return Err(ignored("--per-gen", "--integrity", "an IOPS run").into());
+        }
+        return Ok(());
+    }
+    for (set, flag) in [
+        (a.write, "--write"),
+        (a.compare.is_some(), "--compare"),
+        (a.compare_executors, "--compare-executors"),
+        (a.json.is_some(), "--json"),
+        (a.per_vcpu, "--per-vcpu"),
+    ] {
+        if set {
+            return Err(ignored(flag, "a blk IOPS run", "--integrity").into());
+        }
+    }
+    Ok(())
+}
+
 /// Runs `vmm bench`.
 pub fn run(a: BenchArgs) -> Result<()> {
     let workload: Workload = a.workload.parse().map_err(anyhow::Error::new)?;
-    args::check_vcpus(a.vms, a.vcpus)?;
     let executor: ExecutorKind = a.executor.parse().map_err(InputError)?;
     check_applicable(&a, workload, executor)?;
+    let disks = a
+        .disk
+        .iter()
+        .map(|d| disk_path(d))
+        .collect::<Result<Vec<_>>>()?;
+    let (vms, vcpus) = match workload {
+        Workload::Blk => (a.vms.unwrap_or(disks.len().max(1)), a.vcpus.unwrap_or(1)),
+        _ => (a.vms.unwrap_or(8), a.vcpus.unwrap_or(8)),
+    };
+    args::check_vcpus(vms, vcpus)?;
+    if a.integrity {
+        return run_integrity(&a, executor, disks, vms, vcpus);
+    }
     if let Some(path) = &a.json {
         args::check_output_file("--json", path, false)?;
     }
-    let mut o = BenchOptions::new(workload, &a.topology, a.vms, a.vcpus);
+    let mut o = BenchOptions::new(workload, &a.topology, vms, vcpus);
+    o.blk = BlkOptions {
+        disks,
+        qd: a.qd.unwrap_or(1),
+        write: a.write,
+    };
     o.duration = a.duration;
     o.executor = executor;
     o.check = a.check;
@@ -421,6 +557,103 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if let Some(path) = &a.json {
         args::write_new("--json", path, json.as_bytes())?;
         eprintln!("JSON written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// `vmm bench blk --integrity`: one VM per image; a line per completed
+/// flush (stdout flushed at once, so a reader that kills the process knows
+/// what was durable); every image verified at the end. A failed VM or
+/// image fails the command (exit 1).
+fn run_integrity(
+    a: &BenchArgs,
+    executor: ExecutorKind,
+    disks: Vec<PathBuf>,
+    vms: usize,
+    vcpus: usize,
+) -> Result<()> {
+    use std::io::Write as _;
+    use std::sync::Arc;
+
+    if vcpus != 1 {
+        return Err(InputError(format!(
+            "--integrity drives its device from one vCPU per VM: give --vcpus 1 (not {vcpus})"
+        ))
+        .into());
+    }
+    if disks.is_empty() || vms != disks.len() {
+        return Err(InputError(format!(
+            "--integrity writes one image per VM: give one --disk per VM ({vms} VMs, {} images)",
+            disks.len()
+        ))
+        .into());
+    }
+    if a.mitigations.is_some() && executor == ExecutorKind::Host {
+        return Err(ignored(
+            "--mitigations",
+            "the workers and threads executors",
+            "--executor host (the host kernel schedules)",
+        )
+        .into());
+    }
+    topology::load(&a.topology).with_context(|| format!("--topology {}", a.topology))?;
+    let opts = IntegrityOptions {
+        disks,
+        topology: a.topology.clone(),
+        executor,
+        mitigations: a.mitigations.unwrap_or_else(Mitigations::all),
+        qd: a.qd.unwrap_or(8),
+        per_gen: a.per_gen.unwrap_or(32),
+        gens: a.gens.unwrap_or(0),
+        duration: a.duration,
+        check: a.check,
+    };
+    outln!(
+        "integrity: {} VMs on the {} executor, 4 KiB blocks, {} writes per generation, queue depth {}{}",
+        opts.disks.len(),
+        executor,
+        opts.per_gen,
+        opts.qd,
+        match opts.gens {
+            0 => format!(", for {:?}", opts.duration),
+            g => format!(", {g} generations then a read-back"),
+        }
+    );
+    let on_flush = Arc::new(|_: usize, name: &str, g: u64| {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{name} flushed generation {g}");
+        let _ = out.flush();
+    });
+    let result = integrity(&opts, on_flush).map_err(anyhow::Error::new)?;
+    let mut bad = Vec::new();
+    for vm in &result {
+        match (&vm.failure, &vm.verified) {
+            (None, Ok(v)) => outln!(
+                "{}: {} generations flushed; {} verified: {} blocks hold their last flushed write ({} a later one), {} others",
+                vm.name,
+                vm.flushed,
+                vm.disk.display(),
+                v.flushed_blocks,
+                v.newer,
+                v.other
+            ),
+            (f, v) => {
+                let what = match (f, v) {
+                    (Some(f), Ok(_)) => f.clone(),
+                    (None, Err(e)) => e.clone(),
+                    (Some(f), Err(e)) => format!("{f}; {e}"),
+                    (None, Ok(_)) => String::new(),
+                };
+                outln!("{}: FAILED after {} generations: {what}", vm.name, vm.flushed);
+                bad.push(vm.name.clone());
+            }
+        }
+    }
+    if !bad.is_empty() {
+        anyhow::bail!(vmm_lab::BenchError::Failed(format!(
+            "integrity failed in {}",
+            bad.join(", ")
+        )));
     }
     Ok(())
 }
