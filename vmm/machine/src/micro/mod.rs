@@ -9,8 +9,9 @@
 //!
 //! # The machine
 //! * 64-bit long mode from the first instruction: paging on, an identity
-//!   map of the first GiB with 2 MiB pages (RAM, then nothing: an access
-//!   there is reported as a bad MMIO access), flat code (selector 0x10) and data
+//!   map of the first GiB with 2 MiB pages (RAM, then nothing but the
+//!   device window: an access elsewhere is reported as a bad MMIO
+//!   access), flat code (selector 0x10) and data
 //!   (0x18) segments, interrupts off, and an empty IDT, so that any
 //!   exception ends in a triple fault (reported, VM torn down).
 //! * RAM from guest-physical 0, 2 MiB by default (up to 1 GiB):
@@ -21,12 +22,23 @@
 //! 0x0001_0000  code (CODE_ADDR; at most CODE_MAX bytes), entry point
 //! 0x0004_0000  stacks, STACK_SIZE bytes per vCPU, growing down from STACK_TOP
 //! 0x0010_0000  shared data (DATA_ADDR) up to the end of RAM
+//!  ...         no RAM (at most 1008 MiB of RAM with devices)
+//! 0x3f00_0000  device i's 64 KiB BAR at 0x3f00_0000 + i * 0x1_0000 (up to 16)
+//! 0x4000_0000  end of the identity map
 //! ```
 //! * Every vCPU starts at [`CODE_ADDR`] with `RDI` = its index, `RSI` =
 //!   the number of vCPUs, `RBX` = [`DATA_ADDR`], `RSP` = its own stack.
-//! * No devices: a read of any port, a write to a port that is not in
-//!   [`proto`], and any access to memory that is not RAM are errors that
-//!   stop the VM with a message; nothing else in the process is affected.
+//! * Devices only if the spec asks ([`MicroVmSpec::devices`]): virtio
+//!   devices on the modern PCI transport at fixed addresses, no PCI
+//!   enumeration, MSI-X vectors that wake a vCPU ([`devices`]). [`driver`]
+//!   is a virtio driver written in the same assembler, [`blk`] the
+//!   virtio-blk programs built on it (integrity writer, IOPS, hostile
+//!   drivers) and the host's check of what they wrote.
+//! * Everything else is an error that stops the VM with a message: a read
+//!   of any port, a write to a port that is not in [`proto`], any access
+//!   to memory that is neither RAM nor a device's BAR; nothing else in the
+//!   process is affected. (A device refuses what a driver does wrong with
+//!   `NEEDS_RESET` instead: the guest goes on and may reset it.)
 
 pub mod asm;
 pub mod blk;
