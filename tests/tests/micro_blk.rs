@@ -157,7 +157,11 @@ fn a_corrupted_image_fails_verification() {
 fn each_hostile_driver_is_refused_and_the_writer_beside_it_goes_on() {
     let host = MicroHost::open().expect("/dev/kvm");
     let dir = tempfile::tempdir().expect("tempdir");
-    for kind in [ExecutorKind::Workers, ExecutorKind::Host] {
+    for kind in [
+        ExecutorKind::Workers,
+        ExecutorKind::Threads,
+        ExecutorKind::Host,
+    ] {
         let w = Integrity {
             blocks: 32,
             per_gen: 16,
