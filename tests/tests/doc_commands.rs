@@ -347,6 +347,16 @@ const TABLE: &[(&str, How)] = &[
         }]),
     ),
     (
+        "scripts/blk-bench.sh",
+        // tests/tests/micro_blk.rs checks what the micro-guest driver does;
+        // this is the benchmark's plumbing, at its smallest
+        How::Run(&[Form {
+            env: &[("VMM_BIN", "{vmm}")],
+            expect: Expect::Stdout("qd32-x4.txt"),
+            ..run("scripts/blk-bench.sh --out {tmp}/blk --duration 0.1 --reps 1")
+        }]),
+    ),
+    (
         "scripts/net-demo.sh --pings 20 --console virtio",
         // tests/tests/boot_net.rs pings 1,000 times under both schedulers
         How::Run(&[Form {
