@@ -478,3 +478,50 @@ fn liveness_tells_a_sleeping_cpu_from_a_working_one() {
         assert!(r.violations.is_empty(), "{kind}: {:?}", r.violations);
     }
 }
+
+/// A `RemoteWaker` is the spawner's wake, owned: a thread that holds a
+/// clone (a device's I/O thread) wakes a task that blocks over and over,
+/// on every executor, and a wake after shutdown is harmless.
+#[test]
+fn a_remote_waker_wakes_tasks_from_another_thread() {
+    for kind in ExecutorKind::ALL {
+        let ex = exec(
+            kind,
+            "package:1 l3:1 l2:2 core:1 pu:1",
+            Mitigations::all(),
+            false,
+        );
+        let entries = Arc::new(AtomicU64::new(0));
+        let e2 = entries.clone();
+        let body = move |cx: &Cx<'_>| {
+            if cx.stopping() || e2.fetch_add(1, Ordering::AcqRel) >= 100 {
+                Action::Exit
+            } else {
+                Action::Block
+            }
+        };
+        let id = ex
+            .spawner()
+            .spawn(&TaskSpec::new("blocks"), Box::new(body))
+            .unwrap();
+        let waker = ex.remote_waker();
+        let w2 = waker.clone();
+        let e3 = entries.clone();
+        let t = std::thread::spawn(move || {
+            let start = Instant::now();
+            while e3.load(Ordering::Acquire) <= 100 && start.elapsed() < Duration::from_secs(20) {
+                w2.wake(id);
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+        t.join().unwrap();
+        assert!(
+            entries.load(Ordering::Acquire) > 100,
+            "{kind}: the remote wakes did not get the task through its blocks ({} entries)",
+            entries.load(Ordering::Acquire)
+        );
+        let r = ex.shutdown(Duration::from_secs(10)).unwrap();
+        assert!(r.failures.is_empty(), "{kind}: {:?}", r.failures);
+        waker.wake(id);
+    }
+}
