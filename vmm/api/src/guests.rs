@@ -93,6 +93,12 @@ impl ExitMapper for CountingMapper {
     fn before_entry(&self, vcpu: &Vcpu) {
         self.inner.before_entry(vcpu)
     }
+    fn wake_ends_sleep(&self) -> bool {
+        self.inner.wake_ends_sleep()
+    }
+    fn attached(&self, waker: vmm_machine::vcpu_body::VcpuWaker) {
+        self.inner.attached(waker)
+    }
 }
 
 /// Everything one boot needs, taken from the VM table under its lock.
@@ -465,4 +471,46 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
         console,
         vconsole,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An inner mapper with the non-default answers.
+    struct Linuxish;
+
+    impl PortIo for Linuxish {
+        fn pio_read(&self, _: usize, _: u16, _: &mut [u8]) {}
+        fn pio_write(&self, _: usize, _: u16, _: &[u8]) -> vmm_machine::vcpu::IoAction {
+            vmm_machine::vcpu::IoAction::Continue
+        }
+        fn mmio_read(&self, _: usize, _: u64, _: &mut [u8]) {}
+        fn mmio_write(&self, _: usize, _: u64, _: &[u8]) -> vmm_machine::vcpu::IoAction {
+            vmm_machine::vcpu::IoAction::Continue
+        }
+    }
+
+    impl ExitMapper for Linuxish {
+        fn io(&self) -> &dyn PortIo {
+            self
+        }
+        fn map_exit(&self, _: &Vcpu, _: VcpuExit) -> Action {
+            Action::Continue
+        }
+        fn wake_ends_sleep(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn the_counting_wrapper_keeps_the_inner_mappers_wake_rule() {
+        // A Linux guest's imposed sleep must end at a device interrupt's
+        // wake under `vmm serve` as under `vmm run`.
+        let m = CountingMapper {
+            inner: Arc::new(Linuxish),
+            counts: Arc::default(),
+        };
+        assert!(m.wake_ends_sleep());
+    }
 }
