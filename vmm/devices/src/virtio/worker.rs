@@ -80,7 +80,7 @@ impl Worker {
     /// this process use must not stop the guest's I/O).
     pub fn spawn_on<H: QueueHandler>(
         name: &str,
-        mut handler: H,
+        handler: H,
         queues: Vec<(usize, EventFd)>,
         interrupt: Arc<VirtioInterrupt>,
         cpus: Option<Arc<[usize]>>,
@@ -118,61 +118,7 @@ impl Worker {
             .map_err(host_err("watching the stop eventfd"))?;
         let thread = std::thread::Builder::new()
             .name(name.to_string())
-            .spawn(move || {
-                if let Some(c) = &cpus {
-                    if let Err(e) = pin_current_thread(c) {
-                        warn!("virtio worker: keeping it on all CPUs: {e}");
-                    }
-                }
-                let serve = |h: &mut H, index: usize| {
-                    if interrupt.faulted() {
-                        return;
-                    }
-                    if let Err(e) = h.process(index) {
-                        interrupt.fault(&format!("queue {index}: {e}"));
-                    }
-                };
-                for &(index, _) in &queues {
-                    serve(&mut handler, index);
-                }
-                let host_ready = |h: &mut H, k: usize| {
-                    if interrupt.faulted() {
-                        return;
-                    }
-                    if let Err(e) = h.host_ready(k) {
-                        interrupt.fault(&e);
-                    }
-                };
-                // Anything that arrived before the watch began.
-                for k in 0..host_fds.len() {
-                    host_ready(&mut handler, k);
-                }
-                let mut events = vec![EpollEvent::default(); queues.len() + host_fds.len() + 1];
-                loop {
-                    let n = match epoll.wait(-1, &mut events) {
-                        Ok(n) => n,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        Err(e) => {
-                            warn!("virtio worker: epoll_wait: {e}");
-                            return;
-                        }
-                    };
-                    for ev in &events[..n] {
-                        if ev.data() == STOP {
-                            debug!("virtio worker stopping");
-                            return;
-                        }
-                        let slot = ev.data() as usize;
-                        let Some((index, evt)) = queues.get(slot) else {
-                            host_ready(&mut handler, slot - queues.len());
-                            continue;
-                        };
-                        // Reading clears it; EAGAIN if another wakeup took it.
-                        let _ = evt.read();
-                        serve(&mut handler, *index);
-                    }
-                }
-            })
+            .spawn(move || serve(handler, queues, host_fds, (epoll, interrupt, cpus)))
             .map_err(host_err("starting a virtio worker thread"))?;
         Ok(Self {
             stop,
@@ -193,6 +139,69 @@ impl Worker {
             if t.join().is_err() {
                 warn!("a virtio worker thread panicked");
             }
+        }
+    }
+}
+
+/// The I/O thread's body: serve every queue once, then whatever its
+/// eventfds and host fds signal, until the stop eventfd.
+fn serve<H: QueueHandler>(
+    mut handler: H,
+    queues: Vec<(usize, EventFd)>,
+    host_fds: Vec<RawFd>,
+    (epoll, interrupt, cpus): (Epoll, Arc<VirtioInterrupt>, Option<Arc<[usize]>>),
+) {
+    if let Some(c) = &cpus {
+        if let Err(e) = pin_current_thread(c) {
+            warn!("virtio worker: keeping it on all CPUs: {e}");
+        }
+    }
+    let serve = |h: &mut H, index: usize| {
+        if interrupt.faulted() {
+            return;
+        }
+        if let Err(e) = h.process(index) {
+            interrupt.fault(&format!("queue {index}: {e}"));
+        }
+    };
+    for &(index, _) in &queues {
+        serve(&mut handler, index);
+    }
+    let host_ready = |h: &mut H, k: usize| {
+        if interrupt.faulted() {
+            return;
+        }
+        if let Err(e) = h.host_ready(k) {
+            interrupt.fault(&e);
+        }
+    };
+    // Anything that arrived before the watch began.
+    for k in 0..host_fds.len() {
+        host_ready(&mut handler, k);
+    }
+    let mut events = vec![EpollEvent::default(); queues.len() + host_fds.len() + 1];
+    loop {
+        let n = match epoll.wait(-1, &mut events) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                warn!("virtio worker: epoll_wait: {e}");
+                return;
+            }
+        };
+        for ev in &events[..n] {
+            if ev.data() == STOP {
+                debug!("virtio worker stopping");
+                return;
+            }
+            let slot = ev.data() as usize;
+            let Some((index, evt)) = queues.get(slot) else {
+                host_ready(&mut handler, slot - queues.len());
+                continue;
+            };
+            // Reading clears it; EAGAIN if another wakeup took it.
+            let _ = evt.read();
+            serve(&mut handler, *index);
         }
     }
 }
