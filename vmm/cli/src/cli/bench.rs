@@ -454,6 +454,31 @@ fn check_blk_flags(a: &BenchArgs, workload: Workload, here: &str) -> Result<()> 
     Ok(())
 }
 
+/// The run's options from the flags.
+fn bench_options(
+    a: &BenchArgs,
+    (workload, executor): (Workload, ExecutorKind),
+    disks: Vec<std::path::PathBuf>,
+    (vms, vcpus): (usize, usize),
+) -> BenchOptions {
+    let mut o = BenchOptions::new(workload, &a.topology, vms, vcpus);
+    o.blk = BlkOptions {
+        disks,
+        qd: a.qd.unwrap_or(1),
+        write: a.write,
+    };
+    o.duration = a.duration;
+    o.executor = executor;
+    o.check = a.check;
+    o.burst_us = a.burst_us;
+    o.period_us = a.period_us;
+    o.prio = a.prio.unwrap_or(vcpu_sched::workload::defs::RT_PRIO);
+    o.host_rt = !a.no_host_rt;
+    o.breakdown = a.breakdown;
+    o.pin = a.pin;
+    o
+}
+
 /// Runs `vmm bench`.
 pub fn run(a: BenchArgs) -> Result<()> {
     let workload: Workload = a.workload.parse().map_err(anyhow::Error::new)?;
@@ -475,21 +500,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if let Some(path) = &a.json {
         args::check_output_file("--json", path, false)?;
     }
-    let mut o = BenchOptions::new(workload, &a.topology, vms, vcpus);
-    o.blk = BlkOptions {
-        disks,
-        qd: a.qd.unwrap_or(1),
-        write: a.write,
-    };
-    o.duration = a.duration;
-    o.executor = executor;
-    o.check = a.check;
-    o.burst_us = a.burst_us;
-    o.period_us = a.period_us;
-    o.prio = a.prio.unwrap_or(vcpu_sched::workload::defs::RT_PRIO);
-    o.host_rt = !a.no_host_rt;
-    o.breakdown = a.breakdown;
-    o.pin = a.pin;
+    let mut o = bench_options(&a, (workload, executor), disks, (vms, vcpus));
     topology::load(&a.topology).with_context(|| format!("--topology {}", a.topology))?;
     let bar = progress_bar();
     let compare_list = match (&a.compare, a.compare_executors) {
