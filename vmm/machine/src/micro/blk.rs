@@ -46,8 +46,9 @@ fn e(x: IcedError) -> MicroError {
 
 /// The tag in the top 16 bits of a block's first word.
 pub const MAGIC: u64 = 0xb10c;
-/// Word `k` of a block is word 0 XOR `k * PATTERN_STEP`.
-pub const PATTERN_STEP: u64 = 0x7f4a_7c15;
+/// Word `k` of a block is word 0 XOR `k * PATTERN_STEP` (the driver's
+/// assembler writes the same pattern).
+pub use super::driver::PATTERN_STEP;
 /// Most blocks the pattern can name (24 bits).
 pub const MAX_BLOCKS: u64 = 1 << 24;
 /// Generations the pattern can name (24 bits); a run without a

@@ -53,6 +53,10 @@ use iced_x86::code_asm::*;
 use super::asm::GuestAsm;
 use super::{MicroError, DATA_ADDR};
 
+/// Word `k` of a block the integrity writer fills is word 0 XOR
+/// `k * PATTERN_STEP` (`blk::verify` checks the same pattern).
+pub const PATTERN_STEP: u64 = 0x7f4a_7c15;
+
 fn e(x: IcedError) -> MicroError {
     MicroError::Assemble(x.to_string())
 }
@@ -636,7 +640,7 @@ impl Driver {
                 a.jne(bad).map_err(e)?;
             }
             a.add(rcx, 8).map_err(e)?;
-            a.add(rdx, super::blk::PATTERN_STEP as i32).map_err(e)?;
+            a.add(rdx, PATTERN_STEP as i32).map_err(e)?;
             a.dec(r9d).map_err(e)?;
             a.jnz(top).map_err(e)?;
             a.xor(eax, eax).map_err(e)?;
