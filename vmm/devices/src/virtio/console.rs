@@ -102,10 +102,7 @@ struct ConsoleQueues {
 
 impl ConsoleQueues {
     fn signal(&self, q: &mut Queue, vector: u16) -> Result<(), String> {
-        if q.needs_notification(&self.mem).map_err(|e| e.to_string())? {
-            self.interrupt.signal_queue(vector);
-        }
-        Ok(())
+        self.interrupt.signal_used(q, &self.mem, vector)
     }
 
     fn transmit(&mut self) -> Result<(), String> {

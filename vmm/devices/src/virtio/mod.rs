@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU16, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tracing::warn;
-use virtio_queue::Queue;
+use virtio_queue::{Queue, QueueT};
 use vm_memory::GuestMemoryMmap;
 use vmm_sys_util::eventfd::EventFd;
 
@@ -182,6 +182,15 @@ impl VirtioInterrupt {
     pub fn signal_queue(&self, vector: u16) {
         self.isr.fetch_or(ISR_QUEUE, Ordering::SeqCst);
         self.raise(vector);
+    }
+
+    /// The device added used buffers to `queue`: raises `vector` if the
+    /// driver asked for an interrupt now (`EVENT_IDX`'s `used_event`).
+    pub fn signal_used(&self, queue: &mut Queue, mem: &Memory, vector: u16) -> Result<(), String> {
+        if queue.needs_notification(mem).map_err(|e| e.to_string())? {
+            self.signal_queue(vector);
+        }
+        Ok(())
     }
 
     /// The device configuration (or status) changed.

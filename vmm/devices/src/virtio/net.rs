@@ -366,13 +366,8 @@ enum Rx {
 
 impl PairQueues {
     fn signal(&self, s: &mut Served) -> Result<(), String> {
-        if s.queue
-            .needs_notification(&self.mem)
-            .map_err(|e| e.to_string())?
-        {
-            self.interrupt.signal_queue(s.vector);
-        }
-        Ok(())
+        self.interrupt
+            .signal_used(&mut s.queue, &self.mem, s.vector)
     }
 
     /// Moves packets from the tap to the guest until either runs out.

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use virtio_bindings::virtio_ids::VIRTIO_ID_RNG;
-use virtio_queue::{Queue, QueueT};
+use virtio_queue::Queue;
 use vm_memory::Bytes;
 
 use super::chain;
@@ -80,13 +80,9 @@ impl QueueHandler for RngQueue {
             }
             Ok(written)
         })?;
-        if used
-            && self
-                .queue
-                .needs_notification(&self.mem)
-                .map_err(|e| e.to_string())?
-        {
-            self.interrupt.signal_queue(self.vector);
+        if used {
+            self.interrupt
+                .signal_used(&mut self.queue, &self.mem, self.vector)?;
         }
         Ok(())
     }
