@@ -56,9 +56,12 @@ pub fn vmm(args: &[&str]) -> Output {
 }
 
 pub mod comparison;
+pub mod disk;
 pub mod guest;
 pub mod guest_check;
+pub mod netns;
 pub mod run_bounded;
+pub mod serve;
 pub mod tools;
 pub mod user_error;
 

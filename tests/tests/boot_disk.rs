@@ -16,51 +16,16 @@
 //! finds no init after the mount; the test stops the VMM before that.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use integration_tests::disk::{e2fsck, mkfs_ext4};
 use integration_tests::guest::{guest_images, run_vmm};
 use integration_tests::vmm_bin;
 
 const MOUNTED: &str = "VFS: Mounted root (ext4 filesystem)";
 /// `--until` takes a regular expression: the same line, escaped.
 const MOUNTED_RE: &str = r"VFS: Mounted root \(ext4 filesystem\)";
-
-fn mkfs(dir: &Path) -> std::path::PathBuf {
-    let content = dir.join("content");
-    std::fs::create_dir_all(content.join("etc")).unwrap();
-    std::fs::write(content.join("etc/hostname"), "vmm-guest\n").unwrap();
-    let img = dir.join("root.img");
-    let out = Command::new("mke2fs")
-        .args(["-q", "-F", "-t", "ext4", "-L", "vmmroot", "-d"])
-        .arg(&content)
-        .arg(&img)
-        .arg("32M")
-        .output()
-        .expect("mke2fs (e2fsprogs; scripts/setup.sh installs it)");
-    assert!(
-        out.status.success(),
-        "mke2fs: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    img
-}
-
-fn e2fsck(img: &Path) {
-    let out = Command::new("e2fsck")
-        .arg("-fn")
-        .arg(img)
-        .output()
-        .expect("e2fsck");
-    assert!(
-        out.status.success(),
-        "e2fsck -fn failed ({:?}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn args<'a>(kernel: &'a str, disk: &'a str, cmdline: &'a str) -> Vec<&'a str> {
     vec![
@@ -88,7 +53,7 @@ fn the_guest_mounts_an_ext4_root_and_e2fsck_passes_after_sigkill() {
     let g = guest_images();
     let kernel = g.vmlinux.to_string_lossy().into_owned();
     let dir = tempfile::tempdir().unwrap();
-    let img = mkfs(dir.path());
+    let img = mkfs_ext4(dir.path());
     e2fsck(&img);
 
     // Read-only: the disk refuses writes, the kernel mounts it read-only.

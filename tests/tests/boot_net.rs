@@ -21,68 +21,19 @@
 //! on stdout.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use integration_tests::guest::guest_images;
+use integration_tests::netns::{Netns, GUEST_IP, HOST_IP, TAP};
 use integration_tests::vmm_bin;
 
-const GUEST_IP: &str = "10.0.2.15";
-const HOST_IP: &str = "10.0.2.1";
-const TAP: &str = "vmmtap0";
 const MAC: &str = "52:54:00:12:34:56";
 const PINGS: usize = 1000;
 /// 20 requests a second: a guest under kvm_pvm answers about 40 a
 /// second on one vCPU (about a million emulated instructions a second).
 const INTERVAL: &str = "0.05";
-
-/// A network namespace with a tap in it, removed on drop.
-struct Netns {
-    name: String,
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .expect("ip (iproute2; scripts/setup.sh installs it)");
-    assert!(
-        out.status.success(),
-        "ip {}: {} (this test needs root: it creates a network namespace)",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-impl Netns {
-    fn new(tag: &str) -> Self {
-        let name = format!("vmmtest-{tag}-{}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).output();
-        ip(&["netns", "add", &name]);
-        let ns = Self { name };
-        let n = ns.name.as_str();
-        ip(&["-n", n, "tuntap", "add", TAP, "mode", "tap", "multi_queue"]);
-        ip(&["-n", n, "addr", "add", &format!("{HOST_IP}/24"), "dev", TAP]);
-        ip(&["-n", n, "link", "set", TAP, "up"]);
-        ip(&["-n", n, "link", "set", "lo", "up"]);
-        ns
-    }
-
-    fn exec(&self, program: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.name, program]);
-        c
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .output();
-    }
-}
 
 /// The VMM's console lines, read on a thread.
 struct Guest {
@@ -165,26 +116,6 @@ fn boot(ns: &Netns, sched: &str, shape: &str, net: &str, console: &str) -> Guest
     }
 }
 
-/// Sends [`PINGS`] echo requests; the round-trip times of the replies, in
-/// milliseconds, and ping's summary.
-fn ping(ns: &Netns) -> (Vec<f64>, String) {
-    let out = ns
-        .exec("ping")
-        .args(["-n", "-c", &PINGS.to_string(), "-i", INTERVAL, "-W", "10"])
-        .arg(GUEST_IP)
-        .output()
-        .expect("ping (iputils-ping; scripts/setup.sh installs it)");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let rtts = text
-        .lines()
-        .filter(|l| l.contains("bytes from"))
-        .filter_map(|l| l.split("time=").nth(1))
-        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
-        .collect();
-    let summary = text.lines().rev().take(3).collect::<Vec<_>>().join(" | ");
-    (rtts, summary)
-}
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
@@ -209,7 +140,7 @@ fn answers_every_ping(sched: &str, shape: &str, net: &str, pairs: usize, console
         log.contains(&format!("hwaddr={MAC}, ipaddr={GUEST_IP}")),
         "eth0 is not configured with the given MAC:\n{log}"
     );
-    let (mut rtts, summary) = ping(&ns);
+    let (mut rtts, summary) = ns.ping(PINGS, INTERVAL);
     let tail = g.tail();
     drop(g);
     assert_eq!(

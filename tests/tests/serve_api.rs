@@ -9,13 +9,14 @@
 //! checked by `promtool` where it is installed), 100 concurrent clients,
 //! SIGTERM, and the OpenAPI document against the route table.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
+use integration_tests::serve::{call, call_text, rt, Server};
 use integration_tests::{require_tool, vmm_bin, workspace_root};
 use serde_json::{json, Value};
 
@@ -23,107 +24,14 @@ use serde_json::{json, Value};
 /// SMT2 core each (emulated on this host's CPUs).
 const TOPO: &str = "package:1 l3:2 l2:2 core:1 pu:2";
 
-struct Server {
-    child: Child,
-    sock: PathBuf,
-    _dir: tempfile::TempDir,
+/// `vmm serve` on [`TOPO`] with `extra` flags.
+fn start(extra: &[&str]) -> Server {
+    Server::start_env(TOPO, extra, &[])
 }
 
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        Self::start_on(TOPO, extra)
-    }
-
-    fn start_on(topology: &str, extra: &[&str]) -> Server {
-        Self::start_env(topology, extra, &[])
-    }
-
-    fn start_env(topology: &str, extra: &[&str], env: &[(&str, &str)]) -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let sock = dir.path().join("api.sock");
-        let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
-        let child = Command::new(vmm_bin())
-            .args(["serve", "--api-socket"])
-            .arg(&sock)
-            .args(["--topology", topology])
-            .args(extra)
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn vmm serve");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !sock.exists() {
-            assert!(Instant::now() < deadline, "no socket after 20 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Server {
-            child,
-            sock,
-            _dir: dir,
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.sock.with_file_name("serve.log")).unwrap_or_default()
-    }
-
-    /// Waits (bounded) for the server to exit; its status code.
-    fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s.code();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "server still running after {limit:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One request on a fresh connection: (status, body as JSON or as a string).
-async fn call(sock: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
-    let (status, text) = call_text(sock, method, path, body).await;
-    let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    (status, v)
-}
-
-async fn call_text(sock: &Path, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-    let stream = tokio::net::UnixStream::connect(sock)
-        .await
-        .expect("connect");
-    let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    tokio::spawn(conn);
-    let req = hyper::Request::builder()
-        .method(method)
-        .uri(format!("http://localhost{path}"))
-        .header("host", "localhost")
-        .body(Full::new(Bytes::from(body.unwrap_or("").to_string())))
-        .unwrap();
-    let resp = tx.send_request(req).await.expect("request");
-    let status = resp.status().as_u16();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&bytes).into_owned())
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
+/// `vmm serve` on `topology` with `extra` flags.
+fn start_on(topology: &str, extra: &[&str]) -> Server {
+    Server::start_env(topology, extra, &[])
 }
 
 const TICKER2: &str = r#"{"cpus":{"boot_vcpus":2,"max_vcpus":2,"topology":{"threads_per_core":2,"cores_per_die":1,"dies_per_package":1,"packages":1}},"x_vmm":{"micro":"ticker"}}"#;
@@ -157,7 +65,7 @@ async fn progresses(sock: &Path, vm: &str, than: u64) -> u64 {
 
 #[test]
 fn lifecycle_of_several_vms() {
-    let mut srv = Server::start(&[]);
+    let mut srv = start(&[]);
     let sock = srv.sock.clone();
     rt().block_on(async {
         let (s, v) = call(&sock, "GET", "/api/v1/vmm.ping", None).await;
@@ -260,7 +168,7 @@ async fn sched_tasks_groups(sock: &Path) -> (f64, f64) {
 
 #[test]
 fn every_vm_joins_one_scheduler_and_pause_holds_its_vcpus() {
-    let srv = Server::start(&[]);
+    let srv = start(&[]);
     let sock = srv.sock.clone();
     rt().block_on(async {
         assert_eq!(sched_tasks_groups(&sock).await, (0.0, 0.0));
@@ -339,7 +247,7 @@ type Case = (
 
 #[test]
 fn errors_are_4xx_json_naming_the_field_and_the_server_keeps_serving() {
-    let srv = Server::start(&[]);
+    let srv = start(&[]);
     let sock = srv.sock.clone();
     rt().block_on(async {
         let cases: &[Case] = &[
@@ -393,7 +301,7 @@ fn errors_are_4xx_json_naming_the_field_and_the_server_keeps_serving() {
 
 #[test]
 fn a_crashing_guest_shows_in_info_and_others_go_on() {
-    let srv = Server::start(&[]);
+    let srv = start(&[]);
     let sock = srv.sock.clone();
     rt().block_on(async {
         assert_eq!(
@@ -506,7 +414,7 @@ async fn migrations_add_up_once_paused(sock: &Path) {
 
 #[test]
 fn metrics_parse_grow_and_pass_promtool() {
-    let srv = Server::start(&["--metrics-per-vcpu"]);
+    let srv = start(&["--metrics-per-vcpu"]);
     let sock = srv.sock.clone();
     let text = rt().block_on(async {
         assert_eq!(
@@ -641,7 +549,7 @@ fn metrics_parse_grow_and_pass_promtool() {
 
 #[test]
 fn hundred_clients_neither_stall_the_api_nor_the_vcpus() {
-    let srv = Server::start(&[]);
+    let srv = start(&[]);
     let sock = srv.sock.clone();
     rt().block_on(async {
         assert_eq!(
@@ -701,7 +609,7 @@ async fn futures_join(tasks: Vec<tokio::task::JoinHandle<Duration>>) -> Vec<Dura
 
 #[test]
 fn sigterm_stops_every_vm_and_removes_the_socket() {
-    let mut srv = Server::start(&[]);
+    let mut srv = start(&[]);
     let sock = srv.sock.clone();
     rt().block_on(async {
         assert_eq!(
@@ -731,7 +639,7 @@ fn linux_guest_create_boot_info_shutdown() {
     // The minimal kernel (guest/build.sh); a 2-vCPU guest pinned by the
     // planner on this host's CPUs, its serial console in a file.
     let img = integration_tests::guest::guest_images();
-    let mut srv = Server::start_on("host", &[]);
+    let mut srv = start_on("host", &[]);
     let sock = srv.sock.clone();
     let console = sock.with_file_name("console.log");
     let cfg = json!({
@@ -922,7 +830,7 @@ fn injected_faults_stop_only_their_vm_and_the_server_stays_up() {
 
 #[test]
 fn host_executor_names_vcpu_threads() {
-    let srv = Server::start(&["--executor", "host"]);
+    let srv = start(&["--executor", "host"]);
     let sock = srv.sock.clone();
     let pid = srv.child.id();
     rt().block_on(async {
@@ -1125,7 +1033,7 @@ fn config_file_sets_the_executor_and_plan_json_feeds_vm_create() {
     assert_eq!(out.code, Some(0), "{}", out.context());
     let plans: Value = serde_json::from_str(&out.stdout).unwrap();
     let second = plans[1]["cpus"]["affinity"].clone();
-    let srv = Server::start(&["--config", cfg.to_str().unwrap()]);
+    let srv = start(&["--config", cfg.to_str().unwrap()]);
     let sock = srv.sock.clone();
     rt().block_on(async {
         let body = json!({
