@@ -10,8 +10,9 @@ PKGS=(
   # what building a kernel needs
   busybox-static linux-source-6.1 build-essential flex bison bc
   libelf-dev libssl-dev cpio xz-utils kmod
-  # vmm serve: promtool (checks the /metrics exposition)
-  prometheus
+  # vmm serve: promtool (checks the /metrics exposition); curl drives the
+  # API in scripts/serve-demo.sh and scripts/net-neighbours.sh
+  prometheus curl
   # virtio-blk tests: mke2fs -d builds ext4 images, e2fsck judges them
   e2fsprogs
   # virtio-net tests: ip (network namespaces, taps) and ping

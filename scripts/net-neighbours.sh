@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Ping round trips of a guest kernel that shares the host CPUs with busy
+# neighbours on one scheduler: the overcommitted case of the network path.
+#
+# `vmm serve` runs inside a network namespace with a multi-queue tap
+# (10.0.2.1/24). Through its API it boots the minimal guest kernel with
+# --vcpus vCPUs and a virtio-net card (the kernel's `ip=` configures eth0;
+# `root=` names a device that never appears, which keeps the kernel alive),
+# waits until eth0 is up, then creates and boots --neighbours micro-guest
+# VMs of one vCPU each that compute without end ("spin"), and pings the
+# guest from the namespace. Every vCPU, the guest's and the neighbours',
+# runs on the server's one executor: `--sched vcpu_sched` is the workers
+# executor (vcpu_sched, all fixes), `--sched host` the host executor (1:1
+# threads, the host kernel schedules them). The neighbours start after the
+# boot: a guest kernel with more vCPUs than host CPUs spends many minutes
+# in stop_machine under kvm_pvm (docs/kvm-notes.md), which this avoids
+# while the ping still meets the overcommit.
+#
+#   scripts/net-neighbours.sh [--sched host|vcpu_sched] [--vcpus N]
+#                             [--neighbours K] [--pings N] [--interval S]
+#                             [--out FILE]
+#
+# Defaults: --vcpus 2, --neighbours 6 (8 vCPUs: 4 per CPU on a 2-CPU
+# host), 300 pings 0.05 s apart. --out FILE gets the raw round-trip times
+# (ms, one per line after a # header with the command, date, commit and
+# machine). Needs root, the guest kernel (guest/build.sh), iproute2, ping
+# and curl (scripts/setup.sh installs them). VMM_BIN picks the binary
+# (default: target/debug/vmm, then `vmm` on PATH).
+set -euo pipefail
+sched=vcpu_sched vcpus=2 neighbours=6 pings=300 interval=0.05 out=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --sched) sched=$2; shift 2 ;;
+    --vcpus) vcpus=$2; shift 2 ;;
+    --neighbours) neighbours=$2; shift 2 ;;
+    --pings) pings=$2; shift 2 ;;
+    --interval) interval=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    *) echo "net-neighbours.sh: unknown argument $1 (see the header for the options)" >&2; exit 2 ;;
+  esac
+done
+case $sched in
+  host) executor=host ;;
+  vcpu_sched) executor=workers ;;
+  *) echo "net-neighbours.sh: --sched $sched: give host or vcpu_sched" >&2; exit 2 ;;
+esac
+if [ -n "$out" ] && [ -e "$out" ]; then
+  echo "net-neighbours.sh: --out $out exists; give a new path" >&2
+  exit 2
+fi
+here=$(cd "$(dirname "$0")/.." && pwd)
+VMM=${VMM_BIN:-}
+if [ -z "$VMM" ]; then
+  if [ -x "$here/target/debug/vmm" ]; then VMM=$here/target/debug/vmm; else VMM=$(command -v vmm); fi
+fi
+kernel=${GUEST_KERNEL:-$here/.cache/guest/kernel/vmlinux}
+[ -f "$kernel" ] || { echo "net-neighbours.sh: no guest kernel at $kernel: run guest/build.sh" >&2; exit 2; }
+
+ns=vmmnb-$$
+tap=vmmtap0
+dir=$(mktemp -d)
+sock=$dir/api.sock
+pid=
+cleanup() {
+  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  ip netns del "$ns" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+ip netns add "$ns"
+ip -n "$ns" tuntap add "$tap" mode tap multi_queue
+ip -n "$ns" addr add 10.0.2.1/24 dev "$tap"
+ip -n "$ns" link set "$tap" up
+ip -n "$ns" link set lo up
+
+ip netns exec "$ns" "$VMM" serve --api-socket "$sock" --executor "$executor" 2>"$dir/serve.log" &
+pid=$!
+for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+[ -S "$sock" ] || { echo "net-neighbours.sh: vmm serve did not start:" >&2; cat "$dir/serve.log" >&2; exit 1; }
+api() { # METHOD PATH [BODY]: fails on an HTTP error, naming the answer
+  local code
+  code=$(curl -sS --unix-socket "$sock" -X "$1" -o "$dir/answer" -w '%{http_code}' \
+    "http://localhost/api/v1/$2" ${3:+-H 'Content-Type: application/json' -d "$3"})
+  case $code in
+    2*) ;;
+    *) echo "net-neighbours.sh: $1 $2 answered $code: $(cat "$dir/answer")" >&2; exit 1 ;;
+  esac
+}
+cmdline="root=/dev/vdz rootwait ip=10.0.2.15::10.0.2.1:255.255.255.0::eth0:off loglevel=8"
+api PUT vms/guest/vm.create "{
+  \"cpus\": {\"boot_vcpus\": $vcpus, \"max_vcpus\": $vcpus,
+           \"topology\": {\"threads_per_core\": 1, \"cores_per_die\": $vcpus, \"dies_per_package\": 1, \"packages\": 1}},
+  \"memory\": {\"size\": 268435456},
+  \"payload\": {\"kernel\": \"$kernel\", \"cmdline\": \"$cmdline\"},
+  \"net\": [{\"tap\": \"$tap\", \"mac\": \"52:54:00:12:34:56\"}],
+  \"serial\": {\"mode\": \"File\", \"file\": \"$dir/console.log\"},
+  \"x_vmm\": {\"placement\": {\"policy\": \"none\"}}}"
+api PUT vms/guest/vm.boot
+start=$SECONDS
+until grep -q ", ipaddr=10.0.2.15," "$dir/console.log" 2>/dev/null; do
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "net-neighbours.sh: vmm serve ended before the guest configured eth0:" >&2
+    tail -20 "$dir/serve.log" "$dir/console.log" >&2
+    exit 1
+  fi
+  if [ $((SECONDS - start)) -gt 900 ]; then
+    echo "net-neighbours.sh: eth0 not configured after 900 s" >&2
+    exit 1
+  fi
+  sleep 1
+done
+echo "guest up after $((SECONDS - start)) s"
+for i in $(seq "$neighbours"); do
+  api PUT "vms/n$i/vm.create" '{"cpus": {"boot_vcpus": 1}, "x_vmm": {"micro": "spin", "placement": {"policy": "none"}}}'
+  api PUT "vms/n$i/vm.boot"
+done
+total=$((vcpus + neighbours))
+echo "$total vCPUs on $(nproc) host CPUs under --sched $sched: $vcpus in the guest, $neighbours spinning neighbours"
+ip netns exec "$ns" ping -n -c "$pings" -i "$interval" -W 10 10.0.2.15 >"$dir/ping.txt" || true
+# every neighbour is still running (none failed while the guest was pinged)
+for i in $(seq "$neighbours"); do
+  api GET "vms/n$i/vm.info"
+  grep -q '"state":"Running"' "$dir/answer" || { echo "net-neighbours.sh: neighbour n$i is not running: $(cat "$dir/answer")" >&2; exit 1; }
+done
+tail -2 "$dir/ping.txt"
+grep -o 'time=[0-9.]*' "$dir/ping.txt" | cut -d= -f2 | sort -g >"$dir/rtt.txt"
+n=$(wc -l <"$dir/rtt.txt")
+if [ "$n" -gt 0 ]; then
+  p() { sed -n "$(( ( (n - 1) * $1 + 50) / 100 + 1 ))p" "$dir/rtt.txt"; }
+  echo "rtt ms: p50 $(p 50) p90 $(p 90) p99 $(p 99) max $(tail -1 "$dir/rtt.txt") ($n replies of $pings)"
+fi
+if [ -n "$out" ]; then
+  {
+    echo "# scripts/net-neighbours.sh --sched $sched --vcpus $vcpus --neighbours $neighbours --pings $pings --interval $interval"
+    echo "# $(date -u +%FT%TZ) commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown) host $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); kvm: $([ -d /sys/module/kvm_pvm ] && echo kvm_pvm || echo hardware)"
+    echo "# $(tail -2 "$dir/ping.txt" | head -1)"
+    grep -o 'icmp_seq=[0-9]* .*time=[0-9.]*' "$dir/ping.txt" | sed 's/icmp_seq=\([0-9]*\).*time=\([0-9.]*\)/\1 \2/'
+  } >"$out.tmp" && mv "$out.tmp" "$out"
+fi
+api PUT vmm.shutdown
+wait "$pid" || true
+pid=
+[ "$n" -eq "$pings" ] || { echo "net-neighbours.sh: $((pings - n)) of $pings pings lost" >&2; exit 1; }
