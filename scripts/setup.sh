@@ -10,9 +10,11 @@ PKGS=(
   # what building a kernel needs
   busybox-static linux-source-6.1 build-essential flex bison bc
   libelf-dev libssl-dev cpio xz-utils kmod
-  # vmm serve: promtool (checks the /metrics exposition); curl drives the
-  # API in scripts/serve-demo.sh and scripts/net-neighbours.sh
-  prometheus curl
+  # vmm serve: promtool (checks the classic /metrics exposition), the
+  # Prometheus Python client (its strict OpenMetrics parser checks the
+  # other); curl drives the API in scripts/serve-demo.sh and
+  # scripts/net-neighbours.sh
+  prometheus python3-prometheus-client curl
   # virtio-blk tests: mke2fs -d builds ext4 images, e2fsck judges them
   e2fsprogs
   # virtio-net tests: ip (network namespaces, taps) and ping

@@ -266,6 +266,11 @@ fn errors_are_4xx_json_naming_the_field_and_the_server_keeps_serving() {
             ("PUT", "/api/v1/vms/bad%id/vm.info", None, 400, Some("id"), "not a VM id"),
             ("GET", "/api/v1/vm.create", None, 405, None, "takes PUT"),
             ("GET", "/api/v1/vm.nothing", None, 404, None, "no such endpoint"),
+            // serde reads a struct from an array; the API does not
+            ("PUT", "/api/v1/vm.create", Some("[]"), 400, None, "not a JSON object"),
+            ("PUT", "/api/v1/vm.create", Some(" [1, 2]"), 400, None, "not a JSON object"),
+            ("PUT", "/api/v1/vm.create", Some(""), 400, None, "empty"),
+            ("PUT", "/api/v1/vm.resize", Some("[4]"), 400, None, "not a JSON object"),
         ];
         for (m, p, b, status, field, needle) in cases {
             let (s, v) = call(&sock, m, p, *b).await;
@@ -276,6 +281,19 @@ fn errors_are_4xx_json_naming_the_field_and_the_server_keeps_serving() {
             // still serving
             assert_eq!(call(&sock, "GET", "/api/v1/vmm.ping", None).await.0, 200);
         }
+        // vm.delete of no VM: 204, as CH documents and answers.
+        assert_eq!(call(&sock, "PUT", "/api/v1/vms/nope/vm.delete", None).await.0, 204);
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.delete", None).await.0, 204);
+        // A Linux VM created without `memory` gets CH's 512 MiB, and
+        // vm.info says so (not a micro-guest's 2 MiB).
+        let kernel = srv.dir().join("vmlinux");
+        std::fs::write(&kernel, integration_tests::tiny_kernel(&[0xf4])).unwrap();
+        let body = json!({"payload": {"kernel": kernel}, "x_vmm": {"placement": {"policy": "none"}}});
+        let (s, v) = call(&sock, "PUT", "/api/v1/vms/lin/vm.create", Some(&body.to_string())).await;
+        assert_eq!(s, 204, "{v}");
+        let (_, v) = call(&sock, "GET", "/api/v1/vms/lin/vm.info", None).await;
+        assert_eq!(v["memory_actual_size"], 512u64 << 20, "{v}");
+        assert_eq!(call(&sock, "PUT", "/api/v1/vms/lin/vm.delete", None).await.0, 204);
         // Wrong state transitions: 405, as CH.
         assert_eq!(call(&sock, "PUT", "/api/v1/vm.create", Some(TICKER2)).await.0, 204);
         assert_eq!(call(&sock, "PUT", "/api/v1/vm.create", Some(TICKER2)).await.0, 409);
@@ -416,7 +434,7 @@ async fn migrations_add_up_once_paused(sock: &Path) {
 fn metrics_parse_grow_and_pass_promtool() {
     let srv = start(&["--metrics-per-vcpu"]);
     let sock = srv.sock.clone();
-    let text = rt().block_on(async {
+    let (text, openmetrics) = rt().block_on(async {
         assert_eq!(
             call(&sock, "PUT", "/api/v1/vm.create", Some(TICKER2))
                 .await
@@ -519,9 +537,10 @@ fn metrics_parse_grow_and_pass_promtool() {
             .unwrap()
             .starts_with("application/openmetrics-text"));
         let om = r.into_body().collect().await.unwrap().to_bytes();
-        assert!(String::from_utf8_lossy(&om).trim_end().ends_with("# EOF"));
+        let om = String::from_utf8_lossy(&om).into_owned();
+        assert!(om.trim_end().ends_with("# EOF"));
         migrations_add_up_once_paused(&sock).await;
-        b
+        (b, om)
     });
     // Every counter family is named for its _total sample, with help.
     assert!(text.contains("# TYPE vmm_vm_kvm_exits_total counter"));
@@ -543,6 +562,46 @@ fn metrics_parse_grow_and_pass_promtool() {
         out.status.success(),
         "promtool: {}{}",
         String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    openmetrics_parses(&openmetrics);
+}
+
+/// The OpenMetrics exposition, judged by the Prometheus project's Python
+/// client's strict OpenMetrics parser (`python3-prometheus-client`;
+/// promtool 2.42's `check metrics` reads only the classic format, where
+/// an OpenMetrics counter's family name, without `_total`, reads as a
+/// metric with no help text).
+fn openmetrics_parses(om: &str) {
+    const PY: &str = "/usr/bin/python3";
+    let probe = Command::new(PY)
+        .args(["-c", "import prometheus_client.openmetrics.parser"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        integration_tests::skip_or_fail(
+            "python3-prometheus-client is not installed (scripts/setup.sh installs it)",
+        );
+        return;
+    }
+    let script = "import sys\n\
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse\n\
+fams = list(parse(sys.stdin.read()))\n\
+names = {f.name for f in fams}\n\
+assert 'vmm_vm_kvm_exits' in names, sorted(names)\n\
+print(len(fams))\n";
+    let mut p = Command::new(PY)
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting python3");
+    use std::io::Write;
+    p.stdin.take().unwrap().write_all(om.as_bytes()).unwrap();
+    let out = p.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the OpenMetrics parser refused the exposition: {}\n{om}",
         String::from_utf8_lossy(&out.stderr)
     );
 }
@@ -1091,4 +1150,115 @@ fn plan_takes_cloud_hypervisor_shape_flags() {
             assert!(seen.insert(c), "host CPU {c} given twice");
         }
     }
+}
+
+/// CPU seconds (user + system) process `pid` has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // fields after the ")" that ends the command name: state is 3rd,
+    // utime the 14th and stime the 15th of the whole line
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no memory-safety preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// Reads until EOF or `limit`; how long the server took to close.
+fn closed_within(s: &mut std::os::unix::net::UnixStream, limit: Duration) -> Option<Duration> {
+    use std::io::Read;
+    let t0 = Instant::now();
+    s.set_read_timeout(Some(limit)).unwrap();
+    let mut buf = [0u8; 256];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return Some(t0.elapsed()),
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Some(t0.elapsed()),
+            Err(_) => return None,
+        }
+    }
+}
+
+/// A metric's value from a scrape.
+async fn metric(sock: &Path, key: &str) -> f64 {
+    let (s, text) = call_text(sock, "GET", "/metrics", None).await;
+    assert_eq!(s, 200, "{text}");
+    sample(&samples(&text), key)
+}
+
+#[test]
+fn out_of_descriptors_the_accept_loop_pauses_and_a_real_client_gets_through() {
+    // 48 descriptors: the server starts (KVM, runtime, socket), then the
+    // idle connections below use up the rest and accept fails (EMFILE).
+    let mut cmd = Command::new("prlimit");
+    cmd.arg("--nofile=48:48").arg(vmm_bin());
+    let srv = Server::spawn(cmd, TOPO, &[]);
+    let sock = srv.sock.clone();
+    let idle: Vec<_> = (0..80)
+        .filter_map(|_| std::os::unix::net::UnixStream::connect(&sock).ok())
+        .collect();
+    assert!(idle.len() >= 48, "only {} connections", idle.len());
+    std::thread::sleep(Duration::from_millis(500));
+    let (c0, t0) = (cpu_seconds(srv.child.id()), Instant::now());
+    std::thread::sleep(Duration::from_secs(2));
+    let used = (cpu_seconds(srv.child.id()) - c0) / t0.elapsed().as_secs_f64();
+    // A loop that retries accept at once burns a whole CPU (1.0).
+    assert!(
+        used < 0.3,
+        "the server used {used:.2} CPUs while out of descriptors"
+    );
+    drop(idle);
+    rt().block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let ok = tokio::time::timeout(
+                Duration::from_secs(1),
+                call(&sock, "GET", "/api/v1/vmm.ping", None),
+            )
+            .await;
+            if matches!(ok, Ok((200, _))) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no ping answered after the descriptors came back"
+            );
+        }
+        assert!(metric(&sock, "vmm_api_accept_errors_total").await >= 1.0);
+    });
+}
+
+#[test]
+fn stalled_and_excess_connections_are_closed_and_counted() {
+    use std::io::Write;
+    let srv = start(&[]);
+    let sock = srv.sock.clone();
+    // Headers that never end: closed after the 10 s header timeout,
+    // while other clients are served.
+    let mut stalled = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    stalled
+        .write_all(b"GET /api/v1/vmm.ping HTTP/1.1\r\nHost: localhost\r\n")
+        .unwrap();
+    rt().block_on(async {
+        assert_eq!(call(&sock, "GET", "/api/v1/vmm.ping", None).await.0, 200);
+    });
+    let took = closed_within(&mut stalled, Duration::from_secs(20));
+    assert!(
+        took.is_some_and(|t| t < Duration::from_secs(15)),
+        "a connection stalled mid-headers was not closed ({took:?})"
+    );
+    // The cap: 256 open connections; one more is closed at once.
+    let held: Vec<_> = (0..256)
+        .map(|_| std::os::unix::net::UnixStream::connect(&sock).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut extra = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    let took = closed_within(&mut extra, Duration::from_secs(5));
+    assert!(took.is_some(), "the connection over the cap was left open");
+    drop(held);
+    rt().block_on(async {
+        assert_eq!(call(&sock, "GET", "/api/v1/vmm.ping", None).await.0, 200);
+        assert!(metric(&sock, "vmm_api_connections_refused_total").await >= 1.0);
+    });
 }

@@ -465,7 +465,14 @@ impl Controller {
     async fn shutdown_vm(&self, id: &str, delete: bool) -> Outcome {
         let run = {
             let mut t = self.table();
-            let v = t.vms.get_mut(id).ok_or_else(|| not_created(id))?;
+            let Some(v) = t.vms.get_mut(id) else {
+                // CH answers 204 to vm.delete with no VM: nothing to do.
+                return if delete {
+                    Ok(Answer::Done)
+                } else {
+                    Err(not_created(id))
+                };
+            };
             if v.busy {
                 return Err(busy(id));
             }
@@ -509,11 +516,9 @@ impl Controller {
         let v = t.vms.get(id).ok_or_else(|| not_created(id))?;
         let (st, why) = v.observed_state();
         let (exits, live) = v.exits_and_live();
-        let mem = v
-            .config
-            .memory
-            .as_ref()
-            .map_or(vmm_machine::micro::MIN_MEMORY, |m| m.size);
+        // What the guest got: the size asked for, or its payload's
+        // default (512 MiB for Linux, as CH gives).
+        let mem = v.config.memory_bytes();
         let mut config = serde_json::to_value(&v.config).unwrap_or_default();
         if let (Some(p), Some(obj)) = (
             &v.plan,

@@ -139,8 +139,21 @@ async fn body_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Re
 }
 
 /// A request body as `T` (JSON), or a 400 naming the field at fault.
+/// Every body the API takes is a JSON object: serde would also read a
+/// struct from an array (`[]` as a VmConfig with every field defaulted),
+/// which no CH client sends.
 pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes).map_err(|e| ApiError::from_json(&e))
+    match bytes.trim_ascii_start().first() {
+        Some(b'{') => serde_json::from_slice(bytes).map_err(|e| ApiError::from_json(&e)),
+        None => Err(ApiError::status(
+            400,
+            "request body: empty; send a JSON object",
+        )),
+        Some(_) => Err(ApiError::status(
+            400,
+            "request body: not a JSON object; send an object such as {\"cpus\": {...}}",
+        )),
+    }
 }
 
 /// Routes a request: its [`ApiRequest`], or the error that says which

@@ -44,6 +44,15 @@ type Labels = Vec<(String, String)>;
 pub struct ApiMetrics {
     latency: Histogram,
     requests: Family<Labels, Counter>,
+    /// `accept` failures (EMFILE, ENFILE, ENOMEM...), each followed by a
+    /// pause of the accept loop.
+    accept_errors: Counter,
+    /// Connections closed at once because [`MAX_CONNECTIONS`] were open.
+    ///
+    /// [`MAX_CONNECTIONS`]: crate::server::MAX_CONNECTIONS
+    refused: Counter,
+    /// Connections the server holds now.
+    open: Gauge,
 }
 
 impl Default for ApiMetrics {
@@ -51,6 +60,9 @@ impl Default for ApiMetrics {
         Self {
             latency: Histogram::new(exponential_buckets(5e-6, 4.0, 10)),
             requests: Family::default(),
+            accept_errors: Counter::default(),
+            refused: Counter::default(),
+            open: Gauge::default(),
         }
     }
 }
@@ -65,6 +77,21 @@ impl ApiMetrics {
                 ("code".into(), code.to_string()),
             ])
             .inc();
+    }
+
+    /// Counts a failed `accept`.
+    pub fn accept_failed(&self) {
+        self.accept_errors.inc();
+    }
+
+    /// Counts a connection refused at the cap.
+    pub fn refused(&self) {
+        self.refused.inc();
+    }
+
+    /// A connection opened (`+1`) or closed (`-1`).
+    pub fn connections(&self, delta: i64) {
+        self.open.inc_by(delta);
     }
 }
 
@@ -302,6 +329,21 @@ pub fn render(src: &Sources) -> String {
         "api_request_duration_seconds",
         "Time to answer an API request",
         src.api.latency.clone(),
+    );
+    reg.register(
+        "api_accept_errors",
+        "Failed accepts of an API connection (each pauses the accept loop)",
+        src.api.accept_errors.clone(),
+    );
+    reg.register(
+        "api_connections_refused",
+        "API connections closed at once because the connection cap was reached",
+        src.api.refused.clone(),
+    );
+    reg.register(
+        "api_connections",
+        "API connections open now",
+        src.api.open.clone(),
     );
     let up = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
     up.set(src.started.elapsed().as_secs_f64());

@@ -6,10 +6,16 @@
 //! `vmm.shutdown`, SIGTERM or SIGINT; then it stops every VM and removes
 //! the socket if it is still the one it made.
 //! WHY: the one place where the parts meet.
-//! HOW: a 2-thread tokio runtime; hyper HTTP/1.1 per connection. At the
-//! end the runtime is shut down with a timeout, so that a blocking-pool
-//! thread stuck on something (a file, a VM that does not stop) cannot
-//! keep the process from exiting.
+//! HOW: a 2-thread tokio runtime; hyper HTTP/1.1 per connection. A
+//! client has [`HEADER_TIMEOUT`] to send a request's headers (a client
+//! that stalls mid-headers loses its connection, not the server a slot),
+//! at most [`MAX_CONNECTIONS`] connections are open at once (one more is
+//! closed at once and counted), and a failed `accept` (EMFILE: no file
+//! descriptor left) pauses the accept loop for [`ACCEPT_PAUSE`] instead
+//! of spinning on the error, while open connections go on being served.
+//! At the end the runtime is shut down with a timeout, so that a
+//! blocking-pool thread stuck on something (a file, a VM that does not
+//! stop) cannot keep the process from exiting.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +27,15 @@ use super::socket;
 
 /// How long the runtime's blocking threads get to finish at exit.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
+/// How long a client may take to send a request's headers, from the
+/// connection's start or the end of the previous response.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most connections open at once: far above what one orchestrator
+/// uses, far below a default file-descriptor limit of 1,024 (VMs need
+/// descriptors too).
+pub const MAX_CONNECTIONS: usize = 256;
+/// How long the accept loop waits after `accept` failed.
+pub const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
 /// Runs the server until `vmm.shutdown` or SIGTERM/SIGINT, then stops
 /// every VM and removes the socket.
@@ -46,18 +61,19 @@ async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
         .map_err(|e| ServeError::Io("SIGINT handler".into(), e))?;
     tracing::info!(socket = %path.display(), "serving");
     eprintln!("vmm serve: listening on {}", path.display());
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         tokio::select! {
-            a = listener.accept() => {
-                let Ok((stream, _)) = a else { continue };
-                let c = ctl.clone();
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| http::handle(c.clone(), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                        .await;
-                });
-            }
+            a = listener.accept() => match a {
+                Ok((stream, _)) => connection(&ctl, &slots, stream),
+                Err(e) => {
+                    // EMFILE and its kin stay until a descriptor frees:
+                    // retrying at once would spin. Pause this loop only.
+                    ctl.api_metrics().accept_failed();
+                    tracing::warn!(error = %e, pause_ms = ACCEPT_PAUSE.as_millis() as u64, "accept failed");
+                    tokio::time::sleep(ACCEPT_PAUSE).await;
+                }
+            },
             _ = ctl.shutdown_requested().notified() => { tracing::info!("vmm.shutdown"); break; }
             _ = term.recv() => { tracing::info!("SIGTERM"); break; }
             _ = int.recv() => { tracing::info!("SIGINT"); break; }
@@ -75,4 +91,36 @@ async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
         );
     }
     Ok(())
+}
+
+/// Serves one accepted connection on its own task, if a slot is free;
+/// closes it at once (and counts it) if not.
+fn connection(
+    ctl: &Arc<Controller>,
+    slots: &Arc<tokio::sync::Semaphore>,
+    stream: tokio::net::UnixStream,
+) {
+    let Ok(slot) = slots.clone().try_acquire_owned() else {
+        ctl.api_metrics().refused();
+        tracing::warn!(
+            max = MAX_CONNECTIONS,
+            "connection cap reached: closing a new connection"
+        );
+        return;
+    };
+    let c = ctl.clone();
+    tokio::spawn(async move {
+        c.api_metrics().connections(1);
+        let svc = {
+            let c = c.clone();
+            hyper::service::service_fn(move |req| http::handle(c.clone(), req))
+        };
+        let _ = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(HEADER_TIMEOUT)
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+            .await;
+        c.api_metrics().connections(-1);
+        drop(slot);
+    });
 }
