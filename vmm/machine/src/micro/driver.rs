@@ -147,7 +147,7 @@ pub mod reg {
     pub const QUEUE_AVAIL: i32 = 0x28;
     /// queue_device, the used ring.
     pub const QUEUE_USED: i32 = 0x30;
-    /// Queue 0's notification address.
+    /// Queue 0's notification address (queue `q`'s is `NOTIFY + 4 q`).
     pub const NOTIFY: i32 = 0x3000;
     /// The MSI-X table.
     pub const MSIX_TABLE: i32 = 0x8000;
@@ -320,14 +320,26 @@ impl Driver {
         a.mov(dword_ptr(rbx + USED as i32), 0).map_err(e)?;
         a.mov(word_ptr(rbx + NOTIFIED as i32), 0).map_err(e)?;
         a.call(setup_slots).map_err(e)?;
-        self.write_reg(reg::QUEUE_SELECT, 0, 2)?;
+        self.queue_regs(0, size, 0, [desc, avail, used])
+    }
+
+    /// Queue `index` of `size` entries on MSI-X vector `vector`, its rings
+    /// at `[desc, avail, used]`, enabled; the rings' contents are the
+    /// caller's (for drivers other than the block helpers').
+    pub fn queue_regs(
+        &mut self,
+        index: u16,
+        size: u16,
+        vector: u16,
+        rings: [u64; 3],
+    ) -> Result<(), MicroError> {
+        self.write_reg(reg::QUEUE_SELECT, u32::from(index), 2)?;
         self.write_reg(reg::QUEUE_SIZE, u32::from(size), 2)?;
-        self.write_reg(reg::QUEUE_VECTOR, 0, 2)?;
-        for (r, addr) in [
-            (reg::QUEUE_DESC, desc),
-            (reg::QUEUE_AVAIL, avail),
-            (reg::QUEUE_USED, used),
-        ] {
+        self.write_reg(reg::QUEUE_VECTOR, u32::from(vector), 2)?;
+        for (r, addr) in [reg::QUEUE_DESC, reg::QUEUE_AVAIL, reg::QUEUE_USED]
+            .into_iter()
+            .zip(rings)
+        {
             self.write_reg(r, addr as u32, 4)?;
             self.write_reg(r + 4, (addr >> 32) as u32, 4)?;
         }
