@@ -228,6 +228,54 @@ pub fn program(mode: NetMode) -> Result<Vec<u8>, MicroError> {
     d.finish()
 }
 
+/// An address in the identity map with nothing behind it (RAM ends below
+/// it, the device window starts above).
+const NOWHERE: u64 = 0x3000_0000;
+
+/// A hostile driver: after a correct setup, one transmit descriptor whose
+/// buffer is at an address with no guest memory. The device must refuse
+/// it with `NEEDS_RESET`; the program waits for that (woken by the
+/// configuration interrupt), `REPORT`s the device status and ends with
+/// `DONE 0`.
+pub fn hostile_tx_outside_memory() -> Result<Vec<u8>, MicroError> {
+    let mut d = Driver::new(DEVICE_BASE, 1)?;
+    d.begin(0)?;
+    setup_rings(&mut d, NetMode::Echo)?;
+    d.queue_regs(
+        0,
+        QUEUE_SIZE,
+        0,
+        [data(RX_DESC), data(RX_AVAIL), data(RX_USED)],
+    )?;
+    d.queue_regs(
+        1,
+        QUEUE_SIZE,
+        0,
+        [data(TX_DESC), data(TX_AVAIL), data(TX_USED)],
+    )?;
+    d.driver_ok()?;
+    let a = d.a();
+    a.mov(rax, NOWHERE).map_err(e)?;
+    a.mov(qword_ptr(rbx + TX_DESC as i32), rax).map_err(e)?;
+    a.mov(dword_ptr(rbx + (TX_DESC as i32 + 8)), 64).map_err(e)?;
+    a.mov(word_ptr(rbx + (TX_AVAIL as i32 + 4)), 0).map_err(e)?;
+    a.mov(word_ptr(rbx + (TX_AVAIL as i32 + 2)), 1).map_err(e)?;
+    a.mov(word_ptr(rbp + (reg::NOTIFY + 4)), 1).map_err(e)?;
+    let mut look = a.create_label();
+    let mut got = a.create_label();
+    a.set_label(&mut look).map_err(e)?;
+    a.movzx(eax, byte_ptr(rbp + reg::STATUS)).map_err(e)?;
+    a.test(eax, u32::from(status::NEEDS_RESET)).map_err(e)?;
+    a.jnz(got).map_err(e)?;
+    a.hlt().map_err(e)?;
+    a.jmp(look).map_err(e)?;
+    a.set_label(&mut got).map_err(e)?;
+    a.mov(qword_ptr(rbx + LAST_STATUS as i32), rax)
+        .map_err(e)?;
+    d.asm().report_reg(eax)?;
+    d.finish()
+}
+
 /// Jumps to `to` if either used index moved past what was reaped.
 fn used_moved(a: &mut CodeAssembler, to: CodeLabel) -> Result<(), MicroError> {
     a.movzx(eax, word_ptr(rbx + (RX_USED as i32 + 2)))
@@ -461,6 +509,7 @@ mod tests {
                 panic!("{m}: {x}");
             }
         }
+        assert!(hostile_tx_outside_memory().is_ok());
         assert!("bogus".parse::<NetMode>().is_err());
         assert_eq!("ECHO".parse::<NetMode>().unwrap(), NetMode::Echo);
     }
