@@ -155,7 +155,7 @@ impl PacketSocket {
                     _ => Err(err),
                 };
             }
-            if sa.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+            if sa.sll_pkttype == libc::PACKET_OUTGOING {
                 continue;
             }
             return Ok(Some(n as usize));
