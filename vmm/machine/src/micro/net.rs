@@ -257,7 +257,8 @@ pub fn hostile_tx_outside_memory() -> Result<Vec<u8>, MicroError> {
     let a = d.a();
     a.mov(rax, NOWHERE).map_err(e)?;
     a.mov(qword_ptr(rbx + TX_DESC as i32), rax).map_err(e)?;
-    a.mov(dword_ptr(rbx + (TX_DESC as i32 + 8)), 64).map_err(e)?;
+    a.mov(dword_ptr(rbx + (TX_DESC as i32 + 8)), 64)
+        .map_err(e)?;
     a.mov(word_ptr(rbx + (TX_AVAIL as i32 + 4)), 0).map_err(e)?;
     a.mov(word_ptr(rbx + (TX_AVAIL as i32 + 2)), 1).map_err(e)?;
     a.mov(word_ptr(rbp + (reg::NOTIFY + 4)), 1).map_err(e)?;
@@ -270,8 +271,7 @@ pub fn hostile_tx_outside_memory() -> Result<Vec<u8>, MicroError> {
     a.hlt().map_err(e)?;
     a.jmp(look).map_err(e)?;
     a.set_label(&mut got).map_err(e)?;
-    a.mov(qword_ptr(rbx + LAST_STATUS as i32), rax)
-        .map_err(e)?;
+    a.mov(qword_ptr(rbx + LAST_STATUS as i32), rax).map_err(e)?;
     d.asm().report_reg(eax)?;
     d.finish()
 }
