@@ -311,8 +311,16 @@ pub(crate) fn check_peer(p: &PeerStats, violations: &mut Vec<String>) {
     violations.extend(p.errors.iter().cloned());
 }
 
-/// Changed echoes and failed peers fail every run, checker or not.
-pub(crate) fn require_intact(p: &PeerStats) -> Result<(), BenchError> {
+/// The peers' part of a run's report: their extras, their violations;
+/// changed echoes and failed peers fail every run, checker or not.
+pub(crate) fn report(
+    p: &PeerStats,
+    mode: NetMode,
+    extra: &mut std::collections::BTreeMap<String, f64>,
+    violations: &mut Vec<String>,
+) -> Result<(), BenchError> {
+    extra.extend(p.extras(mode));
+    check_peer(p, violations);
     if p.corrupt == 0 && p.errors.is_empty() {
         return Ok(());
     }

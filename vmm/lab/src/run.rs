@@ -248,9 +248,6 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
     }
     let peer = built.peer.take().map(super::net::Peer::stop);
     let out = running.stop(Duration::from_secs(60))?;
-    if let Some(p) = &peer {
-        super::net::require_intact(p)?;
-    }
     progress(1.0);
     let secs = set.window.len() as f64 / 1e9;
     let metrics = set.take_metrics();
@@ -266,9 +263,6 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
     ts.run_delay_per_task_ns = ts.run_delay_ns as f64 / ts.tasks.max(1) as f64;
     let count = m.guest_end.saturating_sub(m.start.guest) as f64;
     let (metric, mut extra) = workload_metric(opts.workload, &rows.guest_latency, count, secs);
-    if let Some(p) = &peer {
-        extra.extend(p.extras(opts.net.mode));
-    }
     let sched_ns: u64 = out.sched_ns_per_cpu.iter().sum();
     let sched_calls: u64 = out.sched_calls_per_cpu.iter().sum();
     let mut violations = out.violations.clone();
@@ -276,7 +270,7 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
         violations.push(format!("VM {vm} failed: {r}"));
     }
     if let Some(p) = &peer {
-        super::net::check_peer(p, &mut violations);
+        super::net::report(p, opts.net.mode, &mut extra, &mut violations)?;
     }
     let report = BenchReport {
         run: RunReport {
