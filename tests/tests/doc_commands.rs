@@ -357,6 +357,17 @@ const TABLE: &[(&str, How)] = &[
         }]),
     ),
     (
+        "scripts/net-pps-bench.sh --reps 3 --duration 1",
+        // tests/tests/micro_net.rs checks what the micro-guest driver does;
+        // this is the benchmark's plumbing (namespace, taps, six tables),
+        // at its smallest
+        How::Run(&[Form {
+            env: &[("VMM_BIN", "{vmm}")],
+            expect: Expect::Stdout("echo-x4.txt"),
+            ..run("scripts/net-pps-bench.sh --out {tmp}/pps --duration 0.1 --reps 1")
+        }]),
+    ),
+    (
         "scripts/net-demo.sh --pings 20 --console virtio",
         // tests/tests/boot_net.rs pings 1,000 times under both schedulers
         How::Run(&[Form {

@@ -62,6 +62,7 @@ fn check(w: Workload, topology: &str, vms: usize, m: Mitigations, exec: Executor
         Workload::Messaging => r.run.extra["messages"],
         Workload::Runq | Workload::Blk => r.run.extra["requests"],
         Workload::Transcode => r.run.extra["frames"],
+        Workload::Net => r.run.extra["packets"],
     };
     assert!(
         progress > 0.0,

@@ -157,8 +157,8 @@ pub fn of_task(e: &TaskError) -> Fault {
 /// Micro-guests.
 pub fn of_micro(e: &MicroError) -> Fault {
     match e {
-        // an image the user named: missing, locked, not writable
-        MicroError::Input(_) | MicroError::Disk(_) => Fault::User,
+        // an image or a tap the user named: missing, locked, not writable
+        MicroError::Input(_) | MicroError::Disk(_) | MicroError::Tap(_) => Fault::User,
         _ => Fault::Runtime,
     }
 }

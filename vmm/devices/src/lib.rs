@@ -21,6 +21,7 @@
 //! Nothing a guest does panics the host process or touches another VM.
 
 pub mod interrupt;
+pub mod packet;
 pub mod pci;
 pub mod tap;
 pub mod virtio;

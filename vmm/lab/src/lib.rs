@@ -19,6 +19,7 @@
 //! | `runq` | vCPU 0 rings all workers, each computes and answers (schbench) | requests/s; p99 doorbell-to-run latency |
 //! | `transcode` | 8 FIFO-99 vCPUs per VM pinned to 4 cores / 8 CPUs, a frame is a burst on each | frames/s |
 //! | `blk` | one vCPU per VM drives virtio-blk over a raw image: random 4 KiB reads (or writes) at a queue depth, completions wake it through the executor | IOPS (higher is better); p50/p99 interrupt-to-run latency |
+//! | `net` | one vCPU per VM drives virtio-net on a tap of its own, a host peer on the other side: `tx`, `rx` or `echo` ([`net`]) | packets/s (higher is better); echo: round-trip p50/p99 |
 //!
 //! [`integrity`] runs the virtio-blk integrity writer instead: one VM per
 //! image writes generations of patterns with a flush after each, reports
@@ -29,11 +30,13 @@ mod blk;
 mod calibrate;
 mod compare;
 pub mod guests;
+pub mod net;
 mod run;
 
 pub use blk::{integrity, BlkOptions, IntegrityOptions, IntegrityVm, OnFlush};
 pub use calibrate::iters_per_us;
 pub use compare::{compare, BenchComparison, CompareOptions, CompareProgress};
+pub use net::NetOptions;
 pub use run::run;
 
 use std::str::FromStr;
@@ -86,6 +89,8 @@ pub enum Workload {
     /// virtio-blk requests at a queue depth (IOPS); not one of the seeds'
     /// workloads, so not in [`Workload::ALL`].
     Blk,
+    /// virtio-net packets (packets/s); not one of the seeds' workloads.
+    Net,
 }
 
 impl Workload {
@@ -104,6 +109,7 @@ impl Workload {
             Workload::Runq => "runq",
             Workload::Transcode => "transcode",
             Workload::Blk => "blk",
+            Workload::Net => "net",
         }
     }
 }
@@ -113,11 +119,11 @@ impl FromStr for Workload {
     fn from_str(s: &str) -> Result<Self, BenchError> {
         Workload::ALL
             .into_iter()
-            .chain([Workload::Blk])
+            .chain([Workload::Blk, Workload::Net])
             .find(|w| w.name().eq_ignore_ascii_case(s.trim()))
             .ok_or_else(|| {
                 BenchError::Input(format!(
-                    "unknown workload {s:?}; use cyclic, messaging, runq, transcode or blk"
+                    "unknown workload {s:?}; use cyclic, messaging, runq, transcode, blk or net"
                 ))
             })
     }
@@ -175,6 +181,9 @@ pub struct BenchOptions {
     /// `blk`: the images and the requests.
     #[serde(default)]
     pub blk: BlkOptions,
+    /// `net`: the taps and the mode.
+    #[serde(default)]
+    pub net: NetOptions,
 }
 
 fn yes() -> bool {
@@ -202,6 +211,7 @@ impl BenchOptions {
             breakdown: false,
             pin: false,
             blk: BlkOptions::default(),
+            net: NetOptions::default(),
         }
     }
 }

@@ -29,6 +29,8 @@ use vmm_machine::vcpu_body::{ExecOptions, ExecutorKind, Placement, Running, VmSe
 struct Built {
     set: Arc<VmSet>,
     memories: Vec<GuestMemoryMmap>,
+    /// `net`: the host side of the taps.
+    peer: Option<super::net::Peer>,
 }
 
 /// The workload's compute per operation, us (`vcpu_sched::workload::defs`,
@@ -39,7 +41,7 @@ fn default_burst(w: Workload) -> u64 {
         Workload::Messaging => defs::MESSAGING_BURST_US,
         Workload::Runq => defs::RUNQ_BURST_US,
         Workload::Transcode => defs::TRANSCODE_BURST_US,
-        Workload::Blk => 0,
+        Workload::Blk | Workload::Net => 0,
     }
 }
 
@@ -61,6 +63,16 @@ fn build(
         return Ok(Built {
             set: VmSet::new(vms)?,
             memories,
+            peer: None,
+        });
+    }
+    if opts.workload == Workload::Net {
+        let (vms, memories) = super::net::vms(&opts.net, opts.vms, host)?;
+        let peer = super::net::Peer::start(&opts.net, &memories)?;
+        return Ok(Built {
+            set: VmSet::new(vms)?,
+            memories,
+            peer: Some(peer),
         });
     }
     let code = guest_code(opts, iters_per_us(host)?)?;
@@ -87,6 +99,7 @@ fn build(
     Ok(Built {
         set: VmSet::new(vms)?,
         memories,
+        peer: None,
     })
 }
 
@@ -129,7 +142,12 @@ fn guest_code(opts: &BenchOptions, ipu: f64) -> Result<Vec<u8>, BenchError> {
             guests::runq(iters)?
         }
         Workload::Transcode => guests::transcode(iters)?,
-        Workload::Blk => return Err(BenchError::Input("blk builds its guests itself".into())),
+        Workload::Blk | Workload::Net => {
+            return Err(BenchError::Input(format!(
+                "{} builds its guests itself",
+                opts.workload.name()
+            )))
+        }
     })
 }
 
@@ -152,6 +170,9 @@ fn placement(opts: &BenchOptions, topo: &topology::HostTopology, v: usize) -> Pl
 
 /// Sum of the workload's progress counters in guest memory.
 fn guest_count(w: Workload, b: &Built, vcpus: usize) -> u64 {
+    if let Some(p) = &b.peer {
+        return p.count(&b.memories);
+    }
     let mut s = 0;
     for m in &b.memories {
         match w {
@@ -165,7 +186,7 @@ fn guest_count(w: Workload, b: &Built, vcpus: usize) -> u64 {
             Workload::Blk => {
                 s += read_u64(m, DATA_ADDR + vmm_machine::micro::driver::COMPLETED).unwrap_or(0)
             }
-            Workload::Cyclic => {}
+            Workload::Cyclic | Workload::Net => {}
         }
     }
     s
@@ -192,6 +213,9 @@ fn validate(opts: &BenchOptions) -> Result<(), BenchError> {
     if opts.workload == Workload::Blk {
         super::blk::validate(&opts.blk, opts.vms, opts.vcpus)?;
     }
+    if opts.workload == Workload::Net {
+        super::net::validate(&opts.net, opts.vms, opts.vcpus)?;
+    }
     Ok(())
 }
 
@@ -204,7 +228,7 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
     let emulated = mapping.is_emulated();
     let host_cpus = mapping.host_cpus(topo.num_cpus());
     let host = MicroHost::open()?;
-    let built = build(opts, &topo, &host)?;
+    let mut built = build(opts, &topo, &host)?;
     let set = built.set.clone();
     let eo = exec_options(opts, topo.clone(), mapping, set.slots().len());
     let host_rt = eo.host_rt;
@@ -222,6 +246,7 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
     if host_rt.is_some() {
         let _ = vcpu_sched::os_thread::set_policy(vcpu_sched::os_thread::HostPolicy::Other);
     }
+    let peer = built.peer.take().map(super::net::Peer::stop);
     let out = running.stop(Duration::from_secs(60))?;
     progress(1.0);
     let secs = set.window.len() as f64 / 1e9;
@@ -237,12 +262,15 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
     ts.tasks = metrics.len();
     ts.run_delay_per_task_ns = ts.run_delay_ns as f64 / ts.tasks.max(1) as f64;
     let count = m.guest_end.saturating_sub(m.start.guest) as f64;
-    let (metric, extra) = workload_metric(opts.workload, &rows.guest_latency, count, secs);
+    let (metric, mut extra) = workload_metric(opts.workload, &rows.guest_latency, count, secs);
     let sched_ns: u64 = out.sched_ns_per_cpu.iter().sum();
     let sched_calls: u64 = out.sched_calls_per_cpu.iter().sum();
     let mut violations = out.violations.clone();
     for (vm, r) in set.failures() {
         violations.push(format!("VM {vm} failed: {r}"));
+    }
+    if let Some(p) = &peer {
+        super::net::report(p, opts.net.mode, &mut extra, &mut violations)?;
     }
     let report = BenchReport {
         run: RunReport {
@@ -452,6 +480,9 @@ fn measure(
         let el = t0.elapsed();
         if opened.is_none() && el >= warmup {
             set.open_window();
+            if let Some(p) = &built.peer {
+                p.set_window(true);
+            }
             close_at = t0.elapsed() + opts.duration;
             opened = Some(WindowStart {
                 guest: guest_count(opts.workload, built, opts.vcpus),
@@ -481,6 +512,9 @@ fn measure(
         );
     }
     set.close_window();
+    if let Some(p) = &built.peer {
+        p.set_window(false);
+    }
     Measured {
         start: opened.unwrap_or_default(),
         guest_end: guest_count(opts.workload, built, opts.vcpus),
@@ -612,6 +646,15 @@ fn workload_metric(
             extra.insert("frames".into(), count);
             Metric {
                 name: "frames_per_s".into(),
+                unit: "1/s".into(),
+                value: per_s(count),
+                higher_is_better: true,
+            }
+        }
+        Workload::Net => {
+            extra.insert("packets".into(), count);
+            Metric {
+                name: "packets_per_s".into(),
                 unit: "1/s".into(),
                 value: per_s(count),
                 higher_is_better: true,

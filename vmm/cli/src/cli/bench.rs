@@ -15,15 +15,16 @@ use vcpu_sched::Mitigations;
 use super::args::{self, ignored, mitigation_sets, out, outln, progress_bar, InputError};
 use vmm_lab::{
     compare, integrity, run as run_bench, BenchOptions, BenchReport, BlkOptions, CompareOptions,
-    IntegrityOptions, VcpuRow, Workload,
+    IntegrityOptions, NetOptions, VcpuRow, Workload,
 };
+use vmm_machine::micro::net::NetMode;
 use vmm_machine::vcpu_body::ExecutorKind;
 
 /// `vmm bench WORKLOAD --topology SPEC --vms N --vcpus M --duration D ...`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// cyclic, messaging, runq, transcode, or blk (virtio-blk at a queue
-    /// depth; needs --disk).
+    /// cyclic, messaging, runq, transcode, blk (virtio-blk at a queue
+    /// depth; needs --disk) or net (virtio-net on taps; needs --tap).
     pub workload: String,
     /// Scheduler topology: `host` (the real CPUs), a preset (gnr-2s,
     /// genoa-2s, ...) or an hwloc synthetic string, emulated onto the CPUs
@@ -31,11 +32,13 @@ pub struct BenchArgs {
     #[arg(long, short, default_value = "host", value_name = "SPEC")]
     pub topology: String,
     /// Micro-guest VMs (each one a task group). At most 1024 vCPUs in
-    /// all (--vms x --vcpus). Default 8; blk: one per --disk.
+    /// all (--vms x --vcpus). Default 8; blk: one per --disk; net: one
+    /// per --tap.
     #[arg(long, value_name = "N", value_parser = args::vm_count,
           allow_negative_numbers = true)]
     pub vms: Option<usize>,
-    /// vCPUs per VM (1..=256). Default 8; blk: 1 (the only choice).
+    /// vCPUs per VM (1..=256). Default 8; blk and net: 1 (the only
+    /// choice).
     #[arg(long, value_name = "M", value_parser = args::vm_count,
           allow_negative_numbers = true)]
     pub vcpus: Option<usize>,
@@ -144,6 +147,37 @@ pub struct BenchArgs {
     /// --integrity only: writes per generation (1..=1048576, default 32).
     #[arg(long, value_name = "N", value_parser = per_gen, allow_negative_numbers = true)]
     pub per_gen: Option<u32>,
+    /// net only: an existing tap (up) for a VM's virtio-net; repeat it,
+    /// one per VM (VM v on the v-th). Make them in a network namespace of
+    /// your own: ip tuntap add NAME mode tap; ip link set NAME up.
+    #[arg(long, value_name = "NAME")]
+    pub tap: Vec<String>,
+    /// net only: the taps are PREFIX0, PREFIX1, .. (one per --vms).
+    #[arg(long, value_name = "PREFIX", conflicts_with = "tap")]
+    pub tap_prefix: Option<String>,
+    /// net only: what the guests do: tx (send minimal UDP frames, the
+    /// host counts them), rx (count frames the host injects) or echo
+    /// (send each frame back; the host times round trips and checks
+    /// every byte). Default echo.
+    #[arg(long, value_name = "MODE", value_parser = net_mode)]
+    pub mode: Option<NetMode>,
+    /// net only: Ethernet bytes of the frames the host sends (rx, echo;
+    /// 50..=1514, default 60).
+    #[arg(long, value_name = "N", value_parser = frame_bytes, allow_negative_numbers = true)]
+    pub frame_bytes: Option<usize>,
+}
+
+fn net_mode(s: &str) -> std::result::Result<NetMode, String> {
+    s.parse()
+        .map_err(|e: vmm_machine::micro::MicroError| e.to_string())
+}
+
+fn frame_bytes(s: &str) -> std::result::Result<usize, String> {
+    let r = vmm_lab::net::FRAME_BYTES;
+    match s.trim().parse::<usize>() {
+        Ok(v) if r.contains(&v) => Ok(v),
+        _ => Err(format!("{s:?}: give {} to {} bytes", r.start(), r.end())),
+    }
 }
 
 fn qd(s: &str) -> std::result::Result<u16, String> {
@@ -362,6 +396,7 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
     let rt = matches!(workload, Workload::Cyclic | Workload::Transcode);
     let here = format!("the {} workload", workload.name());
     check_blk_flags(a, workload, &here)?;
+    check_net_flags(a, workload, &here)?;
     if a.period_us.is_some() && workload != Workload::Cyclic {
         return Err(ignored("--period-us", "cyclic", &here).into());
     }
@@ -454,6 +489,41 @@ fn check_blk_flags(a: &BenchArgs, workload: Workload, here: &str) -> Result<()> 
     Ok(())
 }
 
+/// net's own flags on other workloads, and the seeds' flags on net.
+fn check_net_flags(a: &BenchArgs, workload: Workload, here: &str) -> Result<()> {
+    if workload != Workload::Net {
+        for (set, flag) in [
+            (!a.tap.is_empty(), "--tap"),
+            (a.tap_prefix.is_some(), "--tap-prefix"),
+            (a.mode.is_some(), "--mode"),
+            (a.frame_bytes.is_some(), "--frame-bytes"),
+        ] {
+            if set {
+                return Err(ignored(flag, "the net workload", here).into());
+            }
+        }
+        return Ok(());
+    }
+    if a.burst_us.is_some() {
+        return Err(ignored("--burst-us", "the seeds' workloads", here).into());
+    }
+    if a.pin {
+        return Err(ignored("--pin", "the seeds' workloads", here).into());
+    }
+    if a.frame_bytes.is_some() && a.mode == Some(NetMode::Tx) {
+        return Err(ignored("--frame-bytes", "--mode rx and echo", "--mode tx").into());
+    }
+    Ok(())
+}
+
+/// net's taps: the --tap list, or PREFIX0.. for `vms` VMs.
+fn net_taps(a: &BenchArgs, vms: usize) -> Vec<String> {
+    match &a.tap_prefix {
+        Some(p) => (0..vms).map(|v| format!("{p}{v}")).collect(),
+        None => a.tap.clone(),
+    }
+}
+
 /// The run's options from the flags.
 fn bench_options(
     a: &BenchArgs,
@@ -466,6 +536,11 @@ fn bench_options(
         disks,
         qd: a.qd.unwrap_or(1),
         write: a.write,
+    };
+    o.net = NetOptions {
+        taps: net_taps(a, vms),
+        mode: a.mode.unwrap_or(NetMode::Echo),
+        frame_bytes: a.frame_bytes.unwrap_or(60),
     };
     o.duration = a.duration;
     o.executor = executor;
@@ -491,6 +566,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         .collect::<Result<Vec<_>>>()?;
     let (vms, vcpus) = match workload {
         Workload::Blk => (a.vms.unwrap_or(disks.len().max(1)), a.vcpus.unwrap_or(1)),
+        Workload::Net => (a.vms.unwrap_or(a.tap.len().max(1)), a.vcpus.unwrap_or(1)),
         _ => (a.vms.unwrap_or(8), a.vcpus.unwrap_or(8)),
     };
     args::check_vcpus(vms, vcpus)?;

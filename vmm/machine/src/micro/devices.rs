@@ -27,7 +27,9 @@ use kvm_ioctls::VmFd;
 use vm_memory::GuestMemoryMmap;
 use vmm_devices::interrupt::{MsiMessage, MsiVectors};
 use vmm_devices::pci::PciDevice;
+use vmm_devices::tap::Tap;
 use vmm_devices::virtio::block::{Block, Disk};
+use vmm_devices::virtio::net::{Mac, Net};
 use vmm_devices::virtio::transport::BAR_SIZE;
 use vmm_devices::virtio::{VirtioDevice, VirtioPci};
 use vmm_devices::DeviceError;
@@ -53,6 +55,12 @@ pub enum MicroDevice {
         path: std::path::PathBuf,
         /// Open it read-only.
         readonly: bool,
+    },
+    /// virtio-net on an existing tap (opened by name when the VM is
+    /// built, one queue pair), a random MAC.
+    Net {
+        /// The tap's name.
+        tap: String,
     },
 }
 
@@ -130,6 +138,11 @@ pub(crate) fn build_device(
             let name = format!("{vm_name}-blk{i}");
             let disk = Disk::open(path, *readonly)?;
             (name.clone(), Box::new(Block::new(&name, disk, 1)))
+        }
+        MicroDevice::Net { tap } => {
+            let name = format!("{vm_name}-net{i}");
+            let taps = Tap::open_named(tap, 1)?;
+            (name.clone(), Box::new(Net::new(&name, taps, Mac::random())))
         }
     };
     // A vector per queue and one for configuration changes.

@@ -147,7 +147,7 @@ pub mod reg {
     pub const QUEUE_AVAIL: i32 = 0x28;
     /// queue_device, the used ring.
     pub const QUEUE_USED: i32 = 0x30;
-    /// Queue 0's notification address.
+    /// Queue 0's notification address (queue `q`'s is `NOTIFY + 4 q`).
     pub const NOTIFY: i32 = 0x3000;
     /// The MSI-X table.
     pub const MSIX_TABLE: i32 = 0x8000;
@@ -320,14 +320,26 @@ impl Driver {
         a.mov(dword_ptr(rbx + USED as i32), 0).map_err(e)?;
         a.mov(word_ptr(rbx + NOTIFIED as i32), 0).map_err(e)?;
         a.call(setup_slots).map_err(e)?;
-        self.write_reg(reg::QUEUE_SELECT, 0, 2)?;
+        self.queue_regs(0, size, 0, [desc, avail, used])
+    }
+
+    /// Queue `index` of `size` entries on MSI-X vector `vector`, its rings
+    /// at `[desc, avail, used]`, enabled; the rings' contents are the
+    /// caller's (for drivers other than the block helpers').
+    pub fn queue_regs(
+        &mut self,
+        index: u16,
+        size: u16,
+        vector: u16,
+        rings: [u64; 3],
+    ) -> Result<(), MicroError> {
+        self.write_reg(reg::QUEUE_SELECT, u32::from(index), 2)?;
         self.write_reg(reg::QUEUE_SIZE, u32::from(size), 2)?;
-        self.write_reg(reg::QUEUE_VECTOR, 0, 2)?;
-        for (r, addr) in [
-            (reg::QUEUE_DESC, desc),
-            (reg::QUEUE_AVAIL, avail),
-            (reg::QUEUE_USED, used),
-        ] {
+        self.write_reg(reg::QUEUE_VECTOR, u32::from(vector), 2)?;
+        for (r, addr) in [reg::QUEUE_DESC, reg::QUEUE_AVAIL, reg::QUEUE_USED]
+            .into_iter()
+            .zip(rings)
+        {
             self.write_reg(r, addr as u32, 4)?;
             self.write_reg(r + 4, (addr >> 32) as u32, 4)?;
         }
@@ -422,234 +434,20 @@ impl Driver {
         self.g.finish()
     }
 
+    /// The subroutines every program may call, each emitted once.
     fn emit_subs(&mut self) -> Result<(), MicroError> {
-        let qd = u32::from(self.qd);
-        let mask = i32::from(QUEUE_SIZE - 1);
         // Copies of the labels: binding one binds every copy (same id).
         let mut s = self.subs;
-        let fail_io = s.fail[0];
-        let fail_used = s.fail[3];
-        let fail_device = s.fail[4];
+        let qd = u32::from(self.qd);
         let g = &mut self.g;
-
-        // setup_slots: descriptors of every slot, all slots free.
-        g.bind(&mut s.setup_slots)?;
-        {
-            let a = g.raw();
-            let mut top = a.create_label();
-            a.xor(ecx, ecx).map_err(e)?;
-            a.set_label(&mut top).map_err(e)?;
-            // r8 = &desc[s]
-            a.mov(r8, rcx).map_err(e)?;
-            a.shl(r8, 4).map_err(e)?;
-            a.lea(r8, qword_ptr(rbx + r8 + DESC as i32)).map_err(e)?;
-            // header: HDR + 16 s, 16 bytes, next 64 + s
-            a.mov(r9, rcx).map_err(e)?;
-            a.shl(r9, 4).map_err(e)?;
-            a.lea(r9, qword_ptr(rbx + r9 + HDR as i32)).map_err(e)?;
-            a.mov(qword_ptr(r8), r9).map_err(e)?;
-            a.mov(dword_ptr(r8 + 8), 16).map_err(e)?;
-            a.mov(word_ptr(r8 + 12), u32::from(F_NEXT)).map_err(e)?;
-            a.lea(eax, dword_ptr(rcx + i32::from(MAX_QD))).map_err(e)?;
-            a.mov(word_ptr(r8 + 14), ax).map_err(e)?;
-            // data: BUF + 4096 s, 4096 bytes, next 128 + s
-            let d = 16 * i32::from(MAX_QD);
-            a.mov(r9, rcx).map_err(e)?;
-            a.shl(r9, 12).map_err(e)?;
-            a.lea(r9, qword_ptr(rbx + r9 + BUF as i32)).map_err(e)?;
-            a.mov(qword_ptr(r8 + d), r9).map_err(e)?;
-            a.mov(dword_ptr(r8 + (d + 8)), BLOCK_BYTES as u32)
-                .map_err(e)?;
-            a.mov(word_ptr(r8 + (d + 12)), u32::from(F_NEXT))
-                .map_err(e)?;
-            a.lea(eax, dword_ptr(rcx + 2 * i32::from(MAX_QD)))
-                .map_err(e)?;
-            a.mov(word_ptr(r8 + (d + 14)), ax).map_err(e)?;
-            // status: STATUS_BYTES + s, 1 byte, device-writable
-            a.lea(r9, qword_ptr(rbx + rcx + STATUS_BYTES as i32))
-                .map_err(e)?;
-            a.mov(qword_ptr(r8 + 2 * d), r9).map_err(e)?;
-            a.mov(dword_ptr(r8 + (2 * d + 8)), 1).map_err(e)?;
-            a.mov(dword_ptr(r8 + (2 * d + 12)), u32::from(F_WRITE))
-                .map_err(e)?;
-            // free
-            a.mov(dword_ptr(rbx + rcx * 4 + FREE as i32), ecx)
-                .map_err(e)?;
-            a.inc(ecx).map_err(e)?;
-            a.cmp(ecx, qd).map_err(e)?;
-            a.jb(top).map_err(e)?;
-            a.mov(r12d, qd).map_err(e)?;
-            a.xor(r13d, r13d).map_err(e)?;
-            a.xor(r14d, r14d).map_err(e)?;
-            a.xor(r15d, r15d).map_err(e)?;
-            a.ret().map_err(e)?;
-        }
-
-        // take: r8 = a free slot.
-        g.bind(&mut s.take)?;
-        {
-            let a = g.raw();
-            a.dec(r12).map_err(e)?;
-            a.mov(r8d, dword_ptr(rbx + r12 * 4 + FREE as i32))
-                .map_err(e)?;
-            a.ret().map_err(e)?;
-        }
-
-        // post: request eax at sector rdx in slot r8.
-        g.bind(&mut s.post)?;
-        {
-            let a = g.raw();
-            let mut flush = a.create_label();
-            let mut read = a.create_label();
-            let mut avail = a.create_label();
-            a.mov(r9, r8).map_err(e)?;
-            a.shl(r9, 4).map_err(e)?;
-            a.mov(dword_ptr(rbx + r9 + HDR as i32), eax).map_err(e)?;
-            a.mov(dword_ptr(rbx + r9 + (HDR as i32 + 4)), 0)
-                .map_err(e)?;
-            a.mov(qword_ptr(rbx + r9 + (HDR as i32 + 8)), rdx)
-                .map_err(e)?;
-            a.mov(byte_ptr(rbx + r8 + STATUS_BYTES as i32), 0xff)
-                .map_err(e)?;
-            // r9 = &desc[s]; the data descriptor is 64 entries on
-            let d = 16 * i32::from(MAX_QD);
-            a.lea(r9, qword_ptr(rbx + r9 + DESC as i32)).map_err(e)?;
-            a.cmp(eax, T_FLUSH).map_err(e)?;
-            a.je(flush).map_err(e)?;
-            a.lea(edx, dword_ptr(r8 + i32::from(MAX_QD))).map_err(e)?;
-            a.mov(word_ptr(r9 + 14), dx).map_err(e)?;
-            a.cmp(eax, T_IN).map_err(e)?;
-            a.je(read).map_err(e)?;
-            a.mov(word_ptr(r9 + (d + 12)), u32::from(F_NEXT))
-                .map_err(e)?;
-            a.jmp(avail).map_err(e)?;
-            a.set_label(&mut read).map_err(e)?;
-            a.mov(word_ptr(r9 + (d + 12)), u32::from(F_NEXT | F_WRITE))
-                .map_err(e)?;
-            a.jmp(avail).map_err(e)?;
-            a.set_label(&mut flush).map_err(e)?;
-            a.lea(edx, dword_ptr(r8 + 2 * i32::from(MAX_QD)))
-                .map_err(e)?;
-            a.mov(word_ptr(r9 + 14), dx).map_err(e)?;
-            a.set_label(&mut avail).map_err(e)?;
-            a.mov(eax, r15d).map_err(e)?;
-            a.and(eax, mask).map_err(e)?;
-            a.mov(word_ptr(rbx + rax * 2 + (AVAIL as i32 + 4)), r8w)
-                .map_err(e)?;
-            a.inc(r15d).map_err(e)?;
-            // the index after the entry (x86 keeps the stores in order)
-            a.mov(word_ptr(rbx + (AVAIL as i32 + 2)), r15w).map_err(e)?;
-            a.inc(r13).map_err(e)?;
-            a.ret().map_err(e)?;
-        }
-
-        // reap: every used entry up to the device's used index.
-        g.bind(&mut s.reap)?;
-        {
-            let top = s.reap;
-            let a = g.raw();
-            let mut out = a.create_label();
-            a.movzx(eax, word_ptr(rbx + (USED as i32 + 2))).map_err(e)?;
-            a.cmp(ax, r14w).map_err(e)?;
-            a.je(out).map_err(e)?;
-            a.mov(ecx, r14d).map_err(e)?;
-            a.and(ecx, mask).map_err(e)?;
-            a.mov(eax, dword_ptr(rbx + rcx * 8 + (USED as i32 + 4)))
-                .map_err(e)?;
-            a.cmp(eax, qd).map_err(e)?;
-            a.jae(fail_used).map_err(e)?;
-            a.movzx(ecx, byte_ptr(rbx + rax + STATUS_BYTES as i32))
-                .map_err(e)?;
-            a.test(ecx, ecx).map_err(e)?;
-            a.jnz(fail_io).map_err(e)?;
-            a.mov(dword_ptr(rbx + r12 * 4 + FREE as i32), eax)
-                .map_err(e)?;
-            a.inc(r12).map_err(e)?;
-            a.dec(r13).map_err(e)?;
-            a.inc(r14d).map_err(e)?;
-            a.inc(qword_ptr(rbx + COMPLETED as i32)).map_err(e)?;
-            a.jmp(top).map_err(e)?;
-            a.set_label(&mut out).map_err(e)?;
-            a.ret().map_err(e)?;
-        }
-
-        // wait: notify if needed, then until the used index moves: HLT.
-        // A wake with no progress looks at the device status (its
-        // configuration interrupt: NEEDS_RESET).
-        g.bind(&mut s.wait)?;
-        {
-            let reap = s.reap;
-            let a = g.raw();
-            let mut look = a.create_label();
-            let mut progress = a.create_label();
-            a.cmp(word_ptr(rbx + NOTIFIED as i32), r15w).map_err(e)?;
-            a.je(look).map_err(e)?;
-            a.mov(word_ptr(rbx + NOTIFIED as i32), r15w).map_err(e)?;
-            a.mov(word_ptr(rbp + reg::NOTIFY), 0).map_err(e)?;
-            let sleep = look;
-            a.set_label(&mut look).map_err(e)?;
-            a.movzx(eax, word_ptr(rbx + (USED as i32 + 2))).map_err(e)?;
-            a.cmp(ax, r14w).map_err(e)?;
-            a.jne(progress).map_err(e)?;
-            a.hlt().map_err(e)?;
-            a.movzx(eax, word_ptr(rbx + (USED as i32 + 2))).map_err(e)?;
-            a.cmp(ax, r14w).map_err(e)?;
-            a.jne(progress).map_err(e)?;
-            a.movzx(eax, byte_ptr(rbp + reg::STATUS)).map_err(e)?;
-            a.mov(qword_ptr(rbx + LAST_STATUS as i32), rax).map_err(e)?;
-            a.test(eax, u32::from(status::NEEDS_RESET)).map_err(e)?;
-            a.jnz(fail_device).map_err(e)?;
-            a.jmp(sleep).map_err(e)?;
-            a.set_label(&mut progress).map_err(e)?;
-            a.call(reap).map_err(e)?;
-            a.ret().map_err(e)?;
-        }
-
-        // drain: wait until nothing is in flight.
-        g.bind(&mut s.drain)?;
-        {
-            let (wait, top) = (s.wait, s.drain);
-            let a = g.raw();
-            let mut out = a.create_label();
-            a.test(r13, r13).map_err(e)?;
-            a.jz(out).map_err(e)?;
-            a.call(wait).map_err(e)?;
-            a.jmp(top).map_err(e)?;
-            a.set_label(&mut out).map_err(e)?;
-            a.ret().map_err(e)?;
-        }
-
-        // fill / check: slot r8's buffer against the pattern of rax.
-        for (label, write) in [(&mut s.fill, true), (&mut s.check, false)] {
-            g.bind(label)?;
-            let a = g.raw();
-            let mut top = a.create_label();
-            let mut bad = a.create_label();
-            a.mov(rcx, r8).map_err(e)?;
-            a.shl(rcx, 12).map_err(e)?;
-            a.lea(rcx, qword_ptr(rbx + rcx + BUF as i32)).map_err(e)?;
-            a.xor(edx, edx).map_err(e)?;
-            a.mov(r9d, (BLOCK_BYTES / 8) as u32).map_err(e)?;
-            a.set_label(&mut top).map_err(e)?;
-            a.mov(r8, rax).map_err(e)?;
-            a.xor(r8, rdx).map_err(e)?;
-            if write {
-                a.mov(qword_ptr(rcx), r8).map_err(e)?;
-            } else {
-                a.cmp(qword_ptr(rcx), r8).map_err(e)?;
-                a.jne(bad).map_err(e)?;
-            }
-            a.add(rcx, 8).map_err(e)?;
-            a.add(rdx, PATTERN_STEP as i32).map_err(e)?;
-            a.dec(r9d).map_err(e)?;
-            a.jnz(top).map_err(e)?;
-            a.xor(eax, eax).map_err(e)?;
-            a.ret().map_err(e)?;
-            a.set_label(&mut bad).map_err(e)?;
-            a.mov(eax, 1).map_err(e)?;
-            a.ret().map_err(e)?;
-        }
-
+        emit_setup_slots(g, &mut s.setup_slots, qd)?;
+        emit_take(g, &mut s.take)?;
+        emit_post(g, &mut s.post)?;
+        emit_reap(g, &mut s, qd)?;
+        emit_wait(g, &mut s)?;
+        emit_drain(g, &mut s)?;
+        emit_pattern(g, &mut s.fill, true)?;
+        emit_pattern(g, &mut s.check, false)?;
         for (label, code) in
             s.fail
                 .iter_mut()
@@ -660,4 +458,229 @@ impl Driver {
         }
         Ok(())
     }
+}
+
+/// The used-ring index mask of a [`QUEUE_SIZE`] queue.
+const MASK: i32 = QUEUE_SIZE as i32 - 1;
+
+/// `setup_slots`: the descriptors of every slot written, all `qd` slots
+/// free, the ring indices (`R12`-`R15`) reset.
+fn emit_setup_slots(g: &mut GuestAsm, label: &mut CodeLabel, qd: u32) -> Result<(), MicroError> {
+    g.bind(label)?;
+    let a = g.raw();
+    let mut top = a.create_label();
+    a.xor(ecx, ecx).map_err(e)?;
+    a.set_label(&mut top).map_err(e)?;
+    // r8 = &desc[s]
+    a.mov(r8, rcx).map_err(e)?;
+    a.shl(r8, 4).map_err(e)?;
+    a.lea(r8, qword_ptr(rbx + r8 + DESC as i32)).map_err(e)?;
+    // header: HDR + 16 s, 16 bytes, next 64 + s
+    a.mov(r9, rcx).map_err(e)?;
+    a.shl(r9, 4).map_err(e)?;
+    a.lea(r9, qword_ptr(rbx + r9 + HDR as i32)).map_err(e)?;
+    a.mov(qword_ptr(r8), r9).map_err(e)?;
+    a.mov(dword_ptr(r8 + 8), 16).map_err(e)?;
+    a.mov(word_ptr(r8 + 12), u32::from(F_NEXT)).map_err(e)?;
+    a.lea(eax, dword_ptr(rcx + i32::from(MAX_QD))).map_err(e)?;
+    a.mov(word_ptr(r8 + 14), ax).map_err(e)?;
+    // data: BUF + 4096 s, 4096 bytes, next 128 + s
+    let d = 16 * i32::from(MAX_QD);
+    a.mov(r9, rcx).map_err(e)?;
+    a.shl(r9, 12).map_err(e)?;
+    a.lea(r9, qword_ptr(rbx + r9 + BUF as i32)).map_err(e)?;
+    a.mov(qword_ptr(r8 + d), r9).map_err(e)?;
+    a.mov(dword_ptr(r8 + (d + 8)), BLOCK_BYTES as u32)
+        .map_err(e)?;
+    a.mov(word_ptr(r8 + (d + 12)), u32::from(F_NEXT))
+        .map_err(e)?;
+    a.lea(eax, dword_ptr(rcx + 2 * i32::from(MAX_QD)))
+        .map_err(e)?;
+    a.mov(word_ptr(r8 + (d + 14)), ax).map_err(e)?;
+    // status: STATUS_BYTES + s, 1 byte, device-writable
+    a.lea(r9, qword_ptr(rbx + rcx + STATUS_BYTES as i32))
+        .map_err(e)?;
+    a.mov(qword_ptr(r8 + 2 * d), r9).map_err(e)?;
+    a.mov(dword_ptr(r8 + (2 * d + 8)), 1).map_err(e)?;
+    a.mov(dword_ptr(r8 + (2 * d + 12)), u32::from(F_WRITE))
+        .map_err(e)?;
+    // free
+    a.mov(dword_ptr(rbx + rcx * 4 + FREE as i32), ecx)
+        .map_err(e)?;
+    a.inc(ecx).map_err(e)?;
+    a.cmp(ecx, qd).map_err(e)?;
+    a.jb(top).map_err(e)?;
+    a.mov(r12d, qd).map_err(e)?;
+    a.xor(r13d, r13d).map_err(e)?;
+    a.xor(r14d, r14d).map_err(e)?;
+    a.xor(r15d, r15d).map_err(e)?;
+    a.ret().map_err(e)
+}
+
+/// `take`: `R8` = a free slot.
+fn emit_take(g: &mut GuestAsm, label: &mut CodeLabel) -> Result<(), MicroError> {
+    g.bind(label)?;
+    let a = g.raw();
+    a.dec(r12).map_err(e)?;
+    a.mov(r8d, dword_ptr(rbx + r12 * 4 + FREE as i32))
+        .map_err(e)?;
+    a.ret().map_err(e)
+}
+
+/// `post`: request `EAX` at sector `RDX` in slot `R8`, made available.
+fn emit_post(g: &mut GuestAsm, label: &mut CodeLabel) -> Result<(), MicroError> {
+    g.bind(label)?;
+    let a = g.raw();
+    let mut flush = a.create_label();
+    let mut read = a.create_label();
+    let mut avail = a.create_label();
+    a.mov(r9, r8).map_err(e)?;
+    a.shl(r9, 4).map_err(e)?;
+    a.mov(dword_ptr(rbx + r9 + HDR as i32), eax).map_err(e)?;
+    a.mov(dword_ptr(rbx + r9 + (HDR as i32 + 4)), 0)
+        .map_err(e)?;
+    a.mov(qword_ptr(rbx + r9 + (HDR as i32 + 8)), rdx)
+        .map_err(e)?;
+    a.mov(byte_ptr(rbx + r8 + STATUS_BYTES as i32), 0xff)
+        .map_err(e)?;
+    // r9 = &desc[s]; the data descriptor is 64 entries on
+    let d = 16 * i32::from(MAX_QD);
+    a.lea(r9, qword_ptr(rbx + r9 + DESC as i32)).map_err(e)?;
+    a.cmp(eax, T_FLUSH).map_err(e)?;
+    a.je(flush).map_err(e)?;
+    a.lea(edx, dword_ptr(r8 + i32::from(MAX_QD))).map_err(e)?;
+    a.mov(word_ptr(r9 + 14), dx).map_err(e)?;
+    a.cmp(eax, T_IN).map_err(e)?;
+    a.je(read).map_err(e)?;
+    a.mov(word_ptr(r9 + (d + 12)), u32::from(F_NEXT))
+        .map_err(e)?;
+    a.jmp(avail).map_err(e)?;
+    a.set_label(&mut read).map_err(e)?;
+    a.mov(word_ptr(r9 + (d + 12)), u32::from(F_NEXT | F_WRITE))
+        .map_err(e)?;
+    a.jmp(avail).map_err(e)?;
+    a.set_label(&mut flush).map_err(e)?;
+    a.lea(edx, dword_ptr(r8 + 2 * i32::from(MAX_QD)))
+        .map_err(e)?;
+    a.mov(word_ptr(r9 + 14), dx).map_err(e)?;
+    a.set_label(&mut avail).map_err(e)?;
+    a.mov(eax, r15d).map_err(e)?;
+    a.and(eax, MASK).map_err(e)?;
+    a.mov(word_ptr(rbx + rax * 2 + (AVAIL as i32 + 4)), r8w)
+        .map_err(e)?;
+    a.inc(r15d).map_err(e)?;
+    // the index after the entry (x86 keeps the stores in order)
+    a.mov(word_ptr(rbx + (AVAIL as i32 + 2)), r15w).map_err(e)?;
+    a.inc(r13).map_err(e)?;
+    a.ret().map_err(e)
+}
+
+/// `reap`: every used entry up to the device's used index.
+fn emit_reap(g: &mut GuestAsm, s: &mut Subs, qd: u32) -> Result<(), MicroError> {
+    let (fail_io, fail_used) = (s.fail[0], s.fail[3]);
+    g.bind(&mut s.reap)?;
+    let top = s.reap;
+    let a = g.raw();
+    let mut out = a.create_label();
+    a.movzx(eax, word_ptr(rbx + (USED as i32 + 2))).map_err(e)?;
+    a.cmp(ax, r14w).map_err(e)?;
+    a.je(out).map_err(e)?;
+    a.mov(ecx, r14d).map_err(e)?;
+    a.and(ecx, MASK).map_err(e)?;
+    a.mov(eax, dword_ptr(rbx + rcx * 8 + (USED as i32 + 4)))
+        .map_err(e)?;
+    a.cmp(eax, qd).map_err(e)?;
+    a.jae(fail_used).map_err(e)?;
+    a.movzx(ecx, byte_ptr(rbx + rax + STATUS_BYTES as i32))
+        .map_err(e)?;
+    a.test(ecx, ecx).map_err(e)?;
+    a.jnz(fail_io).map_err(e)?;
+    a.mov(dword_ptr(rbx + r12 * 4 + FREE as i32), eax)
+        .map_err(e)?;
+    a.inc(r12).map_err(e)?;
+    a.dec(r13).map_err(e)?;
+    a.inc(r14d).map_err(e)?;
+    a.inc(qword_ptr(rbx + COMPLETED as i32)).map_err(e)?;
+    a.jmp(top).map_err(e)?;
+    a.set_label(&mut out).map_err(e)?;
+    a.ret().map_err(e)
+}
+
+/// `wait`: notify if needed, then `HLT` until the used index moves; a
+/// wake with no progress looks at the device status (its configuration
+/// interrupt: `NEEDS_RESET`).
+fn emit_wait(g: &mut GuestAsm, s: &mut Subs) -> Result<(), MicroError> {
+    let fail_device = s.fail[4];
+    g.bind(&mut s.wait)?;
+    let reap = s.reap;
+    let a = g.raw();
+    let mut look = a.create_label();
+    let mut progress = a.create_label();
+    a.cmp(word_ptr(rbx + NOTIFIED as i32), r15w).map_err(e)?;
+    a.je(look).map_err(e)?;
+    a.mov(word_ptr(rbx + NOTIFIED as i32), r15w).map_err(e)?;
+    a.mov(word_ptr(rbp + reg::NOTIFY), 0).map_err(e)?;
+    let sleep = look;
+    a.set_label(&mut look).map_err(e)?;
+    a.movzx(eax, word_ptr(rbx + (USED as i32 + 2))).map_err(e)?;
+    a.cmp(ax, r14w).map_err(e)?;
+    a.jne(progress).map_err(e)?;
+    a.hlt().map_err(e)?;
+    a.movzx(eax, word_ptr(rbx + (USED as i32 + 2))).map_err(e)?;
+    a.cmp(ax, r14w).map_err(e)?;
+    a.jne(progress).map_err(e)?;
+    a.movzx(eax, byte_ptr(rbp + reg::STATUS)).map_err(e)?;
+    a.mov(qword_ptr(rbx + LAST_STATUS as i32), rax).map_err(e)?;
+    a.test(eax, u32::from(status::NEEDS_RESET)).map_err(e)?;
+    a.jnz(fail_device).map_err(e)?;
+    a.jmp(sleep).map_err(e)?;
+    a.set_label(&mut progress).map_err(e)?;
+    a.call(reap).map_err(e)?;
+    a.ret().map_err(e)
+}
+
+/// `drain`: wait until nothing is in flight.
+fn emit_drain(g: &mut GuestAsm, s: &mut Subs) -> Result<(), MicroError> {
+    g.bind(&mut s.drain)?;
+    let (wait, top) = (s.wait, s.drain);
+    let a = g.raw();
+    let mut out = a.create_label();
+    a.test(r13, r13).map_err(e)?;
+    a.jz(out).map_err(e)?;
+    a.call(wait).map_err(e)?;
+    a.jmp(top).map_err(e)?;
+    a.set_label(&mut out).map_err(e)?;
+    a.ret().map_err(e)
+}
+
+/// `fill` (`write`) or `check`: slot `R8`'s buffer against the pattern of
+/// `RAX`.
+fn emit_pattern(g: &mut GuestAsm, label: &mut CodeLabel, write: bool) -> Result<(), MicroError> {
+    g.bind(label)?;
+    let a = g.raw();
+    let mut top = a.create_label();
+    let mut bad = a.create_label();
+    a.mov(rcx, r8).map_err(e)?;
+    a.shl(rcx, 12).map_err(e)?;
+    a.lea(rcx, qword_ptr(rbx + rcx + BUF as i32)).map_err(e)?;
+    a.xor(edx, edx).map_err(e)?;
+    a.mov(r9d, (BLOCK_BYTES / 8) as u32).map_err(e)?;
+    a.set_label(&mut top).map_err(e)?;
+    a.mov(r8, rax).map_err(e)?;
+    a.xor(r8, rdx).map_err(e)?;
+    if write {
+        a.mov(qword_ptr(rcx), r8).map_err(e)?;
+    } else {
+        a.cmp(qword_ptr(rcx), r8).map_err(e)?;
+        a.jne(bad).map_err(e)?;
+    }
+    a.add(rcx, 8).map_err(e)?;
+    a.add(rdx, PATTERN_STEP as i32).map_err(e)?;
+    a.dec(r9d).map_err(e)?;
+    a.jnz(top).map_err(e)?;
+    a.xor(eax, eax).map_err(e)?;
+    a.ret().map_err(e)?;
+    a.set_label(&mut bad).map_err(e)?;
+    a.mov(eax, 1).map_err(e)?;
+    a.ret().map_err(e)
 }

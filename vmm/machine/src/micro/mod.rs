@@ -44,6 +44,7 @@ pub mod asm;
 pub mod blk;
 pub mod devices;
 pub mod driver;
+pub mod net;
 pub mod proto;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -106,6 +107,9 @@ pub enum MicroError {
     /// A device could not be built.
     #[error(transparent)]
     Device(#[from] vmm_devices::DeviceError),
+    /// A tap the spec names (missing, not a tap, in use).
+    #[error(transparent)]
+    Tap(#[from] vmm_devices::tap::TapError),
 }
 
 /// What every micro-guest needs from KVM, opened once: `/dev/kvm` and the
