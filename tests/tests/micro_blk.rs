@@ -30,6 +30,8 @@ fn blk_vm(host: &MicroHost, name: &str, code: Vec<u8>, img: &Path) -> (GuestVm, 
     spec.devices = vec![MicroDevice::Block {
         path: img.to_path_buf(),
         readonly: false,
+        // The default engine: the one the VMM serves disks with.
+        engine: Default::default(),
     }];
     let vm = MicroVm::build(host, &spec).expect("build micro-guest");
     let io = vm.io.clone();

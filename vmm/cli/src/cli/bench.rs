@@ -17,6 +17,7 @@ use vmm_lab::{
     compare, integrity, run as run_bench, BenchOptions, BenchReport, BlkOptions, CompareOptions,
     IntegrityOptions, VcpuRow, Workload,
 };
+use vmm_machine::devices::{BlockEngine, UnknownEngine};
 use vmm_machine::vcpu_body::ExecutorKind;
 
 /// `vmm bench WORKLOAD --topology SPEC --vms N --vcpus M --duration D ...`.
@@ -144,6 +145,35 @@ pub struct BenchArgs {
     /// --integrity only: writes per generation (1..=1048576, default 32).
     #[arg(long, value_name = "N", value_parser = per_gen, allow_negative_numbers = true)]
     pub per_gen: Option<u32>,
+    /// blk only: who executes the device's reads, writes and flushes:
+    /// sync (the device's worker), pool (a few host threads) or io_uring
+    /// (default: the VMM's default engine).
+    #[arg(long, value_name = "ENGINE", value_parser = engine)]
+    pub engine: Option<BlockEngine>,
+    /// blk only: compare engines instead of mitigation sets, e.g.
+    /// `sync,pool,io_uring`: the first is the baseline and gets the A/A
+    /// row; one mitigation set on one executor (host included), no host
+    /// row; --reps repetitions, interleaved.
+    #[arg(long, value_name = "E,E..", value_parser = engine_list,
+          conflicts_with_all = ["compare", "compare_executors", "engine"])]
+    pub compare_engines: Option<Vec<BlockEngine>>,
+}
+
+fn engine(s: &str) -> std::result::Result<BlockEngine, String> {
+    s.trim().parse().map_err(|e: UnknownEngine| e.to_string())
+}
+
+fn engine_list(s: &str) -> std::result::Result<Vec<BlockEngine>, String> {
+    let v = s
+        .split(',')
+        .map(engine)
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    if v.len() < 2 {
+        return Err(format!(
+            "{s:?}: give two engines or more, e.g. sync,pool,io_uring"
+        ));
+    }
+    Ok(v)
 }
 
 fn qd(s: &str) -> std::result::Result<u16, String> {
@@ -379,7 +409,7 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         )
         .into());
     }
-    if a.compare.is_none() && !a.compare_executors {
+    if a.compare.is_none() && !a.compare_executors && a.compare_engines.is_none() {
         if a.reps.is_some() {
             return Err(ignored("--reps", "--compare", "a single run").into());
         }
@@ -415,6 +445,8 @@ fn check_blk_flags(a: &BenchArgs, workload: Workload, here: &str) -> Result<()> 
             (a.integrity, "--integrity"),
             (a.gens.is_some(), "--gens"),
             (a.per_gen.is_some(), "--per-gen"),
+            (a.engine.is_some(), "--engine"),
+            (a.compare_engines.is_some(), "--compare-engines"),
         ] {
             if set {
                 return Err(ignored(flag, "the blk workload", here).into());
@@ -444,6 +476,7 @@ fn check_blk_flags(a: &BenchArgs, workload: Workload, here: &str) -> Result<()> 
         (a.write, "--write"),
         (a.compare.is_some(), "--compare"),
         (a.compare_executors, "--compare-executors"),
+        (a.compare_engines.is_some(), "--compare-engines"),
         (a.json.is_some(), "--json"),
         (a.per_vcpu, "--per-vcpu"),
     ] {
@@ -466,6 +499,7 @@ fn bench_options(
         disks,
         qd: a.qd.unwrap_or(1),
         write: a.write,
+        engine: a.engine.unwrap_or_default(),
     };
     o.duration = a.duration;
     o.executor = executor;
@@ -503,8 +537,13 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let mut o = bench_options(&a, (workload, executor), disks, (vms, vcpus));
     topology::load(&a.topology).with_context(|| format!("--topology {}", a.topology))?;
     let bar = progress_bar();
+    let engines = a.compare_engines.clone().unwrap_or_default();
     let compare_list = match (&a.compare, a.compare_executors) {
         (Some(list), _) => Some((mitigation_sets(list)?, Vec::new())),
+        (None, false) if !engines.is_empty() => Some((
+            vec![a.mitigations.unwrap_or_else(Mitigations::all)],
+            Vec::new(),
+        )),
         (None, true) => {
             let other = match executor {
                 ExecutorKind::Workers => ExecutorKind::Threads,
@@ -520,7 +559,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if let Some((variants, executors)) = &compare_list {
         // every set, the A/A row, other executors and the host row, each
         // repetition; a run is its window plus warm-up and set-up
-        let rows = variants.len() + 1 + executors.len() + usize::from(!a.no_host);
+        let host = usize::from(!a.no_host && engines.is_empty());
+        let rows = variants.len() + 1 + executors.len() + host + engines.len().saturating_sub(1);
         args::check_compare_work(rows * a.reps.unwrap_or(3), a.duration, a.long)?;
     }
     let json = match compare_list {
@@ -530,8 +570,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     run: o,
                     variants,
                     repetitions: a.reps.unwrap_or(3),
-                    host_baseline: !a.no_host,
+                    host_baseline: !a.no_host && engines.is_empty(),
                     executors,
+                    engines,
                 },
                 &mut |p| {
                     let f = (p.done as f64 + p.run_fraction) / p.total.max(1) as f64;
@@ -618,6 +659,7 @@ fn run_integrity(
         gens: a.gens.unwrap_or(0),
         duration: a.duration,
         check: a.check,
+        engine: a.engine.unwrap_or_default(),
     };
     outln!(
         "integrity: {} VMs on the {} executor, 4 KiB blocks, {} writes per generation, queue depth {}{}",

@@ -53,6 +53,8 @@ pub enum MicroDevice {
         path: std::path::PathBuf,
         /// Open it read-only.
         readonly: bool,
+        /// Who executes its reads, writes and flushes.
+        engine: crate::devices::BlockEngine,
     },
 }
 
@@ -126,10 +128,15 @@ pub(crate) fn build_device(
 ) -> Result<DeviceSlot, MicroError> {
     let base = DEVICE_BASE + i as u64 * DEVICE_STRIDE;
     let (name, device): (String, Box<dyn VirtioDevice>) = match spec {
-        MicroDevice::Block { path, readonly } => {
+        MicroDevice::Block {
+            path,
+            readonly,
+            engine,
+        } => {
             let name = format!("{vm_name}-blk{i}");
             let disk = Disk::open(path, *readonly)?;
-            (name.clone(), Box::new(Block::new(&name, disk, 1)))
+            let dev = Block::new(&name, disk, 1).with_engine(*engine);
+            (name.clone(), Box::new(dev))
         }
     };
     // A vector per queue and one for configuration changes.
