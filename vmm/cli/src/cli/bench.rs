@@ -156,14 +156,19 @@ pub struct BenchArgs {
     /// row; --reps repetitions, interleaved.
     #[arg(long, value_name = "E,E..", value_parser = engine_list,
           conflicts_with_all = ["compare", "compare_executors", "engine"])]
-    pub compare_engines: Option<Vec<BlockEngine>>,
+    pub compare_engines: Option<EngineList>,
 }
+
+/// `--compare-engines`' list (a type of its own: clap takes a bare `Vec`
+/// for a repeated flag).
+#[derive(Clone, Debug)]
+pub struct EngineList(pub Vec<BlockEngine>);
 
 fn engine(s: &str) -> std::result::Result<BlockEngine, String> {
     s.trim().parse().map_err(|e: UnknownEngine| e.to_string())
 }
 
-fn engine_list(s: &str) -> std::result::Result<Vec<BlockEngine>, String> {
+fn engine_list(s: &str) -> std::result::Result<EngineList, String> {
     let v = s
         .split(',')
         .map(engine)
@@ -173,7 +178,7 @@ fn engine_list(s: &str) -> std::result::Result<Vec<BlockEngine>, String> {
             "{s:?}: give two engines or more, e.g. sync,pool,io_uring"
         ));
     }
-    Ok(v)
+    Ok(EngineList(v))
 }
 
 fn qd(s: &str) -> std::result::Result<u16, String> {
@@ -537,7 +542,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let mut o = bench_options(&a, (workload, executor), disks, (vms, vcpus));
     topology::load(&a.topology).with_context(|| format!("--topology {}", a.topology))?;
     let bar = progress_bar();
-    let engines = a.compare_engines.clone().unwrap_or_default();
+    let engines = a.compare_engines.clone().map(|l| l.0).unwrap_or_default();
     let compare_list = match (&a.compare, a.compare_executors) {
         (Some(list), _) => Some((mitigation_sets(list)?, Vec::new())),
         (None, false) if !engines.is_empty() => Some((

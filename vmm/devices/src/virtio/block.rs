@@ -4,17 +4,24 @@
 //!   read-only image (`readonly=on`) offers `VIRTIO_BLK_F_RO` and fails
 //!   writes, discards and write-zeroes with `IOERR`.
 //! * Several queues (`VIRTIO_BLK_F_MQ`), all served by one worker thread.
-//! * Durability: a write is acknowledged once `pwrite` returned (the data
-//!   is in the host's page cache: it survives the VMM being killed, not
-//!   the host losing power); a flush is acknowledged once `fdatasync`
-//!   returned. The device offers `VIRTIO_BLK_F_FLUSH`, so the guest's
-//!   filesystem issues flushes where it needs durability.
+//! * Durability: a write is acknowledged once the host's write call
+//!   returned (the data is in the host's page cache: it survives the VMM
+//!   being killed, not the host losing power); a flush is acknowledged
+//!   once `fdatasync` returned, and covers every write acknowledged before
+//!   the driver made the flush available (each engine's argument is in
+//!   [`super::block_engine`]). The device offers `VIRTIO_BLK_F_FLUSH`, so
+//!   the guest's filesystem issues flushes where it needs durability.
 //! * The image is opened once and locked with `flock` (exclusive, or
 //!   shared when read-only), as QEMU and Cloud Hypervisor do: a second VM
 //!   cannot write an image another one uses.
-//! * I/O is synchronous `pread`/`pwrite` on the worker, through a bounce
-//!   buffer of at most [`MAX_CHUNK`] bytes. (io_uring or a thread pool is
-//!   a measured choice still to make; see docs/devices.md.)
+//! * Requests are checked on the worker (chain shape, bounds, read-only)
+//!   and then executed by the disk's engine (`engine=`,
+//!   [`EngineKind`]): `sync`, `pread`/`pwrite`/`fdatasync` on the worker
+//!   through a bounce buffer of at most [`MAX_CHUNK`] bytes; `pool`, a
+//!   few host threads with `preadv`/`pwritev` into guest memory; or
+//!   `io_uring`. Get-id, discard and write-zeroes stay on the worker.
+//!   The default ([`EngineKind::default`]) is the measured choice of
+//!   docs/devices.md, "Block engine: measured choice".
 //!
 //! A request that does not fit the image, or whose data is not whole
 //! sectors, gets `IOERR`: that is the guest's I/O error, not a broken
