@@ -405,6 +405,8 @@ pub(crate) struct Uring {
     backlog: VecDeque<Io>,
     /// Submission entries pushed since the last `io_uring_enter`.
     unsubmitted: usize,
+    /// Requests run on the worker because the ring took no entry.
+    inline: Vec<Completion>,
     disk: Arc<Disk>,
     /// Guest memory, mapped until the ring has no request left.
     mem: Memory,
@@ -422,6 +424,7 @@ impl Uring {
             free: (0..depth as usize).rev().collect(),
             backlog: VecDeque::new(),
             unsubmitted: 0,
+            inline: Vec::new(),
             disk: disk.clone(),
             mem: mem.clone(),
         })
@@ -445,34 +448,49 @@ impl Uring {
         // The iovec array moves with `io` into its slot: its heap buffer
         // stays where the entry points until the completion.
         self.slots[slot] = Some(io);
-        loop {
+        for attempt in 0..2 {
             // SAFETY: the entry's iovecs (and the guest memory they point
             // into) live in `self.slots[slot]` and `self.mem` until its
             // completion is reaped, or until Drop has waited for it.
             if unsafe { self.ring.submission().push(&entry) }.is_ok() {
-                break;
+                self.unsubmitted += 1;
+                return;
             }
-            // The submission queue is full: hand it to the kernel first.
-            self.enter(0);
+            if attempt == 0 {
+                // The submission queue is full: hand it to the kernel.
+                self.enter(0);
+            }
         }
-        self.unsubmitted += 1;
+        // Still full (the kernel refuses entries): this one runs here.
+        self.free.push(slot);
+        if let Some(mut io) = self.slots[slot].take() {
+            let result = execute(&self.disk, &mut io.op);
+            self.inline.push(Completion { io, result });
+            let _ = self.event.write(1);
+        }
     }
 
     /// `io_uring_enter`: submits what was pushed, waiting for `want`
-    /// completions.
+    /// completions. On an error the entries stay in the submission queue
+    /// (`unsubmitted` too): the next kick, after the next completion or
+    /// notification, tries again.
     fn enter(&mut self, want: usize) {
         loop {
             match self.ring.submitter().submit_and_wait(want) {
-                Ok(_) => break,
+                Ok(_) => {
+                    self.unsubmitted = 0;
+                    return;
+                }
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && want == 0 => break,
+                // The completion queue is full (cannot happen at this
+                // ring's sizes): the worker reaps, then kicks again.
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return,
                 Err(e) => {
                     warn!("io_uring_enter: {e}");
-                    break;
+                    return;
                 }
             }
         }
-        self.unsubmitted = 0;
     }
 
     fn in_flight(&self) -> usize {
@@ -534,6 +552,7 @@ impl Engine for Uring {
     }
     fn reap(&mut self, out: &mut Vec<Completion>) {
         let _ = self.event.read();
+        out.append(&mut self.inline);
         self.take_completions(out);
         while let Some(slot) = self.free.last().copied() {
             let Some(io) = self.backlog.pop_front() else {
