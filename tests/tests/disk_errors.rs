@@ -77,6 +77,11 @@ fn disk_mistakes_exit_2_and_touch_nothing() {
     );
     run_with(
         dir.path(),
+        &["--disk", &d(",engine=aio")],
+        &["engine=\"aio\"", "sync, pool, io_uring"],
+    );
+    run_with(
+        dir.path(),
         &["--disk", &d(",pci_segment=1")],
         &["pci_segment=1", "num_pci_segments"],
     );

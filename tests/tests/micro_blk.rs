@@ -30,6 +30,8 @@ fn blk_vm(host: &MicroHost, name: &str, code: Vec<u8>, img: &Path) -> (GuestVm, 
     spec.devices = vec![MicroDevice::Block {
         path: img.to_path_buf(),
         readonly: false,
+        // The default engine: the one the VMM serves disks with.
+        engine: Default::default(),
     }];
     let vm = MicroVm::build(host, &spec).expect("build micro-guest");
     let io = vm.io.clone();
@@ -383,6 +385,14 @@ fn the_integrity_command_verifies_its_images_and_refuses_bad_input() {
             vec!["bench", "blk", "--disk", a, "--gens", "3"],
             "--gens applies to --integrity",
         ),
+        (
+            vec!["bench", "blk", "--disk", a, "--engine", "aio"],
+            "sync, pool, io_uring",
+        ),
+        (
+            vec!["bench", "blk", "--disk", a, "--compare-engines", "sync"],
+            "two engines or more",
+        ),
     ] {
         let r = integration_tests::guest::run_vmm(&args, Duration::from_secs(30));
         integration_tests::guest::assert_input_error(&r, &[needle]);
@@ -402,4 +412,72 @@ fn the_integrity_command_verifies_its_images_and_refuses_bad_input() {
         Duration::from_secs(30),
     );
     integration_tests::guest::assert_input_error(&r, &["locked"]);
+}
+
+/// `vmm bench blk --compare-engines`: every engine a row, the first one
+/// twice (its A/A row), on the host executor; the integrity writer on
+/// each engine verifies its image.
+#[test]
+fn engines_compare_interleaved_and_each_keeps_the_data() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = image(dir.path(), "a.img", 64);
+    let a = a.to_str().unwrap();
+    let json = dir.path().join("c.json");
+    let r = integration_tests::guest::run_vmm(
+        &[
+            "bench",
+            "blk",
+            "--disk",
+            a,
+            "--qd",
+            "8",
+            "--executor",
+            "host",
+            "--compare-engines",
+            "sync,pool,io_uring",
+            "--duration",
+            "0.2",
+            "--reps",
+            "2",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    assert_eq!(r.status, Some(0), "{}", r.context());
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let labels: Vec<&str> = j["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|row| row["mitigations"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["sync", "sync (A/A)", "pool", "io_uring"]);
+    for engine in ["sync", "pool", "io_uring"] {
+        let r = integration_tests::guest::run_vmm(
+            &[
+                "bench",
+                "blk",
+                "--integrity",
+                "--gens",
+                "3",
+                "--per-gen",
+                "16",
+                "--qd",
+                "8",
+                "--engine",
+                engine,
+                "--disk",
+                a,
+            ],
+            Duration::from_secs(60),
+        );
+        assert_eq!(r.status, Some(0), "{engine}: {}", r.context());
+        assert!(
+            r.console.contains("vm0: 3 generations flushed;"),
+            "{}",
+            r.context()
+        );
+    }
 }

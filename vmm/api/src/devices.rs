@@ -135,6 +135,8 @@ fn check_disk(i: usize, d: &DiskConfig, segments: u16) -> Result<DiskSpec, Field
         readonly: d.readonly,
         num_queues: d.num_queues,
         pci_segment: d.pci_segment,
+        // Cloud Hypervisor's DiskConfig has no engine: the default.
+        engine: Default::default(),
     })
 }
 

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use cli_common::args::int_in;
+use vmm_machine::devices::UnknownEngine;
 
 pub use cli_common::args::{
     burst_us, check_output_dir, check_output_file, check_work, count, format_duration, ignored,
@@ -284,21 +285,25 @@ fn on_off(k: &str, v: &str) -> Result<bool, String> {
     }
 }
 
-/// `--disk path=IMG[,readonly=on][,num_queues=N][,pci_segment=S]` (Cloud
-/// Hypervisor's syntax): a virtio-blk disk backed by a raw image.
+/// `--disk path=IMG[,readonly=on][,num_queues=N][,pci_segment=S][,engine=E]`
+/// (Cloud Hypervisor's syntax, plus this VMM's `engine=sync|pool|io_uring`):
+/// a virtio-blk disk backed by a raw image.
 pub fn disk(s: &str) -> Result<vmm_machine::devices::DiskSpec, String> {
     let mut d = vmm_machine::devices::DiskSpec {
         path: Default::default(),
         readonly: false,
         num_queues: None,
         pci_segment: 0,
+        engine: Default::default(),
     };
     let mut path = None;
-    for (k, v) in ch_options(s, &["path", "readonly", "num_queues", "pci_segment"])? {
+    let keys = ["path", "readonly", "num_queues", "pci_segment", "engine"];
+    for (k, v) in ch_options(s, &keys)? {
         match k {
             "path" if v.is_empty() => return Err("path= is empty: give the image's path".into()),
             "path" => path = Some(v.into()),
             "readonly" => d.readonly = on_off(k, v)?,
+            "engine" => d.engine = v.parse().map_err(|e: UnknownEngine| e.to_string())?,
             "num_queues" => {
                 d.num_queues = Some(v.parse().map_err(|_| {
                     format!("num_queues={v:?} is not a number of queues (1, 2, ...)")
@@ -472,6 +477,14 @@ mod tests {
         assert!(disk("path=a,num_queues=x")
             .unwrap_err()
             .contains("num_queues"));
+        let d = disk("path=a,engine=io_uring").unwrap();
+        assert_eq!(d.engine, vmm_machine::devices::BlockEngine::IoUring);
+        assert_eq!(disk("path=a").unwrap().engine, Default::default());
+        let e = disk("path=a,engine=aio").unwrap_err();
+        assert!(
+            e.contains("\"aio\"") && e.contains("sync, pool, io_uring"),
+            "{e}"
+        );
         assert!(disk("path=a,queues=2")
             .unwrap_err()
             .contains("unknown option"));

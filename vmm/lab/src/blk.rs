@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use vcpu_sched::exec::{CheckConfig, CpuMapping};
 use vcpu_sched::Mitigations;
 
+use vmm_machine::devices::BlockEngine;
 use vmm_machine::micro::blk::{self, Integrity, Iops, Verified, MAX_BLOCKS};
 use vmm_machine::micro::devices::MicroDevice;
 use vmm_machine::micro::driver::{FLUSHED, MAX_QD};
@@ -38,6 +39,24 @@ pub struct BlkOptions {
     /// Random writes instead of reads: each VM needs an image of its
     /// own, whose contents are overwritten.
     pub write: bool,
+    /// The devices' request engine.
+    #[serde(with = "engine_name", default)]
+    pub engine: BlockEngine,
+}
+
+/// A [`BlockEngine`] as its name in JSON.
+mod engine_name {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use vmm_machine::devices::BlockEngine;
+
+    pub fn serialize<S: Serializer>(e: &BlockEngine, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(e)
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BlockEngine, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 impl Default for BlkOptions {
@@ -46,6 +65,7 @@ impl Default for BlkOptions {
             disks: Vec::new(),
             qd: 1,
             write: false,
+            engine: BlockEngine::default(),
         }
     }
 }
@@ -126,6 +146,7 @@ pub(crate) fn iops_spec(o: &BlkOptions, v: usize) -> Result<MicroVmSpec, BenchEr
     spec.devices = vec![MicroDevice::Block {
         path: disk.clone(),
         readonly: !o.write,
+        engine: o.engine,
     }];
     Ok(spec)
 }
@@ -152,6 +173,8 @@ pub struct IntegrityOptions {
     pub duration: Duration,
     /// The invariant checker on.
     pub check: bool,
+    /// The devices' request engine.
+    pub engine: BlockEngine,
 }
 
 /// One VM of an [`integrity`] run.
@@ -207,6 +230,7 @@ pub fn integrity(
         spec.devices = vec![MicroDevice::Block {
             path: disk.clone(),
             readonly: false,
+            engine: opts.engine,
         }];
         let vm = MicroVm::build(&host, &spec)?;
         let hook = on_flush.clone();

@@ -18,6 +18,7 @@ use vcpu_sched::comparison;
 use vcpu_sched::Mitigations;
 
 use super::{run, BenchError, BenchOptions, BenchReport};
+use vmm_machine::devices::BlockEngine;
 use vmm_machine::vcpu_body::ExecutorKind;
 
 /// What to compare.
@@ -36,6 +37,12 @@ pub struct CompareOptions {
     /// first set, as a row of its own (`SET on threads`), so that a table
     /// compares executors with everything else equal.
     pub executors: Vec<ExecutorKind>,
+    /// blk only: compare virtio-blk request engines instead (the first is
+    /// the baseline and gets the A/A row; the first set on the run's
+    /// executor, any executor, host 1:1 included). With engines,
+    /// `variants` past the first, `executors` and `host_baseline` must be
+    /// empty or off.
+    pub engines: Vec<BlockEngine>,
 }
 
 /// Where a comparison is.
@@ -82,15 +89,51 @@ pub fn compare(
             "a comparison needs at least one mitigation set and one repetition".into(),
         ));
     }
+    let cells = if opts.engines.is_empty() {
+        scheduler_cells(opts)?
+    } else {
+        engine_cells(opts)?
+    };
+    run_cells(opts, cells, progress)
+}
+
+/// (label, kind, options) of a blk engine comparison: the first engine,
+/// its A/A row, then the others.
+fn engine_cells(opts: &CompareOptions) -> Result<Vec<Cell>, BenchError> {
+    if opts.variants.len() > 1 || !opts.executors.is_empty() || opts.host_baseline {
+        return Err(BenchError::Input(
+            "an engine comparison runs one mitigation set on one executor, with no host row".into(),
+        ));
+    }
+    let mut cells = Vec::new();
+    for (i, &e) in opts.engines.iter().enumerate() {
+        let mut o = opts.run.clone();
+        o.mitigations = opts.variants[0];
+        o.blk.engine = e;
+        if i == 0 {
+            cells.push((e.to_string(), RowKind::Baseline, o.clone()));
+            cells.push((format!("{e}{}", comparison::AA_SUFFIX), RowKind::AA, o));
+        } else {
+            cells.push((e.to_string(), RowKind::Variant, o));
+        }
+    }
+    Ok(cells)
+}
+
+/// A comparison's row: label, kind, the run's options.
+type Cell = (String, RowKind, BenchOptions);
+
+/// (label, kind, options) of a mitigation or executor comparison: the
+/// baseline, its A/A row, the other sets, other executors, then the
+/// host's 1:1 threads as a peer.
+fn scheduler_cells(opts: &CompareOptions) -> Result<Vec<Cell>, BenchError> {
     if opts.run.executor == ExecutorKind::Host {
         return Err(BenchError::Input(
             "compare with --executor workers or threads; the host 1:1 baseline is added by itself"
                 .into(),
         ));
     }
-    // (label, kind, options): the baseline, its A/A row, the other sets,
-    // then the host's 1:1 threads as a peer
-    let mut cells: Vec<(String, RowKind, BenchOptions)> = comparison::cells(&opts.variants)
+    let mut cells: Vec<Cell> = comparison::cells(&opts.variants)
         .map_err(|e| BenchError::Input(e.to_string()))?
         .into_iter()
         .map(|c| {
@@ -116,6 +159,16 @@ pub fn compare(
         o.executor = ExecutorKind::Host;
         cells.push(("host 1:1".into(), RowKind::Peer, o));
     }
+    Ok(cells)
+}
+
+/// Runs `cells` interleaved (one warm-up run first) and assembles the
+/// table.
+fn run_cells(
+    opts: &CompareOptions,
+    cells: Vec<Cell>,
+    progress: &mut dyn FnMut(&CompareProgress),
+) -> Result<BenchComparison, BenchError> {
     let nv = cells.len();
     let total = nv * opts.repetitions;
     {

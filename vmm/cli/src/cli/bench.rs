@@ -17,6 +17,7 @@ use vmm_lab::{
     compare, integrity, run as run_bench, BenchOptions, BenchReport, BlkOptions, CompareOptions,
     IntegrityOptions, NetOptions, VcpuRow, Workload,
 };
+use vmm_machine::devices::{BlockEngine, UnknownEngine};
 use vmm_machine::micro::net::NetMode;
 use vmm_machine::vcpu_body::ExecutorKind;
 
@@ -165,6 +166,18 @@ pub struct BenchArgs {
     /// 50..=1514, default 60).
     #[arg(long, value_name = "N", value_parser = frame_bytes, allow_negative_numbers = true)]
     pub frame_bytes: Option<usize>,
+    /// blk only: who executes the device's reads, writes and flushes:
+    /// sync (the device's worker), pool (a few host threads) or io_uring
+    /// (default: the VMM's default engine).
+    #[arg(long, value_name = "ENGINE", value_parser = engine)]
+    pub engine: Option<BlockEngine>,
+    /// blk only: compare engines instead of mitigation sets, e.g.
+    /// `sync,pool,io_uring`: the first is the baseline and gets the A/A
+    /// row; one mitigation set on one executor (host included), no host
+    /// row; --reps repetitions, interleaved.
+    #[arg(long, value_name = "E,E..", value_parser = engine_list,
+          conflicts_with_all = ["compare", "compare_executors", "engine"])]
+    pub compare_engines: Option<EngineList>,
 }
 
 fn net_mode(s: &str) -> std::result::Result<NetMode, String> {
@@ -178,6 +191,28 @@ fn frame_bytes(s: &str) -> std::result::Result<usize, String> {
         Ok(v) if r.contains(&v) => Ok(v),
         _ => Err(format!("{s:?}: give {} to {} bytes", r.start(), r.end())),
     }
+}
+
+/// `--compare-engines`' list (a type of its own: clap takes a bare `Vec`
+/// for a repeated flag).
+#[derive(Clone, Debug)]
+pub struct EngineList(pub Vec<BlockEngine>);
+
+fn engine(s: &str) -> std::result::Result<BlockEngine, String> {
+    s.trim().parse().map_err(|e: UnknownEngine| e.to_string())
+}
+
+fn engine_list(s: &str) -> std::result::Result<EngineList, String> {
+    let v = s
+        .split(',')
+        .map(engine)
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    if v.len() < 2 {
+        return Err(format!(
+            "{s:?}: give two engines or more, e.g. sync,pool,io_uring"
+        ));
+    }
+    Ok(EngineList(v))
 }
 
 fn qd(s: &str) -> std::result::Result<u16, String> {
@@ -414,7 +449,7 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         )
         .into());
     }
-    if a.compare.is_none() && !a.compare_executors {
+    if a.compare.is_none() && !a.compare_executors && a.compare_engines.is_none() {
         if a.reps.is_some() {
             return Err(ignored("--reps", "--compare", "a single run").into());
         }
@@ -450,6 +485,8 @@ fn check_blk_flags(a: &BenchArgs, workload: Workload, here: &str) -> Result<()> 
             (a.integrity, "--integrity"),
             (a.gens.is_some(), "--gens"),
             (a.per_gen.is_some(), "--per-gen"),
+            (a.engine.is_some(), "--engine"),
+            (a.compare_engines.is_some(), "--compare-engines"),
         ] {
             if set {
                 return Err(ignored(flag, "the blk workload", here).into());
@@ -479,6 +516,7 @@ fn check_blk_flags(a: &BenchArgs, workload: Workload, here: &str) -> Result<()> 
         (a.write, "--write"),
         (a.compare.is_some(), "--compare"),
         (a.compare_executors, "--compare-executors"),
+        (a.compare_engines.is_some(), "--compare-engines"),
         (a.json.is_some(), "--json"),
         (a.per_vcpu, "--per-vcpu"),
     ] {
@@ -536,6 +574,7 @@ fn bench_options(
         disks,
         qd: a.qd.unwrap_or(1),
         write: a.write,
+        engine: a.engine.unwrap_or_default(),
     };
     o.net = NetOptions {
         taps: net_taps(a, vms),
@@ -579,8 +618,13 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let mut o = bench_options(&a, (workload, executor), disks, (vms, vcpus));
     topology::load(&a.topology).with_context(|| format!("--topology {}", a.topology))?;
     let bar = progress_bar();
+    let engines = a.compare_engines.clone().map(|l| l.0).unwrap_or_default();
     let compare_list = match (&a.compare, a.compare_executors) {
         (Some(list), _) => Some((mitigation_sets(list)?, Vec::new())),
+        (None, false) if !engines.is_empty() => Some((
+            vec![a.mitigations.unwrap_or_else(Mitigations::all)],
+            Vec::new(),
+        )),
         (None, true) => {
             let other = match executor {
                 ExecutorKind::Workers => ExecutorKind::Threads,
@@ -596,7 +640,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if let Some((variants, executors)) = &compare_list {
         // every set, the A/A row, other executors and the host row, each
         // repetition; a run is its window plus warm-up and set-up
-        let rows = variants.len() + 1 + executors.len() + usize::from(!a.no_host);
+        let host = usize::from(!a.no_host && engines.is_empty());
+        let rows = variants.len() + 1 + executors.len() + host + engines.len().saturating_sub(1);
         args::check_compare_work(rows * a.reps.unwrap_or(3), a.duration, a.long)?;
     }
     let json = match compare_list {
@@ -606,8 +651,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     run: o,
                     variants,
                     repetitions: a.reps.unwrap_or(3),
-                    host_baseline: !a.no_host,
+                    host_baseline: !a.no_host && engines.is_empty(),
                     executors,
+                    engines,
                 },
                 &mut |p| {
                     let f = (p.done as f64 + p.run_fraction) / p.total.max(1) as f64;
@@ -694,6 +740,7 @@ fn run_integrity(
         gens: a.gens.unwrap_or(0),
         duration: a.duration,
         check: a.check,
+        engine: a.engine.unwrap_or_default(),
     };
     outln!(
         "integrity: {} VMs on the {} executor, 4 KiB blocks, {} writes per generation, queue depth {}{}",

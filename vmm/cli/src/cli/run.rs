@@ -109,9 +109,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "num_pci_segments=N")]
     pub platform: Option<String>,
     /// A virtio-blk disk backed by a raw image, as Cloud Hypervisor writes
-    /// it: `path=IMG[,readonly=on][,num_queues=N][,pci_segment=S]`. The
-    /// image is locked while the VM runs; num_queues defaults to one per
-    /// vCPU. Repeat for more disks (vda, vdb, ...).
+    /// it: `path=IMG[,readonly=on][,num_queues=N][,pci_segment=S]`, plus
+    /// this VMM's `engine=sync|pool|io_uring` (who executes the reads,
+    /// writes and flushes; see docs/devices.md). The image is locked while
+    /// the VM runs; num_queues defaults to one per vCPU. Repeat for more
+    /// disks (vda, vdb, ...).
     #[arg(long, value_name = "path=IMG[,...]")]
     pub disk: Vec<String>,
     /// A virtio-net device on a host tap, as Cloud Hypervisor writes it:

@@ -111,7 +111,9 @@ pub struct FileConfig {
     pub rng: Option<String>,
     /// `platform`: `"num_pci_segments=N"`.
     pub platform: Option<String>,
-    /// `disk`: a list of `"path=IMG[,readonly=on][,num_queues=N][,pci_segment=S]"`.
+    /// `disk`: a list of
+    /// `"path=IMG[,readonly=on][,num_queues=N][,pci_segment=S][,engine=E]"`
+    /// (`engine=sync|pool|io_uring` is this VMM's extension).
     pub disk: Option<Vec<String>>,
     /// `net`: a list of `"tap=NAME[,mac=MAC][,num_queues=N][,pci_segment=S]"`.
     pub net: Option<Vec<String>>,

@@ -296,3 +296,26 @@ fn devices_in_cloud_hypervisor_syntax() {
         .devices;
     assert_eq!((d.pci_segments, d.rng), (2, Some(1)));
 }
+
+#[test]
+fn a_disk_engine_in_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.img"), [0u8; 512]).unwrap();
+    let file: FileConfig =
+        toml::from_str("disk = [\"path=a.img,engine=pool\", \"path=a.img,readonly=on\"]").unwrap();
+    let at = dir.path().join("vm.toml");
+    let d = RunConfig::resolve(flags(), Some((&at, file)))
+        .unwrap()
+        .devices;
+    use vmm_machine::devices::BlockEngine;
+    assert_eq!(d.disks[0].engine, BlockEngine::Pool);
+    assert_eq!(d.disks[1].engine, BlockEngine::default());
+    let file: FileConfig = toml::from_str("disk = [\"path=a.img,engine=aio\"]").unwrap();
+    let e = RunConfig::resolve(flags(), Some((&at, file)))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("disk") && e.contains("sync, pool, io_uring"),
+        "{e}"
+    );
+}

@@ -188,12 +188,24 @@ pub fn drain(
     mem: &Memory,
     mut serve: impl FnMut(&Chain) -> Result<u32, String>,
 ) -> Result<bool, String> {
+    drain_some(queue, mem, |c| serve(c).map(Some))
+}
+
+/// As [`drain`], for a device that may finish a chain later: `serve`
+/// returning `Ok(None)` took the chain without using it (the device adds
+/// its used entry itself when it completes).
+pub fn drain_some(
+    queue: &mut Queue,
+    mem: &Memory,
+    mut serve: impl FnMut(&Chain) -> Result<Option<u32>, String>,
+) -> Result<bool, String> {
     let mut used = false;
     loop {
         while let Some(c) = next(queue, mem).map_err(|e| e.to_string())? {
-            let n = serve(&c)?;
-            queue.add_used(mem, c.head, n).map_err(|e| e.to_string())?;
-            used = true;
+            if let Some(n) = serve(&c)? {
+                queue.add_used(mem, c.head, n).map_err(|e| e.to_string())?;
+                used = true;
+            }
         }
         if !queue.enable_notification(mem).map_err(|e| e.to_string())? {
             return Ok(used);

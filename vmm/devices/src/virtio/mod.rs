@@ -34,6 +34,7 @@ use crate::pci::msix::Msix;
 use crate::DeviceError;
 
 pub mod block;
+pub mod block_engine;
 pub mod chain;
 pub mod console;
 pub mod net;

@@ -37,6 +37,7 @@ pub mod legacy;
 pub use kvm::{GsiRoutes, KvmMsi, KvmNotify, MsiWake, MsiWakeSlot};
 pub use legacy::{EventFdTrigger, LegacyDevices, ResetLine, SerialPort};
 pub use vmm_devices::virtio::block::QUEUE_SIZE as DISK_QUEUE_SIZE;
+pub use vmm_devices::virtio::block_engine::{EngineKind as BlockEngine, UnknownEngine};
 pub use vmm_devices::virtio::net::{Mac, QUEUE_SIZE as NET_QUEUE_SIZE};
 pub use vmm_devices::DeviceError;
 
@@ -58,6 +59,9 @@ pub struct DiskSpec {
     pub num_queues: Option<u16>,
     /// `pci_segment=S`.
     pub pci_segment: u16,
+    /// `engine=sync|pool|io_uring`: this VMM's extension (Cloud
+    /// Hypervisor has no such key); the default where not given.
+    pub engine: BlockEngine,
 }
 
 /// Where a virtio-net's tap comes from.
@@ -438,7 +442,7 @@ impl PciBuilder {
         for (i, (d, disk)) in spec.disks.iter().zip(backends.disks).enumerate() {
             let name = format!("virtio-blk{i}");
             let queues = DeviceSpec::disk_queues(d, vcpus);
-            let dev = Block::new(&name, disk, queues);
+            let dev = Block::new(&name, disk, queues).with_engine(d.engine);
             self.add_virtio(
                 &mut segments[usize::from(d.pci_segment)],
                 &name,
@@ -603,6 +607,7 @@ mod tests {
             readonly: false,
             num_queues,
             pci_segment,
+            engine: BlockEngine::default(),
         };
         let with = |d| DeviceSpec {
             disks: vec![d],

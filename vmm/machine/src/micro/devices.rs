@@ -55,6 +55,8 @@ pub enum MicroDevice {
         path: std::path::PathBuf,
         /// Open it read-only.
         readonly: bool,
+        /// Who executes its reads, writes and flushes.
+        engine: crate::devices::BlockEngine,
     },
     /// virtio-net on an existing tap (opened by name when the VM is
     /// built, one queue pair), a random MAC.
@@ -134,10 +136,15 @@ pub(crate) fn build_device(
 ) -> Result<DeviceSlot, MicroError> {
     let base = DEVICE_BASE + i as u64 * DEVICE_STRIDE;
     let (name, device): (String, Box<dyn VirtioDevice>) = match spec {
-        MicroDevice::Block { path, readonly } => {
+        MicroDevice::Block {
+            path,
+            readonly,
+            engine,
+        } => {
             let name = format!("{vm_name}-blk{i}");
             let disk = Disk::open(path, *readonly)?;
-            (name.clone(), Box::new(Block::new(&name, disk, 1)))
+            let dev = Block::new(&name, disk, 1).with_engine(*engine);
+            (name.clone(), Box::new(dev))
         }
         MicroDevice::Net { tap } => {
             let name = format!("{vm_name}-net{i}");
