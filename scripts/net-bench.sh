@@ -57,7 +57,7 @@ for rep in 1 2; do
         --pings "$x4_pings" --interval "$x4_interval")
     fi
     line=$("${run[@]}" --out "$out/$1-$rep.txt" \
-      | tee /dev/stderr | grep '^rtt ms:' || true)
+      | tee -a /dev/stderr | grep '^rtt ms:' || true)
     echo "$1 rep $rep: ${line:-no replies}" >>"$out/summary.txt"
   done
 done

@@ -45,6 +45,9 @@ const SIZE_FLAGS: &[&str] = &[
     "--tasks",
     "--groups",
     "--group-size",
+    "--pings",
+    "--interval",
+    "--neighbours",
 ];
 
 /// Size flags without a value (scripts' small modes).
@@ -357,6 +360,17 @@ const TABLE: &[(&str, How)] = &[
         }]),
     ),
     (
+        "scripts/blk-engine-bench.sh",
+        // tests/tests/micro_blk.rs checks the engine comparison's rows and
+        // each engine's integrity; this is the benchmark's plumbing, at
+        // its smallest
+        How::Run(&[Form {
+            env: &[("VMM_BIN", "{vmm}")],
+            expect: Expect::Stdout("write-qd32.txt"),
+            ..run("scripts/blk-engine-bench.sh --out {tmp}/engines --duration 0.1 --reps 1")
+        }]),
+    ),
+    (
         "scripts/net-pps-bench.sh --reps 3 --duration 1",
         // tests/tests/micro_net.rs checks what the micro-guest driver does;
         // this is the benchmark's plumbing (namespace, taps, six tables),
@@ -391,6 +405,25 @@ const TABLE: &[(&str, How)] = &[
         How::Run(&[Form {
             expect: Expect::Stdout("pci_bus 0001:00: on NUMA node 1"),
             ..run("vmm -v run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 1G --guest \"package:2 [numa] l3:1 l2:1 core:1 pu:1\" --platform num_pci_segments=2 --rng pci_segment=1 --cmdline \"loglevel=8\" --until \"IPI shorthand broadcast\" --timeout 12m")
+        }]),
+    ),
+    (
+        "scripts/net-bench.sh --out DIR",
+        How::Elsewhere {
+            by: "by hand, to refresh docs/devices.md (\"Ping round trips\"); each of its runs \
+                 is one of the two scripts run here: scripts/net-demo.sh (the README's entry) \
+                 and scripts/net-neighbours.sh (the next entry)",
+            why: "eight guest boots and 1,440 pings: about twenty minutes under kvm_pvm",
+        },
+    ),
+    (
+        "scripts/net-neighbours.sh --sched vcpu_sched --neighbours 6 --pings 60 --interval 1",
+        // the guest's boot, then 2 spinning neighbours on the one
+        // scheduler, and pings that all come back
+        How::Run(&[Form {
+            env: &[("VMM_BIN", "{vmm}")],
+            expect: Expect::Stdout("5 received, 0% packet loss"),
+            ..run("scripts/net-neighbours.sh --sched vcpu_sched --neighbours 2 --pings 5 --interval 1")
         }]),
     ),
     // ---- docs/scheduler.md ----
