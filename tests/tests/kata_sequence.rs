@@ -124,7 +124,7 @@ fn add_net_takes_tap_descriptors_and_leaks_none() {
         let two = ns.open_tap(2);
         let raw: Vec<i32> = two
             .iter()
-            .map(|f| std::os::fd::AsRawFd::as_raw_fd(f))
+            .map(std::os::fd::AsRawFd::as_raw_fd)
             .collect();
         let (s, v) = put_with_fds(&sock, add, &net, &raw);
         assert_eq!((s, v["field"].as_str()), (400, Some("num_queues")), "{v}");
