@@ -93,6 +93,37 @@ fn started_as_kata_starts_cloud_hypervisor_it_pings_and_shuts_down() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
     }
+    // The entry's settings file: named in the one-line error, exit 2.
+    let d = tempfile::tempdir().unwrap();
+    let sock = d.path().join("s");
+    let out = Command::new(vmm_bin())
+        .arg("--api-socket")
+        .arg(&sock)
+        .env("VMM_SERVE_CONFIG", d.path().join("none.toml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("VMM_SERVE_CONFIG=") && err.lines().count() == 1,
+        "{err}"
+    );
+    std::fs::write(d.path().join("bad.toml"), "executor = \"threads\"\n").unwrap();
+    let out = Command::new(vmm_bin())
+        .arg("--api-socket")
+        .arg(&sock)
+        .env("VMM_SERVE_CONFIG", d.path().join("bad.toml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("executor threads"), "{err}");
+    assert!(!sock.exists());
+    let out = Command::new(vmm_bin())
+        .args(["--api-socket", "/tmp/x", "demo"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
 
 /// Step 4's error cases, and what the server keeps: every refused
@@ -122,10 +153,7 @@ fn add_net_takes_tap_descriptors_and_leaks_none() {
         assert_eq!((s, v["field"].as_str()), (400, Some("net[0].tap")), "{v}");
         // two descriptors for num_queues 2 (one pair)
         let two = ns.open_tap(2);
-        let raw: Vec<i32> = two
-            .iter()
-            .map(std::os::fd::AsRawFd::as_raw_fd)
-            .collect();
+        let raw: Vec<i32> = two.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
         let (s, v) = put_with_fds(&sock, add, &net, &raw);
         assert_eq!((s, v["field"].as_str()), (400, Some("num_queues")), "{v}");
         assert!(
