@@ -1,6 +1,7 @@
 //! A network namespace that a test makes for itself, with a tap device in
 //! it, so that no packet of a networked guest leaves the namespace.
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Command;
 
 /// The host's address on the tap (a /24).
@@ -52,6 +53,26 @@ impl Netns {
         c
     }
 
+    /// `queues` descriptors of [`TAP`], opened inside the namespace as
+    /// Kata's runtime opens a sandbox's tap (`/dev/net/tun`, `TUNSETIFF`
+    /// with `IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | IFF_MULTI_QUEUE`), to be
+    /// sent to the server with `vm.add-net`. A thread of its own enters the
+    /// namespace (`setns` changes only the calling thread's), opens them
+    /// there and ends: the descriptors stay attached to the tap.
+    pub fn open_tap(&self, queues: usize) -> Vec<OwnedFd> {
+        let path = format!("/var/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            let ns = std::fs::File::open(&path).expect("the namespace's file");
+            // SAFETY: setns on an open namespace descriptor; it changes
+            // this (short-lived) thread's network namespace only.
+            let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+            (0..queues).map(|_| open_tun(TAP)).collect()
+        })
+        .join()
+        .expect("the tap-opening thread")
+    }
+
     /// `ping -c COUNT -i INTERVAL` the guest from inside the namespace:
     /// the round-trip times of the replies in milliseconds, and ping's
     /// summary lines.
@@ -80,4 +101,37 @@ impl Drop for Netns {
             .args(["netns", "del", &self.name])
             .output();
     }
+}
+
+/// `struct ifreq` with its flags, for `TUNSETIFF`.
+#[repr(C)]
+struct IfReq {
+    name: [u8; libc::IFNAMSIZ],
+    flags: libc::c_short,
+    _pad: [u8; 22],
+}
+
+/// A descriptor of tap `name` in this thread's namespace.
+fn open_tun(name: &str) -> OwnedFd {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/net/tun")
+        .expect("/dev/net/tun");
+    let mut req = IfReq {
+        name: [0; libc::IFNAMSIZ],
+        flags: (libc::IFF_TAP | libc::IFF_NO_PI | libc::IFF_VNET_HDR | libc::IFF_MULTI_QUEUE)
+            as libc::c_short,
+        _pad: [0; 22],
+    };
+    req.name[..name.len()].copy_from_slice(name.as_bytes());
+    // SAFETY: TUNSETIFF reads and writes a struct ifreq; `req` is one and
+    // outlives the call.
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::TUNSETIFF, &mut req) };
+    assert!(
+        r >= 0,
+        "TUNSETIFF {name}: {}",
+        std::io::Error::last_os_error()
+    );
+    OwnedFd::from(f)
 }

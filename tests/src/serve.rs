@@ -31,14 +31,29 @@ impl Server {
     /// Starts the server through `cmd`, which is either the `vmm` binary
     /// or a wrapper that runs it (`ip netns exec NS vmm`).
     pub fn spawn(mut cmd: Command, topology: &str, extra: &[&str]) -> Server {
+        cmd.arg("serve");
+        Self::launch(cmd, |c, sock| {
+            c.arg("--api-socket")
+                .arg(sock)
+                .args(["--topology", topology])
+                .args(extra);
+        })
+    }
+
+    /// Starts the server as Kata starts Cloud Hypervisor: `cmd` (the
+    /// binary, or a wrapper) `--api-socket S EXTRA...`, no subcommand.
+    pub fn spawn_ch(cmd: Command, extra: &[&str]) -> Server {
+        Self::launch(cmd, |c, sock| {
+            c.arg("--api-socket").arg(sock).args(extra);
+        })
+    }
+
+    fn launch(mut cmd: Command, args: impl FnOnce(&mut Command, &Path)) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("api.sock");
         let log = std::fs::File::create(dir.path().join("serve.log")).unwrap();
+        args(&mut cmd, &sock);
         let child = cmd
-            .args(["serve", "--api-socket"])
-            .arg(&sock)
-            .args(["--topology", topology])
-            .args(extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -120,4 +135,90 @@ pub fn rt() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
+}
+
+/// The descriptors `pid` has open (`/proc/PID/fd`).
+pub fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// `PUT path` with a JSON `body` and `fds` sent with it as `SCM_RIGHTS`
+/// ancillary data, in one `sendmsg`, as Kata's driver sends `vm.add-net`
+/// (`httputil.DumpRequest`, then `WriteMsgUnix`); (status, body as JSON).
+/// A blocking client of its own: hyper's cannot send ancillary data.
+pub fn put_with_fds(sock: &Path, path: &str, body: &str, fds: &[i32]) -> (u16, Value) {
+    use std::io::{BufRead, Read};
+    use std::os::fd::AsRawFd;
+    let s = std::os::unix::net::UnixStream::connect(sock).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let req = format!(
+        "PUT {path} HTTP/1.1\r\nHost: localhost\r\nAccept: application/json\r\n\
+         Content-Length: {}\r\nContent-Type: application/json\r\n\r\n{body}",
+        body.len()
+    );
+    let bytes = std::mem::size_of_val(fds) as u32;
+    let mut control = vec![0u64; 8 + fds.len()];
+    let mut iov = libc::iovec {
+        iov_base: req.as_ptr() as *mut _,
+        iov_len: req.len(),
+    };
+    // SAFETY: a msghdr is plain data; all-zero is its empty value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        msg.msg_control = control.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE computes a size.
+        msg.msg_controllen = unsafe { libc::CMSG_SPACE(bytes) } as _;
+        // SAFETY: `control` has room for one header with `fds` (its
+        // CMSG_SPACE, within 8 + len words); the header is written in it.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(bytes) as _;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr(),
+                libc::CMSG_DATA(c).cast::<i32>(),
+                fds.len(),
+            );
+        }
+    }
+    // SAFETY: `msg` points at `iov` (the request) and `control`, alive
+    // for the call.
+    let n = unsafe { libc::sendmsg(s.as_raw_fd(), &msg, 0) };
+    assert_eq!(
+        n,
+        req.len() as isize,
+        "sendmsg: {}",
+        std::io::Error::last_os_error()
+    );
+    let mut r = std::io::BufReader::new(&s);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {line:?}"));
+    let mut len = 0usize;
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).unwrap();
+        if h.trim().is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            if k.eq_ignore_ascii_case("content-length") {
+                len = v.trim().parse().unwrap_or(0);
+            }
+        }
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).unwrap();
+    let text = String::from_utf8_lossy(&body).into_owned();
+    let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, v)
 }

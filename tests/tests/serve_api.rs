@@ -266,6 +266,12 @@ fn errors_are_4xx_json_naming_the_field_and_the_server_keeps_serving() {
             ("PUT", "/api/v1/vms/bad%id/vm.info", None, 400, Some("id"), "not a VM id"),
             ("GET", "/api/v1/vm.create", None, 405, None, "takes PUT"),
             ("GET", "/api/v1/vm.nothing", None, 404, None, "no such endpoint"),
+            // CH's endpoints not implemented: 501 with what is missing
+            ("PUT", "/api/v1/vm.add-disk", Some("{}"), 501, None, "PCI hotplug"),
+            ("PUT", "/api/v1/vms/x/vm.snapshot", Some("{}"), 501, None, "snapshots"),
+            // CH's fields at their defaults pass; others are named
+            ("PUT", "/api/v1/vm.create", Some(r#"{"vsock":{"cid":3,"socket":"/s"}}"#), 400, Some("vsock"), "virtio-vsock"),
+            ("PUT", "/api/v1/vm.create", Some(r#"{"memory":{"size":2097152,"shared":true}}"#), 400, Some("memory.shared"), "shared_fs"),
             // serde reads a struct from an array; the API does not
             ("PUT", "/api/v1/vm.create", Some("[]"), 400, None, "not a JSON object"),
             ("PUT", "/api/v1/vm.create", Some(" [1, 2]"), 400, None, "not a JSON object"),

@@ -18,6 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use vcpu_sched::placement::pack::{CpuAffinity, Relax};
 
+use super::defaults::{absent, off, only, yes, Unsupported};
+
 /// An error answer: `{"error": "...", "field": "cpus.topology"}`.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct ApiError {
@@ -65,9 +67,11 @@ impl ApiError {
     }
 }
 
-/// CH's `VmConfig`, the subset this VMM implements.
+/// CH's `VmConfig`: every field of CH's API 0.3.0; those of devices and
+/// features this VMM does not implement ([`Unsupported`]) only at their
+/// defaults. Unknown fields are refused by name ([`Unsupported::check`]:
+/// serde cannot deny them through a flattened struct).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct VmConfig {
     /// vCPUs.
     #[serde(default)]
@@ -102,6 +106,10 @@ pub struct VmConfig {
     /// This VMM's extensions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub x_vmm: Option<Extensions>,
+    /// CH's fields this VMM takes only at their defaults, and any unknown
+    /// field (refused).
+    #[serde(flatten)]
+    pub ch: Unsupported,
 }
 
 /// CH's `CpusConfig`.
@@ -119,6 +127,19 @@ pub struct CpusConfig {
     /// Host CPUs per vCPU; absent: the planner picks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Vec<CpuAffinity>>,
+    /// Hyper-V enlightenments: false only.
+    #[serde(default)]
+    pub kvm_hyperv: bool,
+    /// A limit on the guest's physical address bits: absent only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_phys_bits: Option<u32>,
+    /// CH's default `true`; either value is accepted: this VMM's CPUID
+    /// never offers VMX or SVM, so the guest never nests.
+    #[serde(default = "yes")]
+    pub nested: bool,
+    /// CPU features (`amx`): false or absent only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub features: Option<serde_json::Value>,
 }
 
 impl Default for CpusConfig {
@@ -128,6 +149,10 @@ impl Default for CpusConfig {
             max_vcpus: None,
             topology: None,
             affinity: None,
+            kvm_hyperv: false,
+            max_phys_bits: None,
+            nested: true,
+            features: None,
         }
     }
 }
@@ -146,16 +171,139 @@ pub struct CpuTopology {
     pub packages: u32,
 }
 
-/// CH's `MemoryConfig` (only `size`).
+/// CH's `MemoryConfig`: `size`, and the rest at CH's defaults
+/// ([`MemoryConfig::check_ch`]).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryConfig {
     /// Bytes.
     pub size: u64,
+    /// The most memory `vm.resize` may add: accepted and echoed (Kata
+    /// reads it back as its ceiling), but `vm.resize` with `desired_ram`
+    /// answers 400: no memory hotplug here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hotplug_size: Option<u64>,
+    /// Memory hotplugged at boot: absent or 0 only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hotplugged_size: Option<u64>,
+    /// KSM: false only.
+    #[serde(default)]
+    pub mergeable: bool,
+    /// `Acpi` only (no virtio-mem).
+    #[serde(default = "acpi")]
+    pub hotplug_method: String,
+    /// Shared (memfd) guest memory: false only (see [`MemoryConfig::check_ch`]).
+    #[serde(default)]
+    pub shared: bool,
+    /// hugetlbfs pages: false only.
+    #[serde(default)]
+    pub hugepages: bool,
+    /// Their size: absent only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hugepage_size: Option<u64>,
+    /// Populate at boot: false only.
+    #[serde(default)]
+    pub prefault: bool,
+    /// Reserve swap space: false only.
+    #[serde(default)]
+    pub reserve: bool,
+    /// Transparent huge pages: true (CH's default, what this VMM does:
+    /// guest RAM is madvised MADV_HUGEPAGE) only.
+    #[serde(default = "yes")]
+    pub thp: bool,
+    /// Memory zones: absent or empty only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zones: Option<Vec<serde_json::Value>>,
+}
+
+fn acpi() -> String {
+    "Acpi".into()
+}
+
+impl MemoryConfig {
+    /// `size` bytes, every other field at CH's default.
+    pub fn of_size(size: u64) -> Self {
+        Self {
+            size,
+            hotplug_size: None,
+            hotplugged_size: None,
+            mergeable: false,
+            hotplug_method: acpi(),
+            shared: false,
+            hugepages: false,
+            hugepage_size: None,
+            prefault: false,
+            reserve: false,
+            thp: true,
+            zones: None,
+        }
+    }
+
+    /// Every field but `size` and `hotplug_size` at what this VMM does.
+    fn check_ch(&self) -> Result<(), ApiError> {
+        if self.hotplugged_size.is_some_and(|h| h != 0) {
+            absent(
+                "memory.hotplugged_size",
+                &self.hotplugged_size,
+                "no memory hotplug here",
+            )?;
+        }
+        off(
+            "memory.mergeable",
+            self.mergeable,
+            "KSM merging is not implemented",
+        )?;
+        only(
+            "memory.hotplug_method",
+            &self.hotplug_method.as_str(),
+            &"Acpi",
+            "virtio-mem is not implemented",
+        )?;
+        off(
+            "memory.shared",
+            self.shared,
+            "guest RAM is private anonymous memory here; shared (memfd) memory, which \
+             vhost-user devices such as virtio-fs map, is not implemented (Kata: shared_fs = \"none\")",
+        )?;
+        off(
+            "memory.hugepages",
+            self.hugepages,
+            "hugetlbfs backing is not implemented",
+        )?;
+        absent(
+            "memory.hugepage_size",
+            &self.hugepage_size,
+            "hugetlbfs backing is not implemented",
+        )?;
+        off(
+            "memory.prefault",
+            self.prefault,
+            "prefaulting is not implemented",
+        )?;
+        off(
+            "memory.reserve",
+            self.reserve,
+            "reserving is not implemented",
+        )?;
+        only(
+            "memory.thp",
+            &self.thp,
+            &true,
+            "guest RAM is always madvised for transparent huge pages here",
+        )?;
+        if self.zones.as_ref().is_some_and(|z| !z.is_empty()) {
+            absent(
+                "memory.zones",
+                &self.zones,
+                "memory zones are not implemented",
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// CH's `PayloadConfig`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PayloadConfig {
     /// A kernel image path.
@@ -167,6 +315,15 @@ pub struct PayloadConfig {
     /// An initramfs path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initramfs: Option<String>,
+    /// Firmware: absent only (kernels boot directly).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<String>,
+    /// An IGVM file: absent only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub igvm: Option<String>,
+    /// Confidential-guest host data: absent only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_data: Option<String>,
 }
 
 /// CH's `NumaConfig`.
@@ -328,12 +485,26 @@ impl VmConfig {
         }
     }
 
+    /// The config as `vm.info` shows it, in CH's schema: `cpus.max_vcpus`,
+    /// `memory` (with the size in effect) and `payload` filled in where the
+    /// request left them out, as CH echoes its defaults.
+    pub fn echo(&self) -> VmConfig {
+        let mut c = self.clone();
+        c.cpus.max_vcpus.get_or_insert(c.cpus.boot_vcpus);
+        if c.memory.is_none() {
+            c.memory = Some(MemoryConfig::of_size(self.memory_bytes()));
+        }
+        c.payload.get_or_insert_with(PayloadConfig::default);
+        c
+    }
+
     /// Checks every field against what this VMM can honour and returns
     /// the guest shape as an hwloc synthetic string (or the preset
     /// named); an error names the field. Reads no file: the files a
     /// config names are checked apart, with no lock held (the crate's
     /// `files` module).
     pub fn guest_shape(&self) -> Result<String, ApiError> {
+        self.ch.check()?;
         self.check_cpus()?;
         self.check_payload()?;
         self.check_extensions()?;
@@ -398,10 +569,31 @@ impl VmConfig {
                 return Err(ApiError::bad(
                     "cpus.max_vcpus",
                     format!(
-                        "{m} differs from boot_vcpus {}: vCPU hotplug is not supported, give equal values",
+                        "{m} differs from boot_vcpus {}: vCPU hotplug is not supported, give equal \
+                         values (Kata: default_maxvcpus = default_vcpus)",
                         c.boot_vcpus
                     ),
                 ));
+            }
+        }
+        off(
+            "cpus.kvm_hyperv",
+            c.kvm_hyperv,
+            "Hyper-V enlightenments are not implemented",
+        )?;
+        absent(
+            "cpus.max_phys_bits",
+            &c.max_phys_bits,
+            "the guest's physical address width is this VMM's own",
+        )?;
+        if let Some(f) = &c.features {
+            let none = serde_json::json!({});
+            if *f != none && *f != serde_json::json!({"amx": false}) {
+                absent(
+                    "cpus.features",
+                    &c.features,
+                    "CPU features (AMX) are not implemented",
+                )?;
             }
         }
         Ok(())
@@ -413,6 +605,21 @@ impl VmConfig {
         let Some(p) = &self.payload else {
             return Ok(());
         };
+        absent(
+            "payload.firmware",
+            &p.firmware,
+            "firmware payloads are not implemented: give kernel",
+        )?;
+        absent(
+            "payload.igvm",
+            &p.igvm,
+            "IGVM payloads are not implemented: give kernel",
+        )?;
+        absent(
+            "payload.host_data",
+            &p.host_data,
+            "confidential guests are not implemented",
+        )?;
         if p.kernel.is_none() && (p.initramfs.is_some() || p.cmdline.is_some()) {
             return Err(ApiError::bad(
                 "payload.kernel",
@@ -476,6 +683,7 @@ impl VmConfig {
         let Some(m) = &self.memory else {
             return Ok(());
         };
+        m.check_ch()?;
         if !self.linux_payload() {
             let (lo, hi) = (
                 vmm_machine::micro::MIN_MEMORY,

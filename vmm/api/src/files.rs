@@ -231,8 +231,7 @@ mod tests {
         let cfg = VmConfig {
             payload: Some(crate::api::PayloadConfig {
                 kernel: Some(fifo(d.path())),
-                cmdline: None,
-                initramfs: None,
+                ..Default::default()
             }),
             ..Default::default()
         };

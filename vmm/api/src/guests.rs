@@ -361,11 +361,7 @@ fn build_linux(job: &BootJob) -> Result<BuiltLinux, String> {
     files::check_payload_files(cfg).map_err(|e| e.error)?;
     let shape = cfg.guest_shape().map_err(|e| e.error)?;
     let guest = GuestTopology::from_spec(&shape).map_err(|e| e.to_string())?;
-    let p = cfg.payload.clone().unwrap_or(api::PayloadConfig {
-        kernel: None,
-        cmdline: None,
-        initramfs: None,
-    });
+    let p = cfg.payload.clone().unwrap_or_default();
     let (serial, made) = console_of(cfg, job.console)?;
     let vcons = virtio_console_of(cfg, job.vconsole)?;
     let vmade = vcons.as_ref().and_then(|v| v.made);

@@ -30,12 +30,15 @@
 //! runtime and the signals together.
 //!
 //! Modules, each importing only those listed before it: [`options`],
-//! [`api`] (with [`devices`], its device fields, beside it), [`files`], [`socket`], [`guests`], [`vms`], [`metrics`],
+//! [`api`] (with [`devices`], its device fields, and [`defaults`], CH's
+//! fields it takes only at their defaults, beside it), [`files`], [`fds`] (descriptors received with a request), [`socket`], [`guests`], [`vms`], [`metrics`],
 //! [`controller`], [`http`], [`server`].
 
 pub mod api;
 pub mod controller;
+pub mod defaults;
 pub mod devices;
+pub mod fds;
 pub mod files;
 pub mod guests;
 pub mod http;

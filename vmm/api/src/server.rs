@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::controller::Controller;
+use super::fds;
 use super::http;
 use super::options::{ServeError, ServeOptions};
 use super::socket;
@@ -111,9 +112,12 @@ fn connection(
     let c = ctl.clone();
     tokio::spawn(async move {
         c.api_metrics().connections(1);
+        // Reads with recvmsg: descriptors sent with a request (SCM_RIGHTS)
+        // wait in the connection's stash for it (see `fds`).
+        let stream = fds::FdStream::new(stream);
         let svc = {
-            let c = c.clone();
-            hyper::service::service_fn(move |req| http::handle(c.clone(), req))
+            let (c, stash) = (c.clone(), stream.stash());
+            hyper::service::service_fn(move |req| http::handle(c.clone(), stash.clone(), req))
         };
         let _ = hyper::server::conn::http1::Builder::new()
             .timer(hyper_util::rt::TokioTimer::new())

@@ -293,6 +293,7 @@ pub fn disk(s: &str) -> Result<vmm_machine::devices::DiskSpec, String> {
         path: Default::default(),
         readonly: false,
         num_queues: None,
+        queue_size: None,
         pci_segment: 0,
         engine: Default::default(),
     };

@@ -14,7 +14,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 /// The virtio-net header both sides use (`virtio_net_hdr_v1`).
@@ -178,13 +178,14 @@ impl Tap {
             .collect()
     }
 
-    /// Takes ownership of `fd`, which must be an open tap (`TUNGETIFF`
-    /// answers); it is made non-blocking and gets the vnet header.
-    pub fn from_fd(fd: OwnedFd) -> Result<Tap, TapError> {
+    /// The name of the tap `fd` is attached to, if it is an open tap
+    /// with the vnet header (`TUNGETIFF` answers, `IFF_TAP` and
+    /// `IFF_VNET_HDR` set); changes nothing on the descriptor.
+    pub fn check_fd(fd: BorrowedFd<'_>) -> Result<String, TapError> {
         let raw = fd.as_raw_fd();
         let mut req = IfReq::new("", 0);
         // SAFETY: TUNGETIFF writes a struct ifreq into `req`, which is one
-        // and outlives the call; `raw` is a descriptor this function owns.
+        // and outlives the call; `raw` is open for the call (borrowed).
         let r = unsafe { libc::ioctl(raw, libc::TUNGETIFF, &mut req) };
         if r < 0 {
             return Err(TapError::BadFd {
@@ -206,6 +207,15 @@ impl Tap {
                 source: io::Error::other(format!("{name} is not a tap opened with IFF_VNET_HDR")),
             });
         }
+        Ok(name)
+    }
+
+    /// Takes ownership of `fd`, which must be an open tap (`TUNGETIFF`
+    /// answers), see [`Tap::check_fd`]; it is made non-blocking and gets
+    /// the vnet header.
+    pub fn from_fd(fd: OwnedFd) -> Result<Tap, TapError> {
+        let name = Self::check_fd(fd.as_fd())?;
+        let raw = fd.as_raw_fd();
         // SAFETY: F_GETFL/F_SETFL on a descriptor this function owns.
         let r = unsafe {
             let fl = libc::fcntl(raw, libc::F_GETFL);

@@ -33,14 +33,29 @@ pub use args::{mitigation_sets, progress_bar, InputError};
 pub use run::RunArgs;
 
 /// A KVM VMM with its own NUMA-aware vCPU scheduler.
+///
+/// `vmm --api-socket PATH [-v..] [--seccomp false|true|log]`, with no
+/// subcommand, is Cloud Hypervisor's command line (the way Kata starts
+/// its hypervisor): it serves the API as `vmm serve --api-socket PATH`
+/// does, with the settings of the TOML file `$VMM_SERVE_CONFIG` names, if
+/// any (docs/kata.md).
 #[derive(Debug, Parser)]
 #[command(name = "vmm", version, about, long_about = None)]
 pub struct Cli {
     /// More logging (-v info, -vv debug, -vvv trace). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// Cloud Hypervisor's entry: serve the API on this Unix socket, as
+    /// `vmm serve --api-socket PATH` (settings from $VMM_SERVE_CONFIG).
+    #[arg(long, value_name = "PATH")]
+    pub api_socket: Option<std::path::PathBuf>,
+    /// Cloud Hypervisor's seccomp switch: false, true or log. This VMM
+    /// installs no seccomp filter: false says so; true and log are
+    /// accepted with a warning that no filter is installed.
+    #[arg(long, value_name = "false|true|log", value_parser = ["false", "true", "log"], requires = "api_socket")]
+    pub seccomp: Option<String>,
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 /// Top-level commands.
@@ -92,7 +107,27 @@ pub fn parse() -> std::result::Result<Cli, ExitCode> {
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let verbose = cli.verbose;
-    match cli.command {
+    let Some(command) = cli.command else {
+        let Some(socket) = cli.api_socket else {
+            return Err(InputError(
+                "no command: give a subcommand (vmm --help lists them), or --api-socket PATH \
+                 to serve Cloud Hypervisor's API"
+                    .into(),
+            )
+            .into());
+        };
+        serve::run_ch_entry(socket, cli.seccomp.as_deref())?;
+        return Ok(ExitCode::SUCCESS);
+    };
+    if cli.api_socket.is_some() {
+        return Err(InputError(
+            "--api-socket before a subcommand: it is Cloud Hypervisor's entry, which takes no \
+             subcommand; give vmm --api-socket PATH alone, or vmm serve --api-socket PATH"
+                .into(),
+        )
+        .into());
+    }
+    match command {
         Command::Topology(cmd) => self::topology::run(cmd)?,
         Command::Demo => demo::run()?,
         Command::Run(args) => return run::run(*args),

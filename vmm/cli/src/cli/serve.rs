@@ -63,6 +63,42 @@ fn load_file(path: &Path) -> Result<ServeFile> {
         .map_err(|e| InputError(format!("--config {}: {}", path.display(), e.message())))?)
 }
 
+/// The environment variable naming the settings file of Cloud
+/// Hypervisor's entry (`vmm --api-socket PATH`), whose command line Kata
+/// fixes: the same TOML as `vmm serve --config`.
+pub const CONFIG_ENV: &str = "VMM_SERVE_CONFIG";
+
+/// `vmm --api-socket PATH [--seccomp X]`: Cloud Hypervisor's command line,
+/// as Kata starts its hypervisor. Serves as `vmm serve --api-socket PATH`
+/// with the settings of the file `$VMM_SERVE_CONFIG` names (none: the
+/// defaults). This VMM installs no seccomp filter: `--seccomp false` is
+/// the truth; `true` (CH's default) and `log` warn that none is installed.
+pub fn run_ch_entry(api_socket: PathBuf, seccomp: Option<&str>) -> Result<()> {
+    if let Some(mode @ ("true" | "log")) = seccomp {
+        tracing::warn!(seccomp = mode, "no seccomp filter is installed");
+        eprintln!(
+            "vmm: warning: --seccomp {mode}: this VMM installs no seccomp filter; it runs \
+             unfiltered, as with --seccomp false"
+        );
+    }
+    let config = std::env::var_os(CONFIG_ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let named = config.clone();
+    let r = run(ServeArgs {
+        api_socket,
+        topology: None,
+        mitigations: None,
+        executor: None,
+        metrics_per_vcpu: false,
+        config,
+    });
+    match named {
+        Some(p) => r.with_context(|| format!("{CONFIG_ENV}={}", p.display())),
+        None => r,
+    }
+}
+
 /// Runs `vmm serve` until `vmm.shutdown` or SIGTERM.
 pub fn run(a: ServeArgs) -> Result<()> {
     let file = match &a.config {

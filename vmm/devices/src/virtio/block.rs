@@ -56,10 +56,11 @@ use crate::DeviceError;
 pub const SECTOR: u64 = 512;
 /// The bounce buffer's size: the most bytes one `pread`/`pwrite` moves.
 pub const MAX_CHUNK: usize = 1 << 20;
-/// Queue size of each queue.
+/// Queue size of each queue, unless [`Block::with_queue_size`] says
+/// otherwise.
 pub const QUEUE_SIZE: u16 = 256;
-/// Most data segments per request (`seg_max`).
-const SEG_MAX: u32 = QUEUE_SIZE as u32 - 2;
+/// The smallest queue size [`Block::with_queue_size`] takes.
+pub const MIN_QUEUE_SIZE: u16 = 4;
 /// Most discard / write-zeroes segments per request.
 const MAX_RANGES: u32 = 32;
 /// Most sectors per discard / write-zeroes segment.
@@ -210,6 +211,7 @@ pub struct Block {
     disk: Arc<Disk>,
     queues: u16,
     engine: EngineKind,
+    queue_size: u16,
     worker: Option<Worker>,
     stats: Arc<BlockStats>,
     name: String,
@@ -222,6 +224,7 @@ impl Block {
             disk: Arc::new(disk),
             queues: queues.max(1),
             engine: EngineKind::default(),
+            queue_size: QUEUE_SIZE,
             worker: None,
             stats: Arc::default(),
             name: name.into(),
@@ -239,6 +242,22 @@ impl Block {
         self.engine
     }
 
+    /// The same device with queues of `size` entries (a power of two from
+    /// [`MIN_QUEUE_SIZE`] to [`QUEUE_SIZE`]; anything else keeps
+    /// [`QUEUE_SIZE`]: the caller checks what it was given).
+    pub fn with_queue_size(mut self, size: u16) -> Self {
+        if size.is_power_of_two() && (MIN_QUEUE_SIZE..=QUEUE_SIZE).contains(&size) {
+            self.queue_size = size;
+        }
+        self
+    }
+
+    /// Most data segments per request (`seg_max`): a request's
+    /// descriptors (header, segments, status) fit in one queue.
+    fn seg_max(&self) -> u32 {
+        u32::from(self.queue_size) - 2
+    }
+
     /// Its counters.
     pub fn stats(&self) -> Arc<BlockStats> {
         self.stats.clone()
@@ -248,7 +267,7 @@ impl Block {
     fn config(&self) -> [u8; 60] {
         let mut c = [0u8; 60];
         c[0..8].copy_from_slice(&self.disk.sectors.to_le_bytes());
-        c[12..16].copy_from_slice(&SEG_MAX.to_le_bytes());
+        c[12..16].copy_from_slice(&self.seg_max().to_le_bytes());
         c[20..24].copy_from_slice(&(SECTOR as u32).to_le_bytes());
         c[34..36].copy_from_slice(&self.queues.to_le_bytes());
         c[36..40].copy_from_slice(&MAX_RANGE_SECTORS.to_le_bytes());
@@ -284,7 +303,7 @@ impl VirtioDevice for Block {
         f
     }
     fn queue_max_sizes(&self) -> Vec<u16> {
-        vec![QUEUE_SIZE; self.queues.into()]
+        vec![self.queue_size; self.queues.into()]
     }
     fn read_config(&self, offset: u64, data: &mut [u8]) {
         let c = self.config();

@@ -57,11 +57,36 @@ pub struct DiskSpec {
     pub readonly: bool,
     /// `num_queues=N`; `None`: one per vCPU.
     pub num_queues: Option<u16>,
+    /// Entries per queue (a power of two, 4 to [`DISK_QUEUE_SIZE`]);
+    /// `None`: [`DISK_QUEUE_SIZE`].
+    pub queue_size: Option<u16>,
     /// `pci_segment=S`.
     pub pci_segment: u16,
     /// `engine=sync|pool|io_uring`: this VMM's extension (Cloud
     /// Hypervisor has no such key); the default where not given.
     pub engine: BlockEngine,
+}
+
+/// Descriptors of open taps that this process owns and keeps (the API
+/// server's, received over its socket with `SCM_RIGHTS`): each boot opens
+/// duplicates of them, so the VM can boot again, and they close when the
+/// last holder lets go. Equal only to itself.
+#[derive(Clone, Debug)]
+pub struct SharedFds(pub Arc<Vec<std::os::fd::OwnedFd>>);
+
+impl PartialEq for SharedFds {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SharedFds {}
+
+impl SharedFds {
+    fn raw(&self) -> Vec<i32> {
+        use std::os::fd::AsRawFd;
+        self.0.iter().map(AsRawFd::as_raw_fd).collect()
+    }
 }
 
 /// Where a virtio-net's tap comes from.
@@ -72,6 +97,9 @@ pub enum TapSource {
     /// `fd=N` or `fd=[N,M,..]`: descriptors of an open tap, one per
     /// queue pair, handed to this process.
     Fds(Vec<i32>),
+    /// Descriptors of an open tap that the caller keeps, one per queue
+    /// pair (duplicated at each open).
+    Shared(SharedFds),
 }
 
 /// A virtio-net (Cloud Hypervisor's `--net` fields).
@@ -94,6 +122,7 @@ impl NetSpec {
         match (self.num_queues, &self.tap) {
             (Some(n), _) => (n / 2).max(1),
             (None, TapSource::Fds(f)) => f.len().max(1) as u16,
+            (None, TapSource::Shared(f)) => f.0.len().max(1) as u16,
             (None, TapSource::Name(_)) => 1,
         }
     }
@@ -102,6 +131,7 @@ impl NetSpec {
         match &self.tap {
             TapSource::Name(n) => format!("net tap={n}"),
             TapSource::Fds(f) => format!("net fd={f:?}"),
+            TapSource::Shared(f) => format!("net fds {:?}", f.raw()),
         }
     }
 
@@ -130,14 +160,16 @@ impl NetSpec {
                 2 * vcpus.max(1)
             ));
         }
-        if let TapSource::Fds(f) = &self.tap {
-            if f.len() != usize::from(pairs) {
-                return Err(format!(
-                    "{what}: {} fds for {pairs} queue pairs; give one fd per pair \
-                     (num_queues = 2 x the number of fds)",
-                    f.len()
-                ));
-            }
+        let fds = match &self.tap {
+            TapSource::Fds(f) => Some(f.len()),
+            TapSource::Shared(f) => Some(f.0.len()),
+            TapSource::Name(_) => None,
+        };
+        if let Some(n) = fds.filter(|&n| n != usize::from(pairs)) {
+            return Err(format!(
+                "{what}: {n} fds for {pairs} queue pairs; give one fd per pair \
+                 (num_queues = 2 x the number of fds)"
+            ));
         }
         Ok(())
     }
@@ -146,6 +178,18 @@ impl NetSpec {
     pub fn open(&self) -> Result<Vec<Tap>, TapError> {
         match &self.tap {
             TapSource::Name(n) => Tap::open_named(n, self.pairs()),
+            TapSource::Shared(fds) => fds
+                .0
+                .iter()
+                .map(|fd| {
+                    use std::os::fd::AsRawFd;
+                    let dup = fd.try_clone().map_err(|source| TapError::BadFd {
+                        fd: fd.as_raw_fd(),
+                        source,
+                    })?;
+                    Tap::from_fd(dup)
+                })
+                .collect(),
             TapSource::Fds(fds) => fds
                 .iter()
                 .map(|&fd| {
@@ -238,6 +282,23 @@ impl DeviceSpec {
             .unwrap_or_else(|| vcpus.clamp(1, usize::from(MAX_DISK_QUEUES)) as u16)
     }
 
+    /// The PCI address (segment, slot) virtio-net `i` gets at build time:
+    /// [`PciBuilder::build`] fills each segment's slots from 1 (slot 0 is
+    /// the host bridge) in the order rng, disks, console, nets; keep the
+    /// two in step. `None`: no such net.
+    pub fn net_address(&self, i: usize) -> Option<(u16, usize)> {
+        let seg = self.nets.get(i)?.pci_segment;
+        let on = |s: u16| usize::from(s == seg);
+        let before = self.rng.map_or(0, on)
+            + self.disks.iter().map(|d| on(d.pci_segment)).sum::<usize>()
+            + self.console.map_or(0, on)
+            + self.nets[..i]
+                .iter()
+                .map(|n| on(n.pci_segment))
+                .sum::<usize>();
+        Some((seg, 1 + before))
+    }
+
     /// Opens and locks every disk image, in order; nothing is created.
     pub fn open_disks(&self) -> Result<Vec<Disk>, DiskError> {
         self.disks
@@ -277,6 +338,15 @@ impl DeviceSpec {
         for d in &self.disks {
             let what = format!("disk {}", d.path.display());
             self.check_segment(&what, d.pci_segment)?;
+            if let Some(q) = d.queue_size.filter(|q| {
+                !q.is_power_of_two()
+                    || !(vmm_devices::virtio::block::MIN_QUEUE_SIZE..=DISK_QUEUE_SIZE).contains(q)
+            }) {
+                return Err(format!(
+                    "{what}: queue_size={q}; give a power of two from {} to {DISK_QUEUE_SIZE}",
+                    vmm_devices::virtio::block::MIN_QUEUE_SIZE
+                ));
+            }
             match d.num_queues {
                 Some(0) => return Err(format!("{what}: num_queues=0; give 1 or more")),
                 Some(n) if n > MAX_DISK_QUEUES => {
@@ -442,7 +512,9 @@ impl PciBuilder {
         for (i, (d, disk)) in spec.disks.iter().zip(backends.disks).enumerate() {
             let name = format!("virtio-blk{i}");
             let queues = DeviceSpec::disk_queues(d, vcpus);
-            let dev = Block::new(&name, disk, queues).with_engine(d.engine);
+            let dev = Block::new(&name, disk, queues)
+                .with_engine(d.engine)
+                .with_queue_size(d.queue_size.unwrap_or(DISK_QUEUE_SIZE));
             self.add_virtio(
                 &mut segments[usize::from(d.pci_segment)],
                 &name,
@@ -603,6 +675,7 @@ mod tests {
         assert!(e.contains("1 to 16"), "{e}");
         spec(16, Some(15)).check(1).unwrap();
         let disk = |num_queues, pci_segment| DiskSpec {
+            queue_size: None,
             path: "a.img".into(),
             readonly: false,
             num_queues,
@@ -627,5 +700,35 @@ mod tests {
             "{e}"
         );
         assert_eq!(DeviceSpec::disk_queues(&disk(None, 0), 6), 6);
+    }
+
+    #[test]
+    fn net_addresses_follow_the_build_order() {
+        let net = |pci_segment| NetSpec {
+            tap: TapSource::Name("t".into()),
+            mac: None,
+            num_queues: None,
+            pci_segment,
+        };
+        let disk = |pci_segment| DiskSpec {
+            path: "d".into(),
+            readonly: true,
+            num_queues: None,
+            queue_size: None,
+            pci_segment,
+        };
+        // Kata's sandbox: rng and the root disk on segment 0, no console
+        // device, then the net it adds.
+        let spec = DeviceSpec {
+            pci_segments: 2,
+            rng: Some(0),
+            disks: vec![disk(0), disk(1)],
+            nets: vec![net(0), net(1), net(0)],
+            console: Some(0),
+        };
+        assert_eq!(spec.net_address(0), Some((0, 4)));
+        assert_eq!(spec.net_address(1), Some((1, 2)));
+        assert_eq!(spec.net_address(2), Some((0, 5)));
+        assert_eq!(spec.net_address(3), None);
     }
 }
