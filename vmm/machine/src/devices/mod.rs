@@ -716,6 +716,7 @@ mod tests {
             num_queues: None,
             queue_size: None,
             pci_segment,
+            engine: BlockEngine::default(),
         };
         // Kata's sandbox: rng and the root disk on segment 0, no console
         // device, then the net it adds.
