@@ -47,10 +47,11 @@ pub struct ApiMetrics {
     /// `accept` failures (EMFILE, ENFILE, ENOMEM...), each followed by a
     /// pause of the accept loop.
     accept_errors: Counter,
-    /// Connections closed at once because [`MAX_CONNECTIONS`] were open.
+    /// Times the accept loop waited for a slot because
+    /// [`MAX_CONNECTIONS`] were open.
     ///
     /// [`MAX_CONNECTIONS`]: crate::server::MAX_CONNECTIONS
-    refused: Counter,
+    at_cap: Counter,
     /// Connections the server holds now.
     open: Gauge,
 }
@@ -61,7 +62,7 @@ impl Default for ApiMetrics {
             latency: Histogram::new(exponential_buckets(5e-6, 4.0, 10)),
             requests: Family::default(),
             accept_errors: Counter::default(),
-            refused: Counter::default(),
+            at_cap: Counter::default(),
             open: Gauge::default(),
         }
     }
@@ -84,9 +85,9 @@ impl ApiMetrics {
         self.accept_errors.inc();
     }
 
-    /// Counts a connection refused at the cap.
-    pub fn refused(&self) {
-        self.refused.inc();
+    /// Counts a wait of the accept loop at the connection cap.
+    pub fn at_cap(&self) {
+        self.at_cap.inc();
     }
 
     /// A connection opened (`+1`) or closed (`-1`).
@@ -336,9 +337,9 @@ pub fn render(src: &Sources) -> String {
         src.api.accept_errors.clone(),
     );
     reg.register(
-        "api_connections_refused",
-        "API connections closed at once because the connection cap was reached",
-        src.api.refused.clone(),
+        "api_connection_cap_waits",
+        "Times the accept loop waited for a free slot at the connection cap",
+        src.api.at_cap.clone(),
     );
     reg.register(
         "api_connections",

@@ -9,8 +9,9 @@
 //! HOW: a 2-thread tokio runtime; hyper HTTP/1.1 per connection. A
 //! client has [`HEADER_TIMEOUT`] to send a request's headers (a client
 //! that stalls mid-headers loses its connection, not the server a slot),
-//! at most [`MAX_CONNECTIONS`] connections are open at once (one more is
-//! closed at once and counted), and a failed `accept` (EMFILE: no file
+//! at most [`MAX_CONNECTIONS`] connections are open at once (one more
+//! waits in the socket's backlog until one closes; each wait is counted),
+//! and a failed `accept` (EMFILE: no file
 //! descriptor left) pauses the accept loop for [`ACCEPT_PAUSE`] instead
 //! of spinning on the error, while open connections go on being served.
 //! At the end the runtime is shut down with a timeout, so that a
@@ -65,15 +66,27 @@ async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         tokio::select! {
-            a = listener.accept() => match a {
-                Ok((stream, _)) => connection(&ctl, &slots, stream),
-                Err(e) => {
+            // A slot first, then a connection: at the cap, new clients
+            // wait in the socket's backlog until one closes (a stalled
+            // one within HEADER_TIMEOUT), instead of being turned away.
+            (slot, a) = async {
+                if slots.available_permits() == 0 {
+                    ctl.api_metrics().at_cap();
+                    tracing::debug!(max = MAX_CONNECTIONS, "connection cap reached: waiting for a slot");
+                }
+                let slot = slots.clone().acquire_owned().await;
+                (slot, listener.accept().await)
+            } => match (slot, a) {
+                (Ok(slot), Ok((stream, _))) => connection(&ctl, slot, stream),
+                (_, Err(e)) => {
                     // EMFILE and its kin stay until a descriptor frees:
                     // retrying at once would spin. Pause this loop only.
                     ctl.api_metrics().accept_failed();
                     tracing::warn!(error = %e, pause_ms = ACCEPT_PAUSE.as_millis() as u64, "accept failed");
                     tokio::time::sleep(ACCEPT_PAUSE).await;
                 }
+                // the semaphore is never closed
+                (Err(_), Ok(_)) => break,
             },
             _ = ctl.shutdown_requested().notified() => { tracing::info!("vmm.shutdown"); break; }
             _ = term.recv() => { tracing::info!("SIGTERM"); break; }
@@ -94,21 +107,12 @@ async fn serve_async(opts: ServeOptions) -> Result<(), ServeError> {
     Ok(())
 }
 
-/// Serves one accepted connection on its own task, if a slot is free;
-/// closes it at once (and counts it) if not.
+/// Serves one accepted connection on its own task, holding its slot.
 fn connection(
     ctl: &Arc<Controller>,
-    slots: &Arc<tokio::sync::Semaphore>,
+    slot: tokio::sync::OwnedSemaphorePermit,
     stream: tokio::net::UnixStream,
 ) {
-    let Ok(slot) = slots.clone().try_acquire_owned() else {
-        ctl.api_metrics().refused();
-        tracing::warn!(
-            max = MAX_CONNECTIONS,
-            "connection cap reached: closing a new connection"
-        );
-        return;
-    };
     let c = ctl.clone();
     tokio::spawn(async move {
         c.api_metrics().connections(1);
