@@ -393,6 +393,17 @@ const TABLE: &[(&str, How)] = &[
             ..run("vmm -v run --kernel .cache/guest/kernel/vmlinux --initrd .cache/guest/initramfs.cpio.gz --memory 1G --guest \"package:2 [numa] l3:1 l2:1 core:1 pu:1\" --platform num_pci_segments=2 --rng pci_segment=1 --cmdline \"loglevel=8\" --until \"IPI shorthand broadcast\" --timeout 12m")
         }]),
     ),
+    (
+        "scripts/io-placement-bench.sh",
+        // tests/tests/micro_blk.rs checks that --io-cpus puts each I/O
+        // thread where asked; this is the benchmark's plumbing (namespace,
+        // taps, three tables), at its smallest
+        How::Run(&[Form {
+            env: &[("VMM_BIN", "{vmm}")],
+            expect: Expect::Stdout("net-echo.txt"),
+            ..run("scripts/io-placement-bench.sh --out {tmp}/iop --duration 0.1 --reps 1")
+        }]),
+    ),
     // ---- docs/scheduler.md ----
     (
         "cargo test -p vcpu_sched",
