@@ -535,7 +535,7 @@ fn io_cpus_place_the_io_thread_where_asked_and_bad_values_are_refused() {
     let vms = n.min(2);
     for p in placements {
         let vms_s = vms.to_string();
-        let mut child = std::process::Command::new(integration_tests::vmm_bin())
+        let child = std::process::Command::new(integration_tests::vmm_bin())
             .args(["bench", "blk", "--disk", a, "--executor", "host", "--pin"])
             .args(["--vms", &vms_s, "--io-cpus", p, "--duration", "3"])
             .stdout(std::process::Stdio::null())
