@@ -24,8 +24,9 @@
 # Needs root (net: a network namespace with a tap per VM, IPv6 off, run
 # inside it and deleted on exit). Raw outputs go to DIR (default
 # docs/data/devices/io-placement): per configuration the table (command,
-# date, commit at its head) and the JSON gzipped, and DIR/meta.txt
-# (scripts/machine-meta.sh). VMM_BIN picks the binary (default: a release
+# date, commit at its head) and the JSON gzipped, DIR/summary.txt (per
+# row: the latencies from the JSON, median and range over the
+# repetitions) and DIR/meta.txt (scripts/machine-meta.sh). VMM_BIN picks the binary (default: a release
 # build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -88,3 +89,33 @@ for cfg in blk-qd1 blk-qd32 net-echo; do
     gzip -9f "$f.json"
     echo "$f.txt"
 done
+# the per-row latencies: the reports are in the comparison's interleaved
+# order (repetition r runs rows r, r+1, .. mod the rows)
+python3 - "$out" >"$out/summary.txt" <<'PY'
+import gzip, json, statistics as st, sys
+out = sys.argv[1]
+def rng(xs):
+    return "%.1f [%.1f-%.1f]" % (st.median(xs), min(xs), max(xs))
+for cfg in ["blk-qd1", "blk-qd32", "net-echo"]:
+    j = json.load(gzip.open(f"{out}/{cfg}.json.gz"))
+    labels = [r["mitigations"] for r in j["rows"]]
+    nv, reps = len(labels), len(j["rows"][0]["values"])
+    order = [(k + rep) % nv for rep in range(reps) for k in range(nv)]
+    per = {l: [] for l in labels}
+    for v, r in zip(order, j["reports"]):
+        per[labels[v]].append(r)
+    for l in labels:
+        rs = per[l]
+        if cfg == "net-echo":
+            ex = [dict(r["run"]["extra"]) for r in rs]
+            what = "round trip p50 %s us, p99 %s us, lost %d, corrupt %d" % (
+                rng([e["rtt_p50_ns"] / 1e3 for e in ex]),
+                rng([e["rtt_p99_ns"] / 1e3 for e in ex]),
+                sum(e["lost"] for e in ex), sum(e["corrupt"] for e in ex))
+        else:
+            what = "interrupt to guest p50 %s us, p99 %s us" % (
+                rng([r["guest_latency"]["p50"] / 1e3 for r in rs]),
+                rng([r["guest_latency"]["p99"] / 1e3 for r in rs]))
+        print(f"{cfg:9} {l:10} {what}")
+PY
+echo "$out/summary.txt"
