@@ -554,7 +554,10 @@ fn io_cpus_place_the_io_thread_where_asked_and_bad_values_are_refused() {
             })
             .collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let got = thread_cpus(child.id(), &refs, Duration::from_secs(60));
+        // a new thread places itself first thing: read once all are there
+        let _ = thread_cpus(child.id(), &refs, Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(200));
+        let got = thread_cpus(child.id(), &refs, Duration::from_secs(1));
         let out = child.wait_with_output().expect("wait");
         assert!(
             out.status.success(),

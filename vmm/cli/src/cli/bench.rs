@@ -719,10 +719,13 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 "{} VMs x {} vCPUs{}, scheduler rows on the {} executor",
                 c.vms,
                 c.vcpus,
-                if a.pin {
-                    ", each pinned to a CPU of its own (host row too)"
-                } else {
-                    ""
+                match (
+                    a.pin,
+                    c.table.rows.iter().any(|r| r.mitigations == "host 1:1")
+                ) {
+                    (true, true) => ", each pinned to a CPU of its own (host row too)",
+                    (true, false) => ", each pinned to a CPU of its own",
+                    _ => "",
                 },
                 c.executor
             );
