@@ -426,6 +426,17 @@ const TABLE: &[(&str, How)] = &[
             ..run("scripts/net-neighbours.sh --sched vcpu_sched --neighbours 2 --pings 5 --interval 1")
         }]),
     ),
+    (
+        "scripts/io-placement-bench.sh",
+        // tests/tests/micro_blk.rs checks that --io-cpus puts each I/O
+        // thread where asked; this is the benchmark's plumbing (namespace,
+        // taps, three tables), at its smallest
+        How::Run(&[Form {
+            env: &[("VMM_BIN", "{vmm}")],
+            expect: Expect::Stdout("net-echo.txt"),
+            ..run("scripts/io-placement-bench.sh --out {tmp}/iop --duration 0.1 --reps 1")
+        }]),
+    ),
     // ---- docs/scheduler.md ----
     (
         "cargo test -p vcpu_sched",

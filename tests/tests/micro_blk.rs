@@ -481,3 +481,180 @@ fn engines_compare_interleaved_and_each_keeps_the_data() {
         );
     }
 }
+
+/// `Cpus_allowed_list` of each thread of process `pid` named in `names`,
+/// once every one of them exists (or after `limit`).
+fn thread_cpus(pid: u32, names: &[&str], limit: Duration) -> Vec<(String, String)> {
+    let t0 = Instant::now();
+    loop {
+        let mut found = Vec::new();
+        for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            let cpus = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .map(|c| c.trim().to_string());
+            if let (true, Some(c)) = (names.contains(&comm.trim()), cpus) {
+                found.push((comm.trim().to_string(), c));
+            }
+        }
+        if found.len() == names.len() || t0.elapsed() > limit {
+            found.sort();
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `vmm bench blk --io-cpus`: with pinned vCPUs (VM v's on host CPU v),
+/// `same` puts VM v's I/O thread (`vmN-blk0`) on its vCPU's CPU, `other`
+/// on the next CPU, `any` on every CPU the process may use (not the
+/// vCPU's, whose thread started it); bad values are input errors.
+#[test]
+fn io_cpus_place_the_io_thread_where_asked_and_bad_values_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = image(dir.path(), "a.img", 64);
+    let a = a.to_str().unwrap();
+    let all = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let n = cpus();
+    let mut placements = vec!["same", "any"];
+    if n >= 2 {
+        placements.push("other");
+    }
+    let vms = n.min(2);
+    for p in placements {
+        let vms_s = vms.to_string();
+        let child = std::process::Command::new(integration_tests::vmm_bin())
+            .args(["bench", "blk", "--disk", a, "--executor", "host", "--pin"])
+            .args(["--vms", &vms_s, "--io-cpus", p, "--duration", "3"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start vmm");
+        // one VM names its vCPU thread vcpu0; several, vV.0
+        let names: Vec<String> = (0..vms)
+            .flat_map(|v| {
+                let vcpu = if vms == 1 {
+                    "vcpu0".to_string()
+                } else {
+                    format!("v{v}.0")
+                };
+                [vcpu, format!("vm{v}-blk0")]
+            })
+            .collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        // a new thread places itself first thing: read once all are there
+        let _ = thread_cpus(child.id(), &refs, Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(200));
+        let got = thread_cpus(child.id(), &refs, Duration::from_secs(1));
+        let out = child.wait_with_output().expect("wait");
+        assert!(
+            out.status.success(),
+            "{p}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cpus_of = |name: &str| {
+            got.iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, c)| c.clone())
+                .unwrap_or_else(|| panic!("{p}: no thread {name} in {got:?}"))
+        };
+        for v in 0..vms {
+            let vcpu = cpus_of(&names[2 * v]);
+            let io = cpus_of(&format!("vm{v}-blk0"));
+            match p {
+                "same" => assert_eq!(io, vcpu, "{p}: {got:?}"),
+                "other" => {
+                    assert_ne!(io, vcpu, "{p}: {got:?}");
+                    assert!(!io.contains([',', '-']), "{p}: one CPU: {got:?}");
+                }
+                _ => assert_eq!(io, all, "{p}: {got:?}"),
+            }
+        }
+    }
+    // the comparison: every placement a row, the first twice (A/A)
+    let json = dir.path().join("io.json");
+    let vms_s = vms.to_string();
+    let r = integration_tests::guest::run_vmm(
+        &[
+            "bench",
+            "blk",
+            "--disk",
+            a,
+            "--vms",
+            &vms_s,
+            "--executor",
+            "host",
+            "--pin",
+            "--compare-io-cpus",
+            "any,same",
+            "--duration",
+            "0.2",
+            "--reps",
+            "1",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(120),
+    );
+    assert_eq!(r.status, Some(0), "{}", r.context());
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let labels: Vec<&str> = j["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|row| row["mitigations"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["any", "any (A/A)", "same"]);
+    for (args, needle) in [
+        (
+            vec!["bench", "blk", "--disk", a, "--io-cpus", "near"],
+            "same (the vCPU's host CPU), other (another host CPU) or any",
+        ),
+        (
+            vec!["bench", "blk", "--disk", a, "--io-cpus", "same"],
+            "give --pin",
+        ),
+        (
+            vec![
+                "bench",
+                "blk",
+                "--disk",
+                a,
+                "--io-cpus",
+                "other",
+                "--pin",
+                "--topology",
+                "package:1 core:2 pu:1",
+            ],
+            "needs --topology host",
+        ),
+        (
+            vec!["bench", "runq", "--io-cpus", "same"],
+            "--io-cpus applies to the blk and net workloads",
+        ),
+        (
+            vec!["bench", "blk", "--disk", a, "--compare-io-cpus", "same"],
+            "two placements or more",
+        ),
+        (
+            vec!["bench", "blk", "--integrity", "--disk", a, "--pin"],
+            "--pin applies to a blk IOPS run",
+        ),
+    ] {
+        let r = integration_tests::guest::run_vmm(&args, Duration::from_secs(30));
+        integration_tests::guest::assert_input_error(&r, &[needle]);
+    }
+}

@@ -265,3 +265,80 @@ fn hostile_inside_the_namespace() {
         );
     }
 }
+
+/// `Cpus_allowed_list` of thread `name` of process `pid`, once it exists
+/// (`None` after `limit`).
+fn thread_cpus(pid: u32, name: &str, limit: Duration) -> Option<String> {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if comm.trim() != name {
+                continue;
+            }
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            if let Some(c) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            {
+                return Some(c.trim().to_string());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// `vmm bench net --io-cpus`: the queue pair's I/O thread
+/// (`vm0-net0-q0`) on the pinned vCPU's CPU (`same`) or another one
+/// (`other`); without --pin, an input error.
+#[test]
+fn io_cpus_place_the_queue_pairs_thread_where_asked() {
+    let ns = Netns::new("mnet-io", 1);
+    let mut placements = vec!["same"];
+    if cpus() >= 2 {
+        placements.push("other");
+    }
+    for p in placements {
+        let child = Command::new("ip")
+            .args(["netns", "exec", &ns.name])
+            .arg(vmm_bin())
+            .args(["bench", "net", "--tap", "mnet0", "--executor", "host"])
+            .args(["--pin", "--io-cpus", p, "--duration", "3"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run vmm");
+        // `ip netns exec` execs the command: the child is vmm
+        let limit = Duration::from_secs(60);
+        // a new thread places itself first thing: read once it is there
+        let _ = thread_cpus(child.id(), "vm0-net0-q0", limit);
+        std::thread::sleep(Duration::from_millis(200));
+        let vcpu = thread_cpus(child.id(), "vcpu0", limit);
+        let io = thread_cpus(child.id(), "vm0-net0-q0", limit);
+        let out = child.wait_with_output().expect("wait");
+        assert!(
+            out.status.success(),
+            "{p}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (vcpu, io) = (vcpu.expect("vcpu0"), io.expect("vm0-net0-q0"));
+        match p {
+            "same" => assert_eq!(io, vcpu, "{p}"),
+            _ => assert!(io != vcpu && !io.contains([',', '-']), "{p}: {io} / {vcpu}"),
+        }
+    }
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns.name])
+        .arg(vmm_bin())
+        .args(["bench", "net", "--tap", "mnet0", "--io-cpus", "same"])
+        .output()
+        .expect("run vmm");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("give --pin"), "{err}");
+}

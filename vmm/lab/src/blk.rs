@@ -26,6 +26,7 @@ use vmm_machine::micro::driver::{FLUSHED, MAX_QD};
 use vmm_machine::micro::{MicroHost, MicroVm, MicroVmSpec};
 use vmm_machine::vcpu_body::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
 
+use super::run::VmPlace;
 use super::BenchError;
 
 /// The `blk` workload's images and requests.
@@ -282,18 +283,20 @@ fn wait_for(set: &VmSet, limit: Duration) {
     }
 }
 
-/// The `blk` workload's VMs.
+/// The `blk` workload's VMs, VM `v` at `places[v]`.
 pub(crate) fn iops_vms(
     o: &BlkOptions,
-    vms: usize,
+    places: &[VmPlace],
     host: &MicroHost,
 ) -> Result<(Vec<GuestVm>, Vec<vm_memory::GuestMemoryMmap>), BenchError> {
-    let mut guests = Vec::with_capacity(vms);
-    let mut memories = Vec::with_capacity(vms);
-    for v in 0..vms {
-        let vm = MicroVm::build(host, &iops_spec(o, v)?)?;
+    let mut guests = Vec::with_capacity(places.len());
+    let mut memories = Vec::with_capacity(places.len());
+    for (v, p) in places.iter().enumerate() {
+        let mut spec = iops_spec(o, v)?;
+        spec.io_cpus = p.io_cpus.clone();
+        let vm = MicroVm::build(host, &spec)?;
         memories.push(vm.memory.clone());
-        guests.push(vm.into_guest(vec![Placement::default()]));
+        guests.push(vm.into_guest(vec![p.vcpu.clone()]));
     }
     Ok((guests, memories))
 }

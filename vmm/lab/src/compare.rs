@@ -17,7 +17,7 @@ use vcpu_sched::bench::{interleaved, Comparison, ComparisonHeader, RowKind};
 use vcpu_sched::comparison;
 use vcpu_sched::Mitigations;
 
-use super::{run, BenchError, BenchOptions, BenchReport};
+use super::{run, BenchError, BenchOptions, BenchReport, IoCpus};
 use vmm_machine::devices::BlockEngine;
 use vmm_machine::vcpu_body::ExecutorKind;
 
@@ -43,6 +43,11 @@ pub struct CompareOptions {
     /// `variants` past the first, `executors` and `host_baseline` must be
     /// empty or off.
     pub engines: Vec<BlockEngine>,
+    /// blk and net: compare I/O thread placements instead
+    /// ([`IoCpus`](super::IoCpus); the first is the baseline and gets the
+    /// A/A row), with the same restrictions as `engines`, and not with
+    /// them.
+    pub io_cpus: Vec<IoCpus>,
 }
 
 /// Where a comparison is.
@@ -89,27 +94,40 @@ pub fn compare(
             "a comparison needs at least one mitigation set and one repetition".into(),
         ));
     }
-    let cells = if opts.engines.is_empty() {
-        scheduler_cells(opts)?
-    } else {
-        engine_cells(opts)?
+    let cells = match (opts.engines.is_empty(), opts.io_cpus.is_empty()) {
+        (true, true) => scheduler_cells(opts)?,
+        (false, true) => axis_cells(opts, "an engine", &opts.engines, |o, e| o.blk.engine = e)?,
+        (true, false) => axis_cells(opts, "an I/O thread placement", &opts.io_cpus, |o, p| {
+            o.io_cpus = p
+        })?,
+        (false, false) => {
+            return Err(BenchError::Input(
+                "compare engines or I/O thread placements, not both at once".into(),
+            ))
+        }
     };
     run_cells(opts, cells, progress)
 }
 
-/// (label, kind, options) of a blk engine comparison: the first engine,
-/// its A/A row, then the others.
-fn engine_cells(opts: &CompareOptions) -> Result<Vec<Cell>, BenchError> {
+/// (label, kind, options) of a comparison along one option of the run
+/// (`what`, in the errors): `set` gives the run each value of `values`;
+/// the first value, its A/A row, then the others.
+fn axis_cells<T: Copy + std::fmt::Display>(
+    opts: &CompareOptions,
+    what: &str,
+    values: &[T],
+    set: impl Fn(&mut BenchOptions, T),
+) -> Result<Vec<Cell>, BenchError> {
     if opts.variants.len() > 1 || !opts.executors.is_empty() || opts.host_baseline {
-        return Err(BenchError::Input(
-            "an engine comparison runs one mitigation set on one executor, with no host row".into(),
-        ));
+        return Err(BenchError::Input(format!(
+            "{what} comparison runs one mitigation set on one executor, with no host row"
+        )));
     }
     let mut cells = Vec::new();
-    for (i, &e) in opts.engines.iter().enumerate() {
+    for (i, &e) in values.iter().enumerate() {
         let mut o = opts.run.clone();
         o.mitigations = opts.variants[0];
-        o.blk.engine = e;
+        set(&mut o, e);
         if i == 0 {
             cells.push((e.to_string(), RowKind::Baseline, o.clone()));
             cells.push((format!("{e}{}", comparison::AA_SUFFIX), RowKind::AA, o));

@@ -21,6 +21,10 @@
 //! | `blk` | one vCPU per VM drives virtio-blk over a raw image: random 4 KiB reads (or writes) at a queue depth, completions wake it through the executor | IOPS (higher is better); p50/p99 interrupt-to-run latency |
 //! | `net` | one vCPU per VM drives virtio-net on a tap of its own, a host peer on the other side: `tx`, `rx` or `echo` ([`net`]) | packets/s (higher is better); echo: round-trip p50/p99 |
 //!
+//! `blk` and `net` can place the devices' I/O threads by the host CPU of
+//! each VM's pinned vCPU ([`IoCpus`]), and [`compare`] can compare those
+//! placements.
+//!
 //! [`integrity`] runs the virtio-blk integrity writer instead: one VM per
 //! image writes generations of patterns with a flush after each, reports
 //! each completed flush as it happens, and the images are verified when
@@ -129,6 +133,59 @@ impl FromStr for Workload {
     }
 }
 
+/// `blk` and `net`: where each VM's device I/O threads run, relative to
+/// the host CPU its (pinned) vCPU runs on. The local stand-in for the
+/// NUMA rule (`vmm_machine::devices::io_cpus`), which a one-node host
+/// cannot exercise.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoCpus {
+    /// Not placed: wherever the host kernel puts them (what a one-node
+    /// host does today).
+    #[default]
+    Any,
+    /// The host CPU the VM's vCPU is pinned to.
+    Same,
+    /// Another host CPU: the next logical CPU's (VM `v`'s vCPU on CPU
+    /// `v`, its I/O threads on CPU `v + 1` mod the CPUs).
+    Other,
+}
+
+impl IoCpus {
+    /// Every value, in the order the errors name them.
+    pub const ALL: [IoCpus; 3] = [IoCpus::Same, IoCpus::Other, IoCpus::Any];
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoCpus::Any => "any",
+            IoCpus::Same => "same",
+            IoCpus::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for IoCpus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for IoCpus {
+    type Err = BenchError;
+    fn from_str(s: &str) -> Result<Self, BenchError> {
+        IoCpus::ALL
+            .into_iter()
+            .find(|w| w.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| {
+                BenchError::Input(format!(
+                    "unknown I/O thread placement {s:?}; use same (the vCPU's host CPU), \
+                     other (another host CPU) or any (not placed)"
+                ))
+            })
+    }
+}
+
 /// What to run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BenchOptions {
@@ -184,6 +241,10 @@ pub struct BenchOptions {
     /// `net`: the taps and the mode.
     #[serde(default)]
     pub net: NetOptions,
+    /// `blk` and `net`: where the devices' I/O threads run; `same` and
+    /// `other` need [`pin`](Self::pin) and `--topology host`.
+    #[serde(default)]
+    pub io_cpus: IoCpus,
 }
 
 fn yes() -> bool {
@@ -212,6 +273,7 @@ impl BenchOptions {
             pin: false,
             blk: BlkOptions::default(),
             net: NetOptions::default(),
+            io_cpus: IoCpus::Any,
         }
     }
 }

@@ -36,8 +36,9 @@ use vmm_devices::packet::PacketSocket;
 use vmm_machine::micro::devices::MicroDevice;
 use vmm_machine::micro::net::{self, NetMode, GUEST_MAC, PEER_MAC};
 use vmm_machine::micro::{read_u64, MicroError, MicroHost, MicroVm, MicroVmSpec, DATA_ADDR};
-use vmm_machine::vcpu_body::{GuestVm, Placement};
+use vmm_machine::vcpu_body::GuestVm;
 
+use super::run::VmPlace;
 use super::BenchError;
 
 /// Frames an `rx` peer keeps in flight ahead of its guest's count.
@@ -133,24 +134,25 @@ pub(crate) fn validate(o: &NetOptions, vms: usize, vcpus: usize) -> Result<(), B
     Ok(())
 }
 
-/// The `net` workload's VMs.
+/// The `net` workload's VMs, VM `v` at `places[v]`.
 pub(crate) fn vms(
     o: &NetOptions,
-    vms: usize,
+    places: &[VmPlace],
     host: &MicroHost,
 ) -> Result<(Vec<GuestVm>, Vec<GuestMemoryMmap>), BenchError> {
     let code = net::program(o.mode)?;
-    let mut guests = Vec::with_capacity(vms);
-    let mut memories = Vec::with_capacity(vms);
-    for (v, tap) in o.taps.iter().take(vms).enumerate() {
+    let mut guests = Vec::with_capacity(places.len());
+    let mut memories = Vec::with_capacity(places.len());
+    for (v, (tap, p)) in o.taps.iter().zip(places).enumerate() {
         let mut spec = MicroVmSpec::new(format!("vm{v}"), 1, code.clone());
         spec.devices = vec![MicroDevice::Net { tap: tap.clone() }];
+        spec.io_cpus = p.io_cpus.clone();
         let vm = MicroVm::build(host, &spec).map_err(|e| match e {
             MicroError::Tap(t) => input(t.to_string()),
             e => e.into(),
         })?;
         memories.push(vm.memory.clone());
-        guests.push(vm.into_guest(vec![Placement::default()]));
+        guests.push(vm.into_guest(vec![p.vcpu.clone()]));
     }
     Ok((guests, memories))
 }

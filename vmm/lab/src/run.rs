@@ -22,7 +22,7 @@ use vcpu_sched::{CpuMask, Policy, SchedConfig};
 use vm_memory::GuestMemoryMmap;
 
 use super::calibrate::iters_per_us;
-use super::{guests, BenchError, BenchOptions, BenchReport, VcpuRow, Workload};
+use super::{guests, BenchError, BenchOptions, BenchReport, IoCpus, VcpuRow, Workload};
 use vmm_machine::micro::{read_u64, MicroError, MicroHost, MicroVm, MicroVmSpec, DATA_ADDR};
 use vmm_machine::vcpu_body::{ExecOptions, ExecutorKind, Placement, Running, VmSet};
 
@@ -59,7 +59,8 @@ fn build(
         )));
     }
     if opts.workload == Workload::Blk {
-        let (vms, memories) = super::blk::iops_vms(&opts.blk, opts.vms, host)?;
+        let places = device_vm_places(opts, topo)?;
+        let (vms, memories) = super::blk::iops_vms(&opts.blk, &places, host)?;
         return Ok(Built {
             set: VmSet::new(vms)?,
             memories,
@@ -67,7 +68,8 @@ fn build(
         });
     }
     if opts.workload == Workload::Net {
-        let (vms, memories) = super::net::vms(&opts.net, opts.vms, host)?;
+        let places = device_vm_places(opts, topo)?;
+        let (vms, memories) = super::net::vms(&opts.net, &places, host)?;
         let peer = super::net::Peer::start(&opts.net, &memories)?;
         return Ok(Built {
             set: VmSet::new(vms)?,
@@ -101,6 +103,48 @@ fn build(
         memories,
         peer: None,
     })
+}
+
+/// Where one `blk` or `net` VM runs: its one vCPU's placement and its
+/// devices' I/O threads' host CPUs (`None`: not placed).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct VmPlace {
+    pub(crate) vcpu: Placement,
+    pub(crate) io_cpus: Option<Vec<usize>>,
+}
+
+/// The places of `blk`'s and `net`'s VMs (one vCPU each): with `pin`, VM
+/// `v`'s vCPU alone on logical CPU `v`; its I/O threads on that CPU's
+/// host CPU (`same`), the next logical CPU's (`other`), or not placed
+/// (`any`). [`validate`] has checked that `same` and `other` come with
+/// `pin` on `--topology host`, where logical CPU `c` is host CPU
+/// `os_index(c)`.
+fn device_vm_places(
+    opts: &BenchOptions,
+    topo: &topology::HostTopology,
+) -> Result<Vec<VmPlace>, BenchError> {
+    let n = topo.num_cpus();
+    if opts.io_cpus == IoCpus::Other && n < 2 {
+        return Err(BenchError::Input(format!(
+            "--io-cpus other puts the I/O threads on another host CPU, but the topology has \
+             {n} CPU; use same or any"
+        )));
+    }
+    Ok((0..opts.vms)
+        .map(|v| {
+            let vcpu = Placement {
+                affinity: opts.pin.then(|| CpuMask::single(v as u32)),
+                ..Placement::default()
+            };
+            let host_cpu = |c: usize| vec![topo.os_index((c % n) as u32) as usize];
+            let io_cpus = match opts.io_cpus {
+                IoCpus::Any => None,
+                IoCpus::Same => Some(host_cpu(v)),
+                IoCpus::Other => Some(host_cpu(v + 1)),
+            };
+            VmPlace { vcpu, io_cpus }
+        })
+        .collect())
 }
 
 /// The workload's guest code, its bursts `ipu` loop iterations per
@@ -210,11 +254,42 @@ fn validate(opts: &BenchOptions) -> Result<(), BenchError> {
     if opts.burst_us == Some(0) {
         return Err(BenchError::Input("a burst must be at least 1 us".into()));
     }
+    validate_io_cpus(opts)?;
     if opts.workload == Workload::Blk {
         super::blk::validate(&opts.blk, opts.vms, opts.vcpus)?;
     }
     if opts.workload == Workload::Net {
         super::net::validate(&opts.net, opts.vms, opts.vcpus)?;
+    }
+    Ok(())
+}
+
+/// `--io-cpus same|other` only where the vCPU's host CPU is known: `blk`
+/// or `net`, pinned vCPUs, the host's own topology.
+fn validate_io_cpus(opts: &BenchOptions) -> Result<(), BenchError> {
+    let io = opts.io_cpus;
+    if io == IoCpus::Any {
+        return Ok(());
+    }
+    if !matches!(opts.workload, Workload::Blk | Workload::Net) {
+        return Err(BenchError::Input(format!(
+            "--io-cpus places virtio devices' I/O threads: the blk and net workloads only, \
+             not {}",
+            opts.workload.name()
+        )));
+    }
+    if !opts.pin {
+        return Err(BenchError::Input(format!(
+            "--io-cpus {io} places the I/O threads by the host CPU of each VM's vCPU: give \
+             --pin too (VM v's vCPU alone on CPU v)"
+        )));
+    }
+    if opts.topology.trim() != "host" {
+        return Err(BenchError::Input(format!(
+            "--io-cpus {io} needs --topology host (on an emulated topology, logical CPUs \
+             share host CPUs), not {}",
+            opts.topology
+        )));
     }
     Ok(())
 }

@@ -15,7 +15,7 @@ use vcpu_sched::Mitigations;
 use super::args::{self, ignored, mitigation_sets, out, outln, progress_bar, InputError};
 use vmm_lab::{
     compare, integrity, run as run_bench, BenchOptions, BenchReport, BlkOptions, CompareOptions,
-    IntegrityOptions, NetOptions, VcpuRow, Workload,
+    IntegrityOptions, IoCpus, NetOptions, VcpuRow, Workload,
 };
 use vmm_machine::devices::{BlockEngine, UnknownEngine};
 use vmm_machine::micro::net::NetMode;
@@ -117,6 +117,20 @@ pub struct BenchArgs {
     /// CPU, pinned. The vCPUs must fit the topology's CPUs
     #[arg(long)]
     pub pin: bool,
+    /// blk and net only: where each VM's device I/O threads run: same
+    /// (the host CPU its vCPU is pinned to), other (another host CPU: VM
+    /// v's on CPU v+1) or any (not placed; the default). same and other
+    /// need --pin and --topology host.
+    #[arg(long, value_name = "WHERE", value_parser = io_cpus)]
+    pub io_cpus: Option<IoCpus>,
+    /// blk and net only: compare I/O thread placements, e.g.
+    /// `any,same,other`: the first is the baseline and gets the A/A row;
+    /// one mitigation set on one executor (host included), no host row;
+    /// --reps repetitions, interleaved. same and other need --pin and
+    /// --topology host.
+    #[arg(long, value_name = "P,P..", value_parser = io_cpus_list,
+          conflicts_with_all = ["compare", "compare_executors", "compare_engines", "io_cpus"])]
+    pub compare_io_cpus: Option<IoCpusList>,
     /// Also write the full result as JSON here: a new file (one that
     /// exists is refused, never replaced; checked before the run starts).
     #[arg(long, value_name = "FILE")]
@@ -213,6 +227,27 @@ fn engine_list(s: &str) -> std::result::Result<EngineList, String> {
         ));
     }
     Ok(EngineList(v))
+}
+
+fn io_cpus(s: &str) -> std::result::Result<IoCpus, String> {
+    s.parse().map_err(|e: vmm_lab::BenchError| e.to_string())
+}
+
+/// `--compare-io-cpus`' list.
+#[derive(Clone, Debug)]
+pub struct IoCpusList(pub Vec<IoCpus>);
+
+fn io_cpus_list(s: &str) -> std::result::Result<IoCpusList, String> {
+    let v = s
+        .split(',')
+        .map(io_cpus)
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    if v.len() < 2 {
+        return Err(format!(
+            "{s:?}: give two placements or more, e.g. any,same,other"
+        ));
+    }
+    Ok(IoCpusList(v))
 }
 
 fn qd(s: &str) -> std::result::Result<u16, String> {
@@ -432,6 +467,14 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
     let here = format!("the {} workload", workload.name());
     check_blk_flags(a, workload, &here)?;
     check_net_flags(a, workload, &here)?;
+    if !matches!(workload, Workload::Blk | Workload::Net) {
+        if a.io_cpus.is_some() {
+            return Err(ignored("--io-cpus", "the blk and net workloads", &here).into());
+        }
+        if a.compare_io_cpus.is_some() {
+            return Err(ignored("--compare-io-cpus", "the blk and net workloads", &here).into());
+        }
+    }
     if a.period_us.is_some() && workload != Workload::Cyclic {
         return Err(ignored("--period-us", "cyclic", &here).into());
     }
@@ -449,7 +492,11 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         )
         .into());
     }
-    if a.compare.is_none() && !a.compare_executors && a.compare_engines.is_none() {
+    if a.compare.is_none()
+        && !a.compare_executors
+        && a.compare_engines.is_none()
+        && a.compare_io_cpus.is_none()
+    {
         if a.reps.is_some() {
             return Err(ignored("--reps", "--compare", "a single run").into());
         }
@@ -497,9 +544,6 @@ fn check_blk_flags(a: &BenchArgs, workload: Workload, here: &str) -> Result<()> 
     if a.burst_us.is_some() {
         return Err(ignored("--burst-us", "the seeds' workloads", here).into());
     }
-    if a.pin {
-        return Err(ignored("--pin", "the seeds' workloads", here).into());
-    }
     if a.breakdown && a.integrity {
         return Err(ignored("--breakdown", "a blk IOPS run", "--integrity").into());
     }
@@ -517,6 +561,9 @@ fn check_blk_flags(a: &BenchArgs, workload: Workload, here: &str) -> Result<()> 
         (a.compare.is_some(), "--compare"),
         (a.compare_executors, "--compare-executors"),
         (a.compare_engines.is_some(), "--compare-engines"),
+        (a.compare_io_cpus.is_some(), "--compare-io-cpus"),
+        (a.io_cpus.is_some(), "--io-cpus"),
+        (a.pin, "--pin"),
         (a.json.is_some(), "--json"),
         (a.per_vcpu, "--per-vcpu"),
     ] {
@@ -544,9 +591,6 @@ fn check_net_flags(a: &BenchArgs, workload: Workload, here: &str) -> Result<()> 
     }
     if a.burst_us.is_some() {
         return Err(ignored("--burst-us", "the seeds' workloads", here).into());
-    }
-    if a.pin {
-        return Err(ignored("--pin", "the seeds' workloads", here).into());
     }
     if a.frame_bytes.is_some() && a.mode == Some(NetMode::Tx) {
         return Err(ignored("--frame-bytes", "--mode rx and echo", "--mode tx").into());
@@ -590,7 +634,29 @@ fn bench_options(
     o.host_rt = !a.no_host_rt;
     o.breakdown = a.breakdown;
     o.pin = a.pin;
+    o.io_cpus = a.io_cpus.unwrap_or_default();
     o
+}
+
+/// A comparison's mitigation sets and other executors, `None` for a
+/// single run; `axis`: the values of an engine or I/O placement
+/// comparison.
+type CompareList = Option<(Vec<Mitigations>, Vec<ExecutorKind>)>;
+
+fn compare_list(a: &BenchArgs, executor: ExecutorKind, axis: usize) -> Result<CompareList> {
+    let set = || vec![a.mitigations.unwrap_or_else(Mitigations::all)];
+    Ok(match (&a.compare, a.compare_executors) {
+        (Some(list), _) => Some((mitigation_sets(list)?, Vec::new())),
+        (None, false) if axis > 0 => Some((set(), Vec::new())),
+        (None, true) => {
+            let other = match executor {
+                ExecutorKind::Workers => ExecutorKind::Threads,
+                _ => ExecutorKind::Workers,
+            };
+            Some((set(), vec![other]))
+        }
+        (None, false) => None,
+    })
 }
 
 /// Runs `vmm bench`.
@@ -619,29 +685,14 @@ pub fn run(a: BenchArgs) -> Result<()> {
     topology::load(&a.topology).with_context(|| format!("--topology {}", a.topology))?;
     let bar = progress_bar();
     let engines = a.compare_engines.clone().map(|l| l.0).unwrap_or_default();
-    let compare_list = match (&a.compare, a.compare_executors) {
-        (Some(list), _) => Some((mitigation_sets(list)?, Vec::new())),
-        (None, false) if !engines.is_empty() => Some((
-            vec![a.mitigations.unwrap_or_else(Mitigations::all)],
-            Vec::new(),
-        )),
-        (None, true) => {
-            let other = match executor {
-                ExecutorKind::Workers => ExecutorKind::Threads,
-                _ => ExecutorKind::Workers,
-            };
-            Some((
-                vec![a.mitigations.unwrap_or_else(Mitigations::all)],
-                vec![other],
-            ))
-        }
-        (None, false) => None,
-    };
+    let io_cpus = a.compare_io_cpus.clone().map(|l| l.0).unwrap_or_default();
+    let axis = engines.len().max(io_cpus.len());
+    let compare_list = compare_list(&a, executor, axis)?;
     if let Some((variants, executors)) = &compare_list {
         // every set, the A/A row, other executors and the host row, each
         // repetition; a run is its window plus warm-up and set-up
-        let host = usize::from(!a.no_host && engines.is_empty());
-        let rows = variants.len() + 1 + executors.len() + host + engines.len().saturating_sub(1);
+        let host = usize::from(!a.no_host && axis == 0);
+        let rows = variants.len() + 1 + executors.len() + host + axis.saturating_sub(1);
         args::check_compare_work(rows * a.reps.unwrap_or(3), a.duration, a.long)?;
     }
     let json = match compare_list {
@@ -651,9 +702,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     run: o,
                     variants,
                     repetitions: a.reps.unwrap_or(3),
-                    host_baseline: !a.no_host && engines.is_empty(),
+                    host_baseline: !a.no_host && axis == 0,
                     executors,
                     engines,
+                    io_cpus,
                 },
                 &mut |p| {
                     let f = (p.done as f64 + p.run_fraction) / p.total.max(1) as f64;
@@ -667,10 +719,13 @@ pub fn run(a: BenchArgs) -> Result<()> {
                 "{} VMs x {} vCPUs{}, scheduler rows on the {} executor",
                 c.vms,
                 c.vcpus,
-                if a.pin {
-                    ", each pinned to a CPU of its own (host row too)"
-                } else {
-                    ""
+                match (
+                    a.pin,
+                    c.table.rows.iter().any(|r| r.mitigations == "host 1:1")
+                ) {
+                    (true, true) => ", each pinned to a CPU of its own (host row too)",
+                    (true, false) => ", each pinned to a CPU of its own",
+                    _ => "",
                 },
                 c.executor
             );

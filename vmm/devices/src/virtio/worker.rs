@@ -77,7 +77,12 @@ impl Worker {
     /// As [`spawn`](Self::spawn), the thread restricted to host CPUs
     /// `cpus` (OS numbers) when given. A failed restriction is logged and
     /// the thread runs unrestricted (a CPU set the host no longer lets
-    /// this process use must not stop the guest's I/O).
+    /// this process use must not stop the guest's I/O). Without `cpus`
+    /// the thread may run on every CPU the process may (its main
+    /// thread's set), not only on those of the thread that spawns it:
+    /// that is the vCPU thread that wrote `DRIVER_OK`, often pinned to
+    /// one host CPU (pinned vCPUs, or a `vcpu_sched` worker), whose
+    /// affinity a new thread would otherwise inherit.
     pub fn spawn_on<H: QueueHandler>(
         name: &str,
         handler: H,
@@ -151,9 +156,16 @@ fn serve<H: QueueHandler>(
     host_fds: Vec<RawFd>,
     (epoll, interrupt, cpus): (Epoll, Arc<VirtioInterrupt>, Option<Arc<[usize]>>),
 ) {
-    if let Some(c) = &cpus {
-        if let Err(e) = pin_current_thread(c) {
-            warn!("virtio worker: keeping it on all CPUs: {e}");
+    match &cpus {
+        Some(c) => {
+            if let Err(e) = pin_current_thread(c) {
+                warn!("virtio worker: keeping it on all CPUs: {e}");
+            }
+        }
+        None => {
+            if let Err(e) = unpin_current_thread() {
+                debug!("virtio worker: keeping the spawning thread's CPUs: {e}");
+            }
         }
     }
     let serve = |h: &mut H, index: usize| {
@@ -204,6 +216,24 @@ fn serve<H: QueueHandler>(
             serve(&mut handler, *index);
         }
     }
+}
+
+/// Lets the calling thread run on the CPUs of the process's main thread
+/// (the CPUs the process was started on, or its cgroup's).
+fn unpin_current_thread() -> std::io::Result<()> {
+    // SAFETY: sched_getaffinity fills the zeroed set (`size_of` bytes)
+    // for the main thread (its tid is the pid); sched_setaffinity reads
+    // it for the calling thread (pid 0).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(libc::getpid(), size, &mut set) != 0
+            || libc::sched_setaffinity(0, size, &set) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// Restricts the calling thread to `cpus` (OS CPU numbers).
@@ -278,6 +308,32 @@ mod tests {
         )
         .unwrap();
         assert_eq!(rx.recv().unwrap(), vec![one]);
+        w.stop();
+    }
+
+    /// Spawned from a thread pinned to one CPU (as a vCPU thread that
+    /// writes `DRIVER_OK`), an unplaced I/O thread does not inherit that
+    /// pin: it gets the process's CPUs.
+    #[test]
+    fn an_unplaced_io_thread_does_not_inherit_its_spawners_pin() {
+        let (tx, rx) = mpsc::channel();
+        let all = std::thread::spawn(|| {
+            let (t, r) = mpsc::channel();
+            Affinity(t).process(0).unwrap();
+            r.recv().unwrap()
+        })
+        .join()
+        .unwrap();
+        let one = *all.last().unwrap();
+        let w = std::thread::spawn(move || {
+            pin_current_thread(&[one]).unwrap();
+            let evt = EventFd::new(libc::EFD_NONBLOCK).unwrap();
+            let interrupt = Arc::new(VirtioInterrupt::standalone("unplaced"));
+            Worker::spawn("t", Affinity(tx), vec![(0, evt)], interrupt).unwrap()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(rx.recv().unwrap(), all);
         w.stop();
     }
 }

@@ -125,11 +125,13 @@ impl DeviceSlot {
     }
 }
 
-/// Builds device `i` of VM `vm_name` at its fixed address, MSI-X on.
+/// Builds device `i` of VM `vm_name` at its fixed address, MSI-X on,
+/// its I/O threads on host CPUs `io_cpus` when given.
 pub(crate) fn build_device(
     vm_name: &str,
     i: usize,
     spec: &MicroDevice,
+    io_cpus: Option<Vec<usize>>,
     vm: &Arc<VmFd>,
     mem: &GuestMemoryMmap,
     waker: &WakerSlot,
@@ -160,7 +162,8 @@ pub(crate) fn build_device(
         waker: waker.clone(),
     });
     let notify = Arc::new(KvmNotify(vm.clone()));
-    let mut pci = VirtioPci::new(&name, device, base as u32, msi, notify, mem.clone())?;
+    let mut pci =
+        VirtioPci::new(&name, device, base as u32, msi, notify, mem.clone())?.with_io_cpus(io_cpus);
     enable_msix(&mut pci);
     Ok(DeviceSlot {
         base,

@@ -167,6 +167,10 @@ pub struct MicroVmSpec {
     /// [`DEVICE_BASE`](devices::DEVICE_BASE)` + i * 64 KiB` (see
     /// [`devices`]).
     pub devices: Vec<MicroDevice>,
+    /// Host CPUs (OS numbers) its devices' I/O threads run on
+    /// (`VirtioPci::with_io_cpus`); `None`: wherever the host kernel
+    /// puts them.
+    pub io_cpus: Option<Vec<usize>>,
 }
 
 impl MicroVmSpec {
@@ -180,6 +184,7 @@ impl MicroVmSpec {
             data: Vec::new(),
             report_log: 0,
             devices: Vec::new(),
+            io_cpus: None,
         }
     }
 }
@@ -444,7 +449,10 @@ impl MicroVm {
             .devices
             .iter()
             .enumerate()
-            .map(|(i, d)| devices::build_device(&spec.name, i, d, &vm, &memory, &waker))
+            .map(|(i, d)| {
+                let io = spec.io_cpus.clone();
+                devices::build_device(&spec.name, i, d, io, &vm, &memory, &waker)
+            })
             .collect::<Result<Vec<_>, MicroError>>()?;
         let io = Arc::new(MicroIo {
             name: spec.name.clone(),
