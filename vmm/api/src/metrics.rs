@@ -90,6 +90,35 @@ impl ApiMetrics {
         self.at_cap.inc();
     }
 
+    /// The API's own series, into a scrape's registry.
+    fn register(&self, reg: &mut Registry) {
+        reg.register(
+            "api_requests",
+            "API requests answered, by endpoint and status code",
+            self.requests.clone(),
+        );
+        reg.register(
+            "api_request_duration_seconds",
+            "Time to answer an API request",
+            self.latency.clone(),
+        );
+        reg.register(
+            "api_accept_errors",
+            "Failed accepts of an API connection (each pauses the accept loop)",
+            self.accept_errors.clone(),
+        );
+        reg.register(
+            "api_connection_cap_waits",
+            "Times the accept loop waited for a free slot at the connection cap",
+            self.at_cap.clone(),
+        );
+        reg.register(
+            "api_connections",
+            "API connections open now",
+            self.open.clone(),
+        );
+    }
+
     /// A connection opened (`+1`) or closed (`-1`).
     pub fn connections(&self, delta: i64) {
         self.open.inc_by(delta);
@@ -321,31 +350,7 @@ pub fn render(src: &Sources) -> String {
     if let Some(sched) = src.sched {
         register_scheduler(&mut reg, sched);
     }
-    reg.register(
-        "api_requests",
-        "API requests answered, by endpoint and status code",
-        src.api.requests.clone(),
-    );
-    reg.register(
-        "api_request_duration_seconds",
-        "Time to answer an API request",
-        src.api.latency.clone(),
-    );
-    reg.register(
-        "api_accept_errors",
-        "Failed accepts of an API connection (each pauses the accept loop)",
-        src.api.accept_errors.clone(),
-    );
-    reg.register(
-        "api_connection_cap_waits",
-        "Times the accept loop waited for a free slot at the connection cap",
-        src.api.at_cap.clone(),
-    );
-    reg.register(
-        "api_connections",
-        "API connections open now",
-        src.api.open.clone(),
-    );
+    src.api.register(&mut reg);
     let up = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
     up.set(src.started.elapsed().as_secs_f64());
     reg.register("uptime_seconds", "Seconds since the server started", up);
