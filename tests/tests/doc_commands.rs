@@ -408,15 +408,6 @@ const TABLE: &[(&str, How)] = &[
         }]),
     ),
     (
-        "scripts/net-bench.sh --out DIR",
-        How::Elsewhere {
-            by: "by hand, to refresh docs/devices.md (\"Ping round trips\"); each of its runs \
-                 is one of the two scripts run here: scripts/net-demo.sh (the README's entry) \
-                 and scripts/net-neighbours.sh (the next entry)",
-            why: "eight guest boots and 1,440 pings: about twenty minutes under kvm_pvm",
-        },
-    ),
-    (
         "scripts/net-neighbours.sh --sched vcpu_sched --neighbours 6 --pings 60 --interval 1",
         // the guest's boot, then 2 spinning neighbours on the one
         // scheduler, and pings that all come back
