@@ -122,6 +122,11 @@ for qd in (1, 32):
         if not v:
             continue
         sd = st.stdev(v) if len(v) > 1 else 0.0
+        if not ratios:
+            # no repetition flushed a generation on the baseline (a run
+            # shorter than one generation): no ratio to give
+            print(f"  {name:12} {st.mean(v):10.0f} +- {sd:7.0f}   ratio n/a (baseline flushed nothing)")
+            continue
         rs = st.stdev(ratios) if len(ratios) > 1 else 0.0
         print(f"  {name:12} {st.mean(v):10.0f} +- {sd:7.0f}   ratio {100 * st.mean(ratios):6.1f}% +- {100 * rs:4.1f}%")
 EOF
