@@ -128,6 +128,28 @@ pub async fn call_text(sock: &Path, method: &str, path: &str, body: Option<&str>
     (status, String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// Waits (bounded) until `file` (a guest console file) holds `needle`,
+/// while the default VM stays `Running`; the file's text. Fails the test
+/// with the file's last lines otherwise.
+pub async fn wait_for_log(sock: &Path, file: &Path, needle: &str, limit: Duration) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        let log = std::fs::read_to_string(file).unwrap_or_default();
+        if log.contains(needle) {
+            return log;
+        }
+        let (_, v) = call(sock, "GET", "/api/v1/vm.info", None).await;
+        let tail: String = log.lines().rev().take(30).collect::<Vec<_>>().join("\n");
+        assert_eq!(v["state"], "Running", "{v}\n{tail}");
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} in {} after {limit:?}; last lines (newest first):\n{tail}",
+            file.display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// A small multi-threaded tokio runtime for a test's client side.
 pub fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use integration_tests::disk::mkfs_ext4;
 use integration_tests::guest::guest_images;
 use integration_tests::netns::{Netns, GUEST_IP, HOST_IP};
-use integration_tests::serve::{call, open_fds, put_with_fds, rt, Server};
+use integration_tests::serve::{call, open_fds, put_with_fds, rt, wait_for_log, Server};
 use integration_tests::{vmm_bin, workspace_root};
 use serde_json::Value;
 
@@ -238,26 +238,6 @@ fn kata_without_what_is_missing(cfg: &mut Value) {
     cfg["memory"]["size"] = (256u64 << 20).into();
 }
 
-/// Waits (bounded) until `file` holds `needle`.
-async fn wait_for(sock: &Path, file: &Path, needle: &str, limit: Duration) -> String {
-    let deadline = Instant::now() + limit;
-    loop {
-        let log = std::fs::read_to_string(file).unwrap_or_default();
-        if log.contains(needle) {
-            return log;
-        }
-        let (_, v) = call(sock, "GET", "/api/v1/vm.info", None).await;
-        let tail: String = log.lines().rev().take(30).collect::<Vec<_>>().join("\n");
-        assert_eq!(v["state"], "Running", "{v}\n{tail}");
-        assert!(
-            Instant::now() < deadline,
-            "no {needle:?} in {} after {limit:?}; last lines (newest first):\n{tail}",
-            file.display()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 /// Steps 0 to 5 on `executor`, then ping and `vmm.shutdown`.
 fn kata_sandbox(executor: &str) {
     let g = guest_images();
@@ -315,7 +295,7 @@ fn kata_sandbox(executor: &str) {
         assert!(v["error"].as_str().unwrap().contains("PCI hotplug"), "{v}");
         drop(tap);
         let up = format!("hwaddr=5a:94:ef:e4:0c:ee, ipaddr={GUEST_IP},");
-        let log = wait_for(&sock, &serial, &up, Duration::from_secs(10 * 60)).await;
+        let log = wait_for_log(&sock, &serial, &up, Duration::from_secs(10 * 60)).await;
         for want in [
             "[vda] 65536 512-byte logical blocks",
             "pci 0000:00:03.0: [1af4:1041]",

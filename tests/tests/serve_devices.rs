@@ -18,38 +18,17 @@
 //!   and the kernel mounts it as its ext4 root; `e2fsck -fn` passes after.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use integration_tests::disk::{e2fsck, mkfs_ext4};
 use integration_tests::guest::guest_images;
 use integration_tests::netns::{Netns, GUEST_IP, HOST_IP, TAP};
-use integration_tests::serve::{call, rt, Server};
+use integration_tests::serve::{call, rt, wait_for_log, Server};
 use integration_tests::vmm_bin;
 use serde_json::{json, Value};
 
 const MAC: &str = "52:54:00:ab:cd:02";
 const PINGS: usize = 50;
-
-/// Waits (bounded) until `file` holds `needle`; fails the test with the
-/// file's tail and the VM's state otherwise.
-async fn wait_for(sock: &Path, file: &Path, needle: &str, limit: Duration) -> String {
-    let deadline = Instant::now() + limit;
-    loop {
-        let log = std::fs::read_to_string(file).unwrap_or_default();
-        if log.contains(needle) {
-            return log;
-        }
-        let (_, v) = call(sock, "GET", "/api/v1/vm.info", None).await;
-        let tail: String = log.lines().rev().take(30).collect::<Vec<_>>().join("\n");
-        assert_eq!(v["state"], "Running", "{v}\n{tail}");
-        assert!(
-            Instant::now() < deadline,
-            "no {needle:?} in {} after {limit:?}; last lines (newest first):\n{tail}",
-            file.display()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
 
 /// The VmConfig: 2 vCPUs on any host CPU, 256 MiB, two PCI segments.
 fn config(kernel: &Path, cmdline: &str, disk: Value, console: &Path, serial: &Path) -> String {
@@ -91,7 +70,7 @@ fn a_served_linux_guest_gets_a_disk_a_network_a_console_and_an_rng() {
         let (s, v) = call(&sock, "PUT", "/api/v1/vm.boot", None).await;
         assert_eq!(s, 204, "{v}\n{}", srv.log());
         let up = format!("hwaddr={MAC}, ipaddr={GUEST_IP},");
-        let log = wait_for(&sock, &hvc, &up, Duration::from_secs(10 * 60)).await;
+        let log = wait_for_log(&sock, &hvc, &up, Duration::from_secs(10 * 60)).await;
         for want in [
             "virtio_blk virtio",
             "[vda] 65536 512-byte logical blocks",
@@ -144,7 +123,7 @@ fn a_served_linux_guest_gets_a_disk_a_network_a_console_and_an_rng() {
         let (s, v) = call(&sock, "PUT", "/api/v1/vm.boot", None).await;
         assert_eq!(s, 204, "{v}\n{}", srv.log());
         let mounted = "VFS: Mounted root (ext4 filesystem) on device 254:0";
-        wait_for(&sock, &hvc2, mounted, Duration::from_secs(10 * 60)).await;
+        wait_for_log(&sock, &hvc2, mounted, Duration::from_secs(10 * 60)).await;
         let (s, _) = call(&sock, "PUT", "/api/v1/vmm.shutdown", None).await;
         assert_eq!(s, 204);
     });
