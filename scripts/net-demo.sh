@@ -79,6 +79,11 @@ until grep -q ", ipaddr=10.0.2.15," "$dir/console.log" 2>/dev/null; do
   sleep 1
 done
 echo "guest up after $((SECONDS - start)) s: $(grep -m1 'IP-Config: Complete' -A1 "$dir/console.log" | tail -1 | sed 's/^\[[^]]*\] *//')"
+# ip= prints its result before the first exchange (ARP) is done: the
+# counted pings start once one answer came back
+for _ in $(seq 60); do
+  ip netns exec "$ns" ping -n -c 1 -W 1 10.0.2.15 >/dev/null 2>&1 && break
+done
 ip netns exec "$ns" ping -n -c "$pings" -i "$interval" -W 10 10.0.2.15 >"$dir/ping.txt" || true
 tail -2 "$dir/ping.txt"
 grep -o 'time=[0-9.]*' "$dir/ping.txt" | cut -d= -f2 | sort -g >"$dir/rtt.txt"

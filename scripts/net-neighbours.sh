@@ -110,6 +110,11 @@ until grep -q ", ipaddr=10.0.2.15," "$dir/console.log" 2>/dev/null; do
   sleep 1
 done
 echo "guest up after $((SECONDS - start)) s"
+# ip= prints its result before the first exchange (ARP) is done: the
+# counted pings start once one answer came back
+for _ in $(seq 60); do
+  ip netns exec "$ns" ping -n -c 1 -W 1 10.0.2.15 >/dev/null 2>&1 && break
+done
 for i in $(seq "$neighbours"); do
   api PUT "vms/n$i/vm.create" '{"cpus": {"boot_vcpus": 1}, "x_vmm": {"micro": "spin", "placement": {"policy": "none"}}}'
   api PUT "vms/n$i/vm.boot"

@@ -73,6 +73,25 @@ impl Netns {
         .expect("the tap-opening thread")
     }
 
+    /// Pings the guest once a second until it answers (true) or `limit`
+    /// passes (false): the kernel prints its `ip=` result before the
+    /// first exchange (ARP) has completed, so the counted pings start from
+    /// here.
+    pub fn wait_reachable(&self, limit: std::time::Duration) -> bool {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < limit {
+            let ok = self
+                .exec("ping")
+                .args(["-n", "-c", "1", "-W", "1", GUEST_IP])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if ok {
+                return true;
+            }
+        }
+        false
+    }
+
     /// `ping -c COUNT -i INTERVAL` the guest from inside the namespace:
     /// the round-trip times of the replies in milliseconds, and ping's
     /// summary lines.

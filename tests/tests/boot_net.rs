@@ -140,6 +140,11 @@ fn answers_every_ping(sched: &str, shape: &str, net: &str, pairs: usize, console
         log.contains(&format!("hwaddr={MAC}, ipaddr={GUEST_IP}")),
         "eth0 is not configured with the given MAC:\n{log}"
     );
+    assert!(
+        ns.wait_reachable(Duration::from_secs(60)),
+        "no ping answered in 60 s; console tail:\n{}",
+        g.tail()
+    );
     let (mut rtts, summary) = ns.ping(PINGS, INTERVAL);
     let tail = g.tail();
     drop(g);

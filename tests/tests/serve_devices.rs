@@ -97,6 +97,10 @@ fn a_served_linux_guest_gets_a_disk_a_network_a_console_and_an_rng() {
                 "no {want:?} in the serial log:\n{early}"
             );
         }
+        assert!(
+            ns.wait_reachable(Duration::from_secs(60)),
+            "no ping answered in 60 s"
+        );
         let (rtts, summary) = ns.ping(PINGS, "0.05");
         assert_eq!(rtts.len(), PINGS, "{summary}");
         let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
