@@ -17,7 +17,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::api::ApiError;
+use super::error::ApiError;
 
 /// At most this much of a refused value is quoted in an error.
 const QUOTE: usize = 160;

@@ -15,8 +15,8 @@ use vmm_machine::devices::{
     DeviceSpec, DiskSpec, NetSpec, SharedFds, TapSource, MAX_PCI_SEGMENTS, NET_QUEUE_SIZE,
 };
 
-use super::api::ApiError;
 use super::defaults::{self, yes};
+use super::error::ApiError;
 
 /// A bad device field: (field, what is wrong and the fix). `api`
 /// turns it into its 400 answer.

@@ -38,6 +38,7 @@ pub mod api;
 pub mod controller;
 pub mod defaults;
 pub mod devices;
+pub mod error;
 pub mod fds;
 pub mod files;
 pub mod guests;

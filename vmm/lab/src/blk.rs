@@ -26,7 +26,7 @@ use vmm_machine::micro::driver::{FLUSHED, MAX_QD};
 use vmm_machine::micro::{MicroHost, MicroVm, MicroVmSpec};
 use vmm_machine::vcpu_body::{ExecOptions, ExecutorKind, GuestVm, Placement, Running, VmSet};
 
-use super::run::VmPlace;
+use super::place::VmPlace;
 use super::BenchError;
 
 /// The `blk` workload's images and requests.

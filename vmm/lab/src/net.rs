@@ -38,7 +38,7 @@ use vmm_machine::micro::net::{self, NetMode, GUEST_MAC, PEER_MAC};
 use vmm_machine::micro::{read_u64, MicroError, MicroHost, MicroVm, MicroVmSpec, DATA_ADDR};
 use vmm_machine::vcpu_body::GuestVm;
 
-use super::run::VmPlace;
+use super::place::VmPlace;
 use super::BenchError;
 
 /// Frames an `rx` peer keeps in flight ahead of its guest's count.

@@ -9,6 +9,7 @@
 //! [`VmSet`] on one executor ([`Running`]); progress counters are read
 //! from guest memory and the set when the window opens and closes.
 
+pub(crate) use super::place::VmPlace;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -103,14 +104,6 @@ fn build(
         memories,
         peer: None,
     })
-}
-
-/// Where one `blk` or `net` VM runs: its one vCPU's placement and its
-/// devices' I/O threads' host CPUs (`None`: not placed).
-#[derive(Clone, Debug, Default)]
-pub(crate) struct VmPlace {
-    pub(crate) vcpu: Placement,
-    pub(crate) io_cpus: Option<Vec<usize>>,
 }
 
 /// The places of `blk`'s and `net`'s VMs (one vCPU each): with `pin`, VM
