@@ -35,6 +35,7 @@ mod calibrate;
 mod compare;
 pub mod guests;
 pub mod net;
+mod place;
 mod run;
 
 pub use blk::{integrity, BlkOptions, IntegrityOptions, IntegrityVm, OnFlush};
