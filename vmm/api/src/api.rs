@@ -127,7 +127,7 @@ pub struct CpuTopology {
 }
 
 /// CH's `MemoryConfig`: `size`, and the rest at CH's defaults
-/// ([`MemoryConfig::check_ch`]).
+/// (`MemoryConfig::check_ch`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemoryConfig {
@@ -147,7 +147,7 @@ pub struct MemoryConfig {
     /// `Acpi` only (no virtio-mem).
     #[serde(default = "acpi")]
     pub hotplug_method: String,
-    /// Shared (memfd) guest memory: false only (see [`MemoryConfig::check_ch`]).
+    /// Shared (memfd) guest memory: false only (see `MemoryConfig::check_ch`).
     #[serde(default)]
     pub shared: bool,
     /// hugetlbfs pages: false only.

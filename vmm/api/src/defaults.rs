@@ -22,7 +22,7 @@ use super::error::ApiError;
 /// At most this much of a refused value is quoted in an error.
 const QUOTE: usize = 160;
 
-/// `v` as compact JSON, cut at [`QUOTE`] characters.
+/// `v` as compact JSON, cut at `QUOTE` characters.
 pub fn quote<T: Serialize>(v: &T) -> String {
     let s = serde_json::to_string(v).unwrap_or_else(|_| "?".into());
     if s.chars().count() <= QUOTE {

@@ -188,7 +188,7 @@ pub struct RngConfig {
 }
 
 /// CH's `PlatformConfig`: `num_pci_segments`, the rest only at CH's
-/// defaults ([`PlatformConfig::check_ch`]).
+/// defaults (`PlatformConfig::check_ch`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlatformConfig {

@@ -3,10 +3,10 @@
 //!
 //! * `sync`: the worker itself, `pread`/`pwrite`/`fdatasync` through a
 //!   bounce buffer (in `block.rs`; no engine object).
-//! * `pool`: [`Pool`], [`POOL_THREADS`] host threads; `preadv`/`pwritev`
+//! * `pool`: `Pool`, [`POOL_THREADS`] host threads; `preadv`/`pwritev`
 //!   straight into guest memory, completions handed back through an
 //!   eventfd the worker watches ([`QueueHandler::host_fds`]).
-//! * `io_uring`: [`Uring`], one ring per device; `readv`/`writev`/
+//! * `io_uring`: `Uring`, one ring per device; `readv`/`writev`/
 //!   `fsync(DATASYNC)` straight into guest memory, the ring's registered
 //!   eventfd given to the worker the same way.
 //!
