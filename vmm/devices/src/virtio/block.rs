@@ -28,23 +28,22 @@
 //! driver. A chain with no 16-byte header or no status byte is a broken
 //! driver: the device needs a reset.
 
-use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use virtio_bindings::virtio_blk::{
     VIRTIO_BLK_F_BLK_SIZE, VIRTIO_BLK_F_DISCARD, VIRTIO_BLK_F_FLUSH, VIRTIO_BLK_F_MQ,
-    VIRTIO_BLK_F_RO, VIRTIO_BLK_F_SEG_MAX, VIRTIO_BLK_F_WRITE_ZEROES, VIRTIO_BLK_ID_BYTES,
-    VIRTIO_BLK_S_IOERR, VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP, VIRTIO_BLK_T_DISCARD,
-    VIRTIO_BLK_T_FLUSH, VIRTIO_BLK_T_GET_ID, VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT,
-    VIRTIO_BLK_T_WRITE_ZEROES,
+    VIRTIO_BLK_F_RO, VIRTIO_BLK_F_SEG_MAX, VIRTIO_BLK_F_WRITE_ZEROES, VIRTIO_BLK_S_IOERR,
+    VIRTIO_BLK_S_OK, VIRTIO_BLK_S_UNSUPP, VIRTIO_BLK_T_DISCARD, VIRTIO_BLK_T_FLUSH,
+    VIRTIO_BLK_T_GET_ID, VIRTIO_BLK_T_IN, VIRTIO_BLK_T_OUT, VIRTIO_BLK_T_WRITE_ZEROES,
 };
 use virtio_bindings::virtio_ids::VIRTIO_ID_BLOCK;
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestAddress};
+
+pub use super::disk::{Disk, DiskError, SECTOR};
 
 use super::block_engine::{self, Completion, Engine, EngineKind, Io, IoVecs, Op};
 use super::chain::{self, Buffer, Chain};
@@ -52,8 +51,6 @@ use super::worker::{QueueHandler, Worker};
 use super::{features, Activation, Memory, VirtioDevice, VirtioInterrupt};
 use crate::DeviceError;
 
-/// Bytes per sector, as virtio-blk counts.
-pub const SECTOR: u64 = 512;
 /// The bounce buffer's size: the most bytes one `pread`/`pwrite` moves.
 pub const MAX_CHUNK: usize = 1 << 20;
 /// Queue size of each queue, unless [`Block::with_queue_size`] says
@@ -65,130 +62,6 @@ pub const MIN_QUEUE_SIZE: u16 = 4;
 const MAX_RANGES: u32 = 32;
 /// Most sectors per discard / write-zeroes segment.
 const MAX_RANGE_SECTORS: u32 = u32::MAX / SECTOR as u32;
-
-/// Why an image cannot be used. Each names the image and the fix.
-#[derive(Debug, thiserror::Error)]
-pub enum DiskError {
-    /// Missing.
-    #[error("disk image {0}: no such file (give the path of an existing raw image)")]
-    Missing(PathBuf),
-    /// Not a regular file.
-    #[error(
-        "disk image {0}: not a regular file (give a raw image file, not a directory or device)"
-    )]
-    NotAFile(PathBuf),
-    /// Locked by someone else.
-    #[error(
-        "disk image {0}: locked by another process or another disk of this VM \
-         (another VM using it?); stop that VM, or give readonly=on if both only read it"
-    )]
-    Locked(PathBuf),
-    /// Asked read-write, but only readable.
-    #[error(
-        "disk image {0}: cannot be opened read-write ({1}); give readonly=on to use it read-only"
-    )]
-    NotWritable(PathBuf, std::io::Error),
-    /// Anything else the host refused.
-    #[error("disk image {0}: {1}")]
-    Io(PathBuf, std::io::Error),
-    /// Too small to hold one sector.
-    #[error("disk image {0}: {1} bytes, less than one 512-byte sector")]
-    Empty(PathBuf, u64),
-}
-
-/// An opened and locked image.
-#[derive(Debug)]
-pub struct Disk {
-    file: File,
-    path: PathBuf,
-    readonly: bool,
-    sectors: u64,
-    id: [u8; VIRTIO_BLK_ID_BYTES as usize],
-}
-
-impl Disk {
-    /// Opens `path` (read-only if `readonly`) and locks it. Nothing is
-    /// created and nothing is written.
-    pub fn open(path: &Path, readonly: bool) -> Result<Self, DiskError> {
-        let p = path.to_path_buf();
-        let meta = match std::fs::metadata(path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(DiskError::Missing(p))
-            }
-            Err(e) => return Err(DiskError::Io(p, e)),
-        };
-        if !meta.is_file() {
-            return Err(DiskError::NotAFile(p));
-        }
-        // O_NONBLOCK: a FIFO swapped in after the stat must not block the
-        // open (it is refused below); a regular file ignores the flag.
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(!readonly)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)
-            .map_err(|e| match e.raw_os_error() {
-                Some(libc::EACCES | libc::EPERM | libc::EROFS) if !readonly => {
-                    DiskError::NotWritable(p.clone(), e)
-                }
-                _ => DiskError::Io(p.clone(), e),
-            })?;
-        // Re-check what was opened: the path may have changed in between.
-        let meta = file.metadata().map_err(|e| DiskError::Io(p.clone(), e))?;
-        if !meta.is_file() {
-            return Err(DiskError::NotAFile(p));
-        }
-        let op = if readonly {
-            libc::LOCK_SH
-        } else {
-            libc::LOCK_EX
-        };
-        // SAFETY: flock on a file descriptor this function owns; no memory
-        // is passed.
-        if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } != 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(match e.raw_os_error() {
-                Some(libc::EWOULDBLOCK) => DiskError::Locked(p),
-                _ => DiskError::Io(p, e),
-            });
-        }
-        let sectors = meta.len() / SECTOR;
-        if sectors == 0 {
-            return Err(DiskError::Empty(p, meta.len()));
-        }
-        // A stable ID for the guest (/dev/disk/by-id): the image's device
-        // and inode, as Cloud Hypervisor derives its serial.
-        let mut id = [0u8; VIRTIO_BLK_ID_BYTES as usize];
-        let text = format!("{:x}{:x}", meta.dev(), meta.ino());
-        let n = text.len().min(id.len());
-        id[..n].copy_from_slice(&text.as_bytes()[..n]);
-        Ok(Self {
-            file,
-            path: p,
-            readonly,
-            sectors,
-            id,
-        })
-    }
-
-    /// The image's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-    /// Capacity in 512-byte sectors (a partial last sector is not used).
-    pub fn sectors(&self) -> u64 {
-        self.sectors
-    }
-    /// Whether it is read-only.
-    pub fn readonly(&self) -> bool {
-        self.readonly
-    }
-    /// The open image, for the request engines.
-    pub(crate) fn file(&self) -> &File {
-        &self.file
-    }
-}
 
 /// Counters of a block device, for logs and benchmarks.
 #[derive(Debug, Default)]
@@ -266,7 +139,7 @@ impl Block {
     /// The configuration space (struct virtio_blk_config), little endian.
     fn config(&self) -> [u8; 60] {
         let mut c = [0u8; 60];
-        c[0..8].copy_from_slice(&self.disk.sectors.to_le_bytes());
+        c[0..8].copy_from_slice(&self.disk.sectors().to_le_bytes());
         c[12..16].copy_from_slice(&self.seg_max().to_le_bytes());
         c[20..24].copy_from_slice(&(SECTOR as u32).to_le_bytes());
         c[34..36].copy_from_slice(&self.queues.to_le_bytes());
@@ -295,7 +168,7 @@ impl VirtioDevice for Block {
             | 1 << VIRTIO_BLK_F_BLK_SIZE
             | 1 << VIRTIO_BLK_F_FLUSH
             | 1 << VIRTIO_BLK_F_MQ;
-        if self.disk.readonly {
+        if self.disk.readonly() {
             f |= 1 << VIRTIO_BLK_F_RO;
         } else {
             f |= 1 << VIRTIO_BLK_F_DISCARD | 1 << VIRTIO_BLK_F_WRITE_ZEROES;
@@ -553,7 +426,7 @@ impl BlockQueues {
                 ))
             }
             VIRTIO_BLK_T_OUT => {
-                if self.disk.readonly {
+                if self.disk.readonly() {
                     return Err(VIRTIO_BLK_S_IOERR);
                 }
                 let len = self.extent(hdr.sector, data_in)?;
@@ -565,7 +438,7 @@ impl BlockQueues {
                     len as u32,
                 ))
             }
-            VIRTIO_BLK_T_FLUSH if !self.disk.readonly => Some((Op::Flush, 0)),
+            VIRTIO_BLK_T_FLUSH if !self.disk.readonly() => Some((Op::Flush, 0)),
             _ => None,
         })
     }
@@ -604,7 +477,7 @@ impl BlockQueues {
             return Err(VIRTIO_BLK_S_IOERR);
         }
         let end = sector.checked_add(len / SECTOR).ok_or(VIRTIO_BLK_S_IOERR)?;
-        if end > self.disk.sectors {
+        if end > self.disk.sectors() {
             return Err(VIRTIO_BLK_S_IOERR);
         }
         Ok(len)
@@ -615,7 +488,7 @@ impl BlockQueues {
         for (off, addr, n) in chunks(sector, bufs) {
             self.bounce.resize(n, 0);
             self.disk
-                .file
+                .file()
                 .read_exact_at(&mut self.bounce, off)
                 .map_err(|_| VIRTIO_BLK_S_IOERR)?;
             self.mem
@@ -627,7 +500,7 @@ impl BlockQueues {
     }
 
     fn write(&mut self, sector: u64, bufs: &[Buffer]) -> Result<u32, u32> {
-        if self.disk.readonly {
+        if self.disk.readonly() {
             return Err(VIRTIO_BLK_S_IOERR);
         }
         let len = self.extent(sector, bufs)?;
@@ -637,7 +510,7 @@ impl BlockQueues {
                 .read_slice(&mut self.bounce, addr)
                 .map_err(|_| VIRTIO_BLK_S_IOERR)?;
             self.disk
-                .file
+                .file()
                 .write_all_at(&self.bounce, off)
                 .map_err(|_| VIRTIO_BLK_S_IOERR)?;
         }
@@ -646,8 +519,11 @@ impl BlockQueues {
     }
 
     fn flush(&mut self) -> Result<u32, u32> {
-        if !self.disk.readonly {
-            self.disk.file.sync_data().map_err(|_| VIRTIO_BLK_S_IOERR)?;
+        if !self.disk.readonly() {
+            self.disk
+                .file()
+                .sync_data()
+                .map_err(|_| VIRTIO_BLK_S_IOERR)?;
         }
         self.stats.flushes.fetch_add(1, Ordering::Relaxed);
         Ok(0)
@@ -657,9 +533,9 @@ impl BlockQueues {
         let Some(b) = bufs.first() else {
             return Err(VIRTIO_BLK_S_IOERR);
         };
-        let n = (b.len as usize).min(self.disk.id.len());
+        let n = (b.len as usize).min(self.disk.id().len());
         self.mem
-            .write_slice(&self.disk.id[..n], b.addr)
+            .write_slice(&self.disk.id()[..n], b.addr)
             .map_err(|_| VIRTIO_BLK_S_IOERR)?;
         Ok(n as u32)
     }
@@ -667,7 +543,7 @@ impl BlockQueues {
     /// Discard (`zero` false) or write zeroes over the segments in `bufs`
     /// (struct virtio_blk_discard_write_zeroes, 16 bytes each).
     fn ranges(&mut self, bufs: &[Buffer], zero: bool) -> Result<u32, u32> {
-        if self.disk.readonly {
+        if self.disk.readonly() {
             return Err(VIRTIO_BLK_S_IOERR);
         }
         let mut raw = Vec::new();
@@ -690,7 +566,7 @@ impl BlockQueues {
             let flags = u32::from_le_bytes(seg[12..16].try_into().unwrap_or_default());
             let end = sector
                 .checked_add(u64::from(count))
-                .filter(|&e| e <= self.disk.sectors)
+                .filter(|&e| e <= self.disk.sectors())
                 .ok_or(VIRTIO_BLK_S_IOERR)?;
             // Discard takes no flags; write-zeroes only "unmap" (bit 0).
             if (!zero && flags != 0) || (zero && flags & !1 != 0) {
@@ -707,7 +583,7 @@ impl BlockQueues {
             );
             // SAFETY: fallocate on the image's descriptor, with a range
             // checked against the image's size above; no memory is passed.
-            let r = unsafe { libc::fallocate(self.disk.file.as_raw_fd(), mode, off, len) };
+            let r = unsafe { libc::fallocate(self.disk.file().as_raw_fd(), mode, off, len) };
             if r != 0 {
                 if !zero {
                     // Discard is a hint: a filesystem without hole punching
@@ -728,7 +604,7 @@ impl BlockQueues {
         while off < end {
             let n = (end - off).min(MAX_CHUNK as u64) as usize;
             self.disk
-                .file
+                .file()
                 .write_all_at(&self.bounce[..n], off)
                 .map_err(|_| VIRTIO_BLK_S_IOERR)?;
             off += n as u64;

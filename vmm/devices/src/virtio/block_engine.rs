@@ -43,8 +43,8 @@ use tracing::warn;
 use vm_memory::{GuestAddress, GuestMemoryBackend};
 use vmm_sys_util::eventfd::EventFd;
 
-use super::block::Disk;
 use super::chain::Buffer;
+use super::disk::Disk;
 use super::Memory;
 use crate::DeviceError;
 

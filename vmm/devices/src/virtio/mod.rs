@@ -37,6 +37,7 @@ pub mod block;
 pub mod block_engine;
 pub mod chain;
 pub mod console;
+pub mod disk;
 pub mod net;
 pub mod rng;
 pub mod transport;
