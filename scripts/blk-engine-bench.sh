@@ -29,27 +29,11 @@
 # picks the binary (default: a release build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=docs/data/devices/blk-engine reps=5 dur=1
-while [ $# -gt 0 ]; do
-    case $1 in
-        --out) out=$2; shift 2 ;;
-        --duration) dur=$2; shift 2 ;;
-        --reps) reps=$2; shift 2 ;;
-        *) echo "blk-engine-bench.sh: unknown argument $1 (give --out DIR, --duration S, --reps N)" >&2; exit 2 ;;
-    esac
-done
-target=${CARGO_TARGET_DIR:-target}
-if [ -n "${VMM_BIN:-}" ]; then
-    vmm() { "$VMM_BIN" "$@"; }
-else
-    cargo build --release --quiet -p vmm
-    vmm() { "$target/release/vmm" "$@"; }
-fi
-mkdir -p "$out"
-scripts/machine-meta.sh >"$out/.meta.txt.new"
-mv "$out/.meta.txt.new" "$out/meta.txt"
-commit=$(sed -n 's/^commit=//p' "$out/meta.txt")
-dirty=$(sed -n 's/^dirty=//p' "$out/meta.txt")
+# shellcheck source=scripts/lib/bench.sh
+source scripts/lib/bench.sh
+bench_args docs/data/devices/blk-engine 5 1 "$@"
+vmm_binary
+record_meta "$out"
 ncpu=$(nproc)
 # images on the file system of the checkout (not a tmpfs): a flush there
 # costs what fdatasync costs on this host's disk

@@ -16,6 +16,8 @@
 # p50 and p99, in us; stages without samples are left out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/bench.sh
+source scripts/lib/bench.sh
 out=${OUT:-docs/data/breakdown}
 reps=${REPS:-3}
 dur=${DURATION:-2}
@@ -82,17 +84,8 @@ if [ "${1:-}" = --table ]; then
     table
     exit 0
 fi
-if [ -n "${VMM_BIN:-}" ]; then
-    vmm() { "$VMM_BIN" "$@"; }
-else
-    cargo build --release --quiet -p vmm
-    vmm() { "${CARGO_TARGET_DIR:-target}/release/vmm" "$@"; }
-fi
-mkdir -p "$out"
-# (into a new file first: truncating a tracked meta.txt would make
-# machine-meta.sh report the tree as dirty)
-scripts/machine-meta.sh >"$out/.meta.txt.new"
-mv "$out/.meta.txt.new" "$out/meta.txt"
+vmm_binary
+record_meta "$out"
 ncpu=$(nproc)
 for workload in ${WORKLOADS:-messaging cyclic runq transcode}; do
     # cyclic's vCPUs are RT: both executors' threads run at host SCHED_FIFO

@@ -30,45 +30,22 @@
 # build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=docs/data/devices/io-placement reps=5 dur=1
-while [ $# -gt 0 ]; do
-    case $1 in
-        --out) out=$2; shift 2 ;;
-        --duration) dur=$2; shift 2 ;;
-        --reps) reps=$2; shift 2 ;;
-        *) echo "io-placement-bench.sh: unknown argument $1 (give --out DIR, --duration S, --reps N)" >&2; exit 2 ;;
-    esac
-done
-if [ "$(id -u)" != 0 ]; then
-    echo "io-placement-bench.sh: needs root (it makes a network namespace and taps)" >&2
-    exit 2
-fi
-target=${CARGO_TARGET_DIR:-target}
-if [ -n "${VMM_BIN:-}" ]; then
-    bin=$VMM_BIN
-else
-    cargo build --release --quiet -p vmm
-    bin=$target/release/vmm
-fi
-bin=$(realpath "$bin")
+# shellcheck source=scripts/lib/bench.sh
+source scripts/lib/bench.sh
+bench_args docs/data/devices/io-placement 5 1 "$@"
+need_root "it makes a network namespace and taps"
+vmm_binary
 ncpu=$(nproc)
 tmp=$(mktemp -d)
-ns=vmm-iop-$$
-trap 'ip netns del "$ns" 2>/dev/null || true; rm -rf "$tmp"' EXIT
-ip netns add "$ns"
-ip -n "$ns" link set lo up
-ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+trap 'ip netns del "${ns:-}" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+bench_netns vmm-iop
 for i in $(seq 0 $((ncpu - 1))); do
     ip -n "$ns" tuntap add "iop$i" mode tap
     ip -n "$ns" link set "iop$i" up
 done
 dd if=/dev/zero of="$tmp/shared.img" bs=1M count=64 status=none
 cat "$tmp/shared.img" >/dev/null
-mkdir -p "$out"
-scripts/machine-meta.sh >"$out/.meta.txt.new"
-mv "$out/.meta.txt.new" "$out/meta.txt"
-commit=$(sed -n 's/^commit=//p' "$out/meta.txt")
-dirty=$(sed -n 's/^dirty=//p' "$out/meta.txt")
+record_meta "$out"
 common=(--vms "$ncpu" --executor host --pin --compare-io-cpus any,same,other
     --duration "$dur" --reps "$reps")
 for cfg in blk-qd1 blk-qd32 net-echo; do

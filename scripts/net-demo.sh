@@ -17,6 +17,8 @@
 # new FILE. VMM_BIN picks the binary (default: target/debug/vmm, then
 # `vmm` on PATH).
 set -euo pipefail
+# shellcheck source=scripts/lib/ping.sh
+source "$(dirname "$0")/lib/ping.sh"
 sched=host vcpus=1 queues=1 pings=20 interval=0.05 console=serial out=
 while [ $# -gt 0 ]; do
   case $1 in
@@ -54,10 +56,7 @@ cleanup() {
 }
 trap cleanup EXIT
 ip netns add "$ns"
-ip -n "$ns" tuntap add "$tap" mode tap multi_queue
-ip -n "$ns" addr add 10.0.2.1/24 dev "$tap"
-ip -n "$ns" link set "$tap" up
-ip -n "$ns" link set lo up
+guest_tap "$ns" "$tap"
 
 ip netns exec "$ns" "$VMM" -v run --sched "$sched" --kernel "$kernel" --memory 256M \
   --guest "package:1 l3:1 l2:1 core:$vcpus pu:1" \
@@ -65,39 +64,7 @@ ip netns exec "$ns" "$VMM" -v run --sched "$sched" --kernel "$kernel" --memory 2
   --cmdline "root=/dev/vda rootwait ip=10.0.2.15::10.0.2.1:255.255.255.0::eth0:off loglevel=8" \
   --timeout 30m >"$dir/console.log" 2>"$dir/vmm.log" &
 pid=$!
-start=$SECONDS
-until grep -q ", ipaddr=10.0.2.15," "$dir/console.log" 2>/dev/null; do
-  if ! kill -0 "$pid" 2>/dev/null; then
-    echo "net-demo.sh: the VMM ended before the guest configured eth0:" >&2
-    tail -20 "$dir/vmm.log" "$dir/console.log" >&2
-    exit 1
-  fi
-  if [ $((SECONDS - start)) -gt 900 ]; then
-    echo "net-demo.sh: eth0 not configured after 900 s" >&2
-    exit 1
-  fi
-  sleep 1
-done
-echo "guest up after $((SECONDS - start)) s: $(grep -m1 'IP-Config: Complete' -A1 "$dir/console.log" | tail -1 | sed 's/^\[[^]]*\] *//')"
-# ip= prints its result before the first exchange (ARP) is done: the
-# counted pings start once one answer came back
-for _ in $(seq 60); do
-  ip netns exec "$ns" ping -n -c 1 -W 1 10.0.2.15 >/dev/null 2>&1 && break
-done
-ip netns exec "$ns" ping -n -c "$pings" -i "$interval" -W 10 10.0.2.15 >"$dir/ping.txt" || true
-tail -2 "$dir/ping.txt"
-grep -o 'time=[0-9.]*' "$dir/ping.txt" | cut -d= -f2 | sort -g >"$dir/rtt.txt"
-n=$(wc -l <"$dir/rtt.txt")
-if [ "$n" -gt 0 ]; then
-  p() { sed -n "$(( ( (n - 1) * $1 + 50) / 100 + 1 ))p" "$dir/rtt.txt"; }
-  echo "rtt ms: p50 $(p 50) p90 $(p 90) p99 $(p 99) max $(tail -1 "$dir/rtt.txt") ($n replies of $pings)"
-fi
-if [ -n "$out" ]; then
-  {
-    echo "# scripts/net-demo.sh --sched $sched --vcpus $vcpus --queues $queues --pings $pings --interval $interval --console $console"
-    echo "# $(date -u +%FT%TZ) commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown) host $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); kvm: $([ -d /sys/module/kvm_pvm ] && echo kvm_pvm || echo hardware)"
-    echo "# $(tail -2 "$dir/ping.txt" | head -1)"
-    grep -o 'icmp_seq=[0-9]* .*time=[0-9.]*' "$dir/ping.txt" | sed 's/icmp_seq=\([0-9]*\).*time=\([0-9.]*\)/\1 \2/'
-  } >"$out.tmp" && mv "$out.tmp" "$out"
-fi
-[ "$n" -eq "$pings" ] || { echo "net-demo.sh: $((pings - n)) of $pings pings lost" >&2; exit 1; }
+wait_guest_ip "$pid" "$dir/console.log" "$dir/vmm.log"
+first_answer "$ns"
+ping_judge "$ns" "$pings" "$interval" "$dir" "$out" "scripts/net-demo.sh --sched $sched --vcpus $vcpus --queues $queues --pings $pings --interval $interval --console $console"
+[ "$replies" -eq "$pings" ] || { echo "net-demo.sh: $((pings - replies)) of $pings pings lost" >&2; exit 1; }

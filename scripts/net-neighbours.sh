@@ -27,6 +27,8 @@
 # and curl (scripts/setup.sh installs them). VMM_BIN picks the binary
 # (default: target/debug/vmm, then `vmm` on PATH).
 set -euo pipefail
+# shellcheck source=scripts/lib/ping.sh
+source "$(dirname "$0")/lib/ping.sh"
 sched=vcpu_sched vcpus=2 neighbours=6 pings=300 interval=0.05 out=
 while [ $# -gt 0 ]; do
   case $1 in
@@ -68,10 +70,7 @@ cleanup() {
 }
 trap cleanup EXIT
 ip netns add "$ns"
-ip -n "$ns" tuntap add "$tap" mode tap multi_queue
-ip -n "$ns" addr add 10.0.2.1/24 dev "$tap"
-ip -n "$ns" link set "$tap" up
-ip -n "$ns" link set lo up
+guest_tap "$ns" "$tap"
 
 ip netns exec "$ns" "$VMM" serve --api-socket "$sock" --executor "$executor" 2>"$dir/serve.log" &
 pid=$!
@@ -96,53 +95,21 @@ api PUT vms/guest/vm.create "{
   \"serial\": {\"mode\": \"File\", \"file\": \"$dir/console.log\"},
   \"x_vmm\": {\"placement\": {\"policy\": \"none\"}}}"
 api PUT vms/guest/vm.boot
-start=$SECONDS
-until grep -q ", ipaddr=10.0.2.15," "$dir/console.log" 2>/dev/null; do
-  if ! kill -0 "$pid" 2>/dev/null; then
-    echo "net-neighbours.sh: vmm serve ended before the guest configured eth0:" >&2
-    tail -20 "$dir/serve.log" "$dir/console.log" >&2
-    exit 1
-  fi
-  if [ $((SECONDS - start)) -gt 900 ]; then
-    echo "net-neighbours.sh: eth0 not configured after 900 s" >&2
-    exit 1
-  fi
-  sleep 1
-done
-echo "guest up after $((SECONDS - start)) s"
-# ip= prints its result before the first exchange (ARP) is done: the
-# counted pings start once one answer came back
-for _ in $(seq 60); do
-  ip netns exec "$ns" ping -n -c 1 -W 1 10.0.2.15 >/dev/null 2>&1 && break
-done
+wait_guest_ip "$pid" "$dir/console.log" "$dir/serve.log"
+first_answer "$ns"
 for i in $(seq "$neighbours"); do
   api PUT "vms/n$i/vm.create" '{"cpus": {"boot_vcpus": 1}, "x_vmm": {"micro": "spin", "placement": {"policy": "none"}}}'
   api PUT "vms/n$i/vm.boot"
 done
 total=$((vcpus + neighbours))
 echo "$total vCPUs on $(nproc) host CPUs under --sched $sched: $vcpus in the guest, $neighbours spinning neighbours"
-ip netns exec "$ns" ping -n -c "$pings" -i "$interval" -W 10 10.0.2.15 >"$dir/ping.txt" || true
+ping_judge "$ns" "$pings" "$interval" "$dir" "$out" "scripts/net-neighbours.sh --sched $sched --vcpus $vcpus --neighbours $neighbours --pings $pings --interval $interval"
 # every neighbour is still running (none failed while the guest was pinged)
 for i in $(seq "$neighbours"); do
   api GET "vms/n$i/vm.info"
   grep -q '"state":"Running"' "$dir/answer" || { echo "net-neighbours.sh: neighbour n$i is not running: $(cat "$dir/answer")" >&2; exit 1; }
 done
-tail -2 "$dir/ping.txt"
-grep -o 'time=[0-9.]*' "$dir/ping.txt" | cut -d= -f2 | sort -g >"$dir/rtt.txt"
-n=$(wc -l <"$dir/rtt.txt")
-if [ "$n" -gt 0 ]; then
-  p() { sed -n "$(( ( (n - 1) * $1 + 50) / 100 + 1 ))p" "$dir/rtt.txt"; }
-  echo "rtt ms: p50 $(p 50) p90 $(p 90) p99 $(p 99) max $(tail -1 "$dir/rtt.txt") ($n replies of $pings)"
-fi
-if [ -n "$out" ]; then
-  {
-    echo "# scripts/net-neighbours.sh --sched $sched --vcpus $vcpus --neighbours $neighbours --pings $pings --interval $interval"
-    echo "# $(date -u +%FT%TZ) commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown) host $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); kvm: $([ -d /sys/module/kvm_pvm ] && echo kvm_pvm || echo hardware)"
-    echo "# $(tail -2 "$dir/ping.txt" | head -1)"
-    grep -o 'icmp_seq=[0-9]* .*time=[0-9.]*' "$dir/ping.txt" | sed 's/icmp_seq=\([0-9]*\).*time=\([0-9.]*\)/\1 \2/'
-  } >"$out.tmp" && mv "$out.tmp" "$out"
-fi
 api PUT vmm.shutdown
 wait "$pid" || true
 pid=
-[ "$n" -eq "$pings" ] || { echo "net-neighbours.sh: $((pings - n)) of $pings pings lost" >&2; exit 1; }
+[ "$replies" -eq "$pings" ] || { echo "net-neighbours.sh: $((pings - replies)) of $pings pings lost" >&2; exit 1; }

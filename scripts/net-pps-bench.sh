@@ -30,44 +30,21 @@
 # (default: a release build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=docs/data/devices/net-pps reps=5 dur=2
-while [ $# -gt 0 ]; do
-    case $1 in
-        --out) out=$2; shift 2 ;;
-        --duration) dur=$2; shift 2 ;;
-        --reps) reps=$2; shift 2 ;;
-        *) echo "net-pps-bench.sh: unknown argument $1 (give --out DIR, --duration S, --reps N)" >&2; exit 2 ;;
-    esac
-done
-if [ "$(id -u)" != 0 ]; then
-    echo "net-pps-bench.sh: needs root (it makes a network namespace and taps)" >&2
-    exit 2
-fi
-target=${CARGO_TARGET_DIR:-target}
-if [ -n "${VMM_BIN:-}" ]; then
-    bin=$VMM_BIN
-else
-    cargo build --release --quiet -p vmm
-    bin=$target/release/vmm
-fi
-bin=$(realpath "$bin")
+# shellcheck source=scripts/lib/bench.sh
+source scripts/lib/bench.sh
+bench_args docs/data/devices/net-pps 5 2 "$@"
+need_root "it makes a network namespace and taps"
+vmm_binary
 ncpu=$(nproc)
 ntaps=$((4 * ncpu))
-ns=vmm-pps-$$
-ip netns add "$ns"
-trap 'ip netns del "$ns" 2>/dev/null || true' EXIT
-ip -n "$ns" link set lo up
-ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+bench_netns vmm-pps
+trap 'ip netns del "${ns:-}" 2>/dev/null || true' EXIT
 for i in $(seq 0 $((ntaps - 1))); do
     ip -n "$ns" tuntap add "pps$i" mode tap
     ip -n "$ns" link set "pps$i" up
 done
 vmm() { ip netns exec "$ns" "$bin" "$@"; }
-mkdir -p "$out"
-scripts/machine-meta.sh >"$out/.meta.txt.new"
-mv "$out/.meta.txt.new" "$out/meta.txt"
-commit=$(sed -n 's/^commit=//p' "$out/meta.txt")
-dirty=$(sed -n 's/^dirty=//p' "$out/meta.txt")
+record_meta "$out"
 for mode in tx rx echo; do
     for point in x1 x4; do
         if [ $point = x1 ]; then vms=$ncpu; else vms=$ntaps; fi

@@ -24,29 +24,19 @@
 # --targets; RESULTS_MD picks that binary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/bench.sh
+source scripts/lib/bench.sh
 out=${OUT:-docs/data/targets}
 reps=${REPS:-5}
 dur=${DURATION:-2}
-target=${CARGO_TARGET_DIR:-target}
-if [ -n "${VMM_BIN:-}" ]; then
-    vmm() { "$VMM_BIN" "$@"; }
-else
-    cargo build --release --quiet -p vmm
-    vmm() { "$target/release/vmm" "$@"; }
-fi
+vmm_binary
 if [ -n "${COMPARE:-}" ]; then
     read -r -a compare <<<"$COMPARE"
 else
     compare=(--compare "all;none")
 fi
-mkdir -p "$out"
-# what these runs ran on and from (the binary was just built from this tree)
-# (into a new file first: truncating the tracked meta.txt would make
-# machine-meta.sh report the tree as dirty)
-scripts/machine-meta.sh >"$out/.meta.txt.new"
-mv "$out/.meta.txt.new" "$out/meta.txt"
-commit=$(sed -n 's/^commit=//p' "$out/meta.txt")
-dirty=$(sed -n 's/^dirty=//p' "$out/meta.txt")
+# what these runs ran on and from
+record_meta "$out"
 ncpu=$(nproc)
 # messaging pairs its vCPUs: an even count per VM
 n1=$((ncpu / 2 * 2))
@@ -71,7 +61,7 @@ done
 if [ "$out" = docs/data/targets ] && [ -z "${WORKLOADS:-}" ]; then
     if [ -z "${RESULTS_MD:-}" ]; then
         cargo build --quiet -p integration-tests --bin results_md
-        RESULTS_MD=$target/debug/results_md
+        RESULTS_MD=${CARGO_TARGET_DIR:-target}/debug/results_md
     fi
     "$RESULTS_MD" --targets docs/results-vcpus.md docs/results-vcpus.md
     echo "docs/results-vcpus.md: Targets table rewritten from $out"

@@ -15,6 +15,7 @@
 
 pub use crate::args;
 pub mod bench;
+mod bench_report;
 pub mod demo;
 pub mod plan;
 pub mod run;

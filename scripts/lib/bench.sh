@@ -1,0 +1,71 @@
+# shellcheck shell=bash
+# Pieces the benchmark scripts share; sourced (`source scripts/lib/bench.sh`
+# from the repository root), never run. Each function names the calling
+# script in its messages ($me) and exits 2 on a user's mistake.
+
+me=$(basename "$0")
+
+# bench_args OUT REPS DURATION "$@": the common options --out DIR,
+# --reps N and --duration S, into $out, $reps and $dur (the first three
+# arguments are their defaults). Anything else is refused.
+bench_args() {
+    out=$1 reps=$2 dur=$3
+    shift 3
+    while [ $# -gt 0 ]; do
+        case $1 in
+            --out | --duration | --reps)
+                [ $# -ge 2 ] || { echo "$me: $1 needs a value" >&2; exit 2; }
+                case $1 in
+                    --out) out=$2 ;;
+                    --duration) dur=$2 ;;
+                    --reps) reps=$2 ;;
+                esac
+                shift 2 ;;
+            *) echo "$me: unknown argument $1 (give --out DIR, --duration S, --reps N)" >&2; exit 2 ;;
+        esac
+    done
+}
+
+# need_root WHY: exits 2 unless run as root.
+need_root() {
+    if [ "$(id -u)" != 0 ]; then
+        echo "$me: needs root ($1)" >&2
+        exit 2
+    fi
+}
+
+# vmm_binary: $bin, the absolute path of the binary to measure: VMM_BIN,
+# or else a release build (built here); vmm() runs it.
+vmm_binary() {
+    if [ -n "${VMM_BIN:-}" ]; then
+        bin=$VMM_BIN
+    else
+        cargo build --release --quiet -p vmm
+        bin=${CARGO_TARGET_DIR:-target}/release/vmm
+    fi
+    bin=$(realpath "$bin")
+}
+vmm() { "$bin" "$@"; }
+
+# record_meta DIR: DIR/meta.txt from scripts/machine-meta.sh (the machine,
+# kvm_pvm or hardware KVM, the commit, whether the tree was dirty),
+# replaced whole (written to a new file first: truncating a tracked
+# meta.txt would make machine-meta.sh report the tree as dirty); $commit
+# and $dirty from it.
+record_meta() {
+    mkdir -p "$1"
+    scripts/machine-meta.sh >"$1/.meta.txt.new"
+    mv "$1/.meta.txt.new" "$1/meta.txt"
+    commit=$(sed -n 's/^commit=//p' "$1/meta.txt")
+    dirty=$(sed -n 's/^dirty=//p' "$1/meta.txt")
+}
+
+# bench_netns PREFIX: a new network namespace $ns (PREFIX-PID) with its
+# loopback up and IPv6 off (no router solicitations in the measurement).
+# The caller deletes it (its EXIT trap: ip netns del "$ns").
+bench_netns() {
+    ns=$1-$$
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+    ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+}
