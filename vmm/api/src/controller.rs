@@ -538,10 +538,12 @@ impl Controller {
         {
             return Ok(Answer::Done);
         }
-        Err(ApiError::bad(
-            field,
-            "resizing is not supported: the shared scheduler takes vCPUs in and out, but a booted guest cannot gain or lose vCPUs without ACPI CPU and memory hotplug, which this VMM does not implement; vm.delete and vm.create the VM with the size it needs",
-        ))
+        let why = match field {
+            "desired_vcpus" => "vCPU resizing is not supported: a booted guest cannot gain or lose vCPUs without ACPI CPU hotplug, which this VMM does not implement; create the VM with the vCPUs it needs (cpus.boot_vcpus; Kata: default_vcpus = default_maxvcpus with static_sandbox_resource_mgmt = true)",
+            "desired_ram" => "memory resizing is not supported: there is no memory hotplug (ACPI memory devices, virtio-mem) and no balloon; create the VM with the memory it needs (memory.size; Kata: default_memory sized for the sandbox, with static_sandbox_resource_mgmt = true so that it never asks for a resize)",
+            _ => "the balloon is not supported (no virtio-balloon device); create the VM with the memory it needs (memory.size)",
+        };
+        Err(ApiError::bad(field, why))
     }
 
     /// Stops a VM's vCPUs (`vm.shutdown`); with `delete`, also forgets it,
@@ -625,6 +627,7 @@ impl Controller {
                 "kvm_exits": exits,
                 "stop_reason": why,
                 "executor": self.opts.executor.name(),
+                "placement": placement_name(&v.config, v.plan.as_ref()),
             },
         })))
     }
@@ -762,13 +765,46 @@ pub fn admit(
         free.set(&plan.dense, true);
         Some(plan)
     } else if policy == "pinned" {
-        let p = vcpu_sched::placement::pack::place(topo, &guest, relax, free, &format!("VM {id}"))
-            .map_err(|e| ApiError::bad("cpus", e.0))?;
-        Some(p)
+        let label = format!("VM {id}");
+        match vcpu_sched::placement::pack::place(topo, &guest, relax, free, &label) {
+            Ok(p) => Some(p),
+            // No policy asked for (what Kata and other CH clients send):
+            // a guest that would fit the empty host but finds its CPUs
+            // taken shares them, unpinned, instead of being refused. The
+            // scheduler then places its vCPUs among the others'.
+            Err(_) if placement.is_none() && fits_empty(topo, &guest, relax, &label) => {
+                tracing::info!(
+                    "{label}: no free CPUs for a pinned placement; its vCPUs share the host's CPUs (unpinned)"
+                );
+                None
+            }
+            Err(e) => return Err(ApiError::bad("cpus", e.0)),
+        }
     } else {
         None
     };
     Ok((shape, plan))
+}
+
+/// Whether `guest` has a pinned placement on `topo` with every CPU free:
+/// a guest refused only because other VMs hold the CPUs.
+fn fits_empty(topo: &HostTopology, guest: &GuestTopology, relax: Relax, label: &str) -> bool {
+    let mut all_free = FreeMap::new(topo);
+    vcpu_sched::placement::pack::place(topo, guest, relax, &mut all_free, label).is_ok()
+}
+
+/// The placement a VM got, as `vm.info`'s `x_vmm.placement` names it:
+/// `affinity` (the request's `cpus.affinity`), `pinned` (the planner's),
+/// `none` (asked for), or `shared` (no policy asked for and no free CPUs
+/// left when it was created: unpinned).
+fn placement_name(cfg: &VmConfig, plan: Option<&VmPlan>) -> &'static str {
+    let asked = cfg.x_vmm.as_ref().and_then(|x| x.placement.as_ref());
+    match (plan, asked) {
+        (Some(_), _) if cfg.cpus.affinity.is_some() => "affinity",
+        (Some(_), _) => "pinned",
+        (None, Some(_)) => "none",
+        (None, None) => "shared",
+    }
 }
 
 /// The placement `cpus.affinity` gives: one host CPU for each of the `n`
@@ -813,3 +849,7 @@ fn given_plan(
     }
     Ok(VmPlan { dense, os })
 }
+
+#[cfg(test)]
+#[path = "controller_tests.rs"]
+mod tests;
