@@ -34,6 +34,7 @@
 //! fields it takes only at their defaults, beside it), [`files`], [`fds`] (descriptors received with a request), [`socket`], [`guests`], [`vms`], [`metrics`],
 //! [`controller`], [`http`], [`server`].
 
+pub mod admission;
 pub mod api;
 pub mod controller;
 pub mod defaults;
@@ -49,7 +50,8 @@ pub mod server;
 pub mod socket;
 pub mod vms;
 
-pub use controller::{admit, Answer, ApiRequest, Controller, Outcome};
+pub use admission::admit;
+pub use controller::{Answer, ApiRequest, Controller, Outcome};
 pub use guests::{ExitCounts, EXIT_REASONS};
 pub use http::{parse_body, DEFAULT_VM, MAX_BODY, ROUTES};
 pub use options::{ServeError, ServeOptions};
