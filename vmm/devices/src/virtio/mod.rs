@@ -40,6 +40,7 @@ pub mod console;
 pub mod net;
 pub mod rng;
 pub mod transport;
+pub mod vsock;
 pub mod worker;
 
 pub use transport::VirtioPci;
@@ -237,3 +238,5 @@ mod console_tests;
 mod net_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod vsock_tests;
