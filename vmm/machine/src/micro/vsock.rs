@@ -135,6 +135,12 @@ pub const GUEST_PORT_BASE: u32 = 10_000;
 /// `buf_alloc` of `connect`'s requests (the device's own).
 pub const REQ_BUF_ALLOC: u32 = 64 * 1024;
 
+// The layout fits: requests below the buffers, the buffers in the
+// smallest RAM, buffers and requests in the transmit queue.
+const _: () = assert!(REQ + 64 * MAX_CONNECT as u64 <= RX_BUF);
+const _: () = assert!(RX_BUF + NBUF as u64 * BUF_BYTES <= super::MIN_MEMORY - super::DATA_ADDR);
+const _: () = assert!(NBUF + MAX_CONNECT <= QUEUE_SIZE);
+
 const MASK: i32 = QUEUE_SIZE as i32 - 1;
 /// `VIRTQ_USED_F_NO_NOTIFY`.
 const USED_NO_NOTIFY: u32 = 1;
@@ -544,11 +550,5 @@ mod tests {
             conns: MAX_CONNECT + 1
         })
         .is_err());
-        assert!(REQ + 64 * u64::from(MAX_CONNECT) <= RX_BUF);
-        assert!(
-            RX_BUF + u64::from(NBUF) * BUF_BYTES
-                <= super::super::MIN_MEMORY - super::super::DATA_ADDR
-        );
-        assert!(NBUF + MAX_CONNECT <= QUEUE_SIZE);
     }
 }
