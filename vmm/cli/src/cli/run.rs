@@ -127,8 +127,8 @@ pub struct RunArgs {
     /// `cid=N,socket=PATH[,pci_segment=S]`. The guest's CID (3 or more);
     /// the VMM creates the Unix socket PATH (it must not exist) and
     /// removes it at the end. A host process connects to PATH and writes
-    /// `CONNECT <port>\n` to reach guest port <port> (the answer is
-    /// `OK <host port>\n`); the guest's connections to host port P go to
+    /// `CONNECT PORT\n` to reach guest port PORT (the answer is
+    /// `OK HOSTPORT\n`); the guest's connections to host port P go to
     /// `PATH_P` (hybrid vsock, as Cloud Hypervisor and Firecracker).
     #[arg(long, value_name = "cid=N,socket=PATH")]
     pub vsock: Option<String>,
