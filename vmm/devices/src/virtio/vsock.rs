@@ -29,7 +29,8 @@
 //!   latest header) has room, at most [`STAGE_MAX`] bytes at a time, and
 //!   asks for credit (`OP_CREDIT_REQUEST`) when it has none.
 //!
-//! Shutdown: host EOF sends `OP_SHUTDOWN` (`SEND`) to the guest; the
+//! Shutdown: host EOF sends `OP_SHUTDOWN` (`SEND`, and `RCV` too when the
+//! host closed both directions) to the guest; the
 //! guest's `OP_SHUTDOWN` shuts the host stream's matching side down once
 //! its buffered bytes are written; when both directions are done the
 //! device sends `OP_RST` and forgets the connection. A host write error
@@ -1182,7 +1183,10 @@ fn next_conn_packet(c: &mut Conn, pkt: &mut VsockPacket<'_, ()>) -> Result<(u16,
     }
     if c.need_shutdown && !c.has_staged() {
         c.need_shutdown = false;
-        pkt.set_flags(SHUTDOWN_SEND);
+        // A host that closed both directions (hung up) takes nothing
+        // more either; one that only shut its writing side still reads.
+        let rcv = if c.hung_up { SHUTDOWN_RCV } else { 0 };
+        pkt.set_flags(SHUTDOWN_SEND | rcv);
         return Ok((OP_SHUTDOWN, 0));
     }
     if c.need_credit_request {

@@ -510,6 +510,11 @@ fn host_close_shuts_down_and_guest_shutdown_closes_the_host_side() {
     rw.data = b"late".to_vec();
     g.send(&rw);
     assert_eq!(g.recv().op, OP_RST);
+    // A host that closes both directions: SHUTDOWN with both flags.
+    let (s, _) = g.host_connect(24);
+    drop(s);
+    let p = g.recv();
+    assert_eq!((p.op, p.flags), (OP_SHUTDOWN, SHUTDOWN_SEND | SHUTDOWN_RCV));
     // The guest shuts both directions down: the host reads EOF after the
     // data, and the device resets the connection.
     let (mut s, local) = g.host_connect(22);
