@@ -58,6 +58,9 @@ pub struct VmConfig {
     /// The platform (PCI segments).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub platform: Option<crate::devices::PlatformConfig>,
+    /// A virtio-vsock (hybrid vsock over a Unix socket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vsock: Option<crate::devices::VsockConfig>,
     /// This VMM's extensions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub x_vmm: Option<Extensions>,

@@ -67,7 +67,7 @@ impl VmConfig {
         Ok(shape)
     }
 
-    /// The machine's devices (`disks`, `net`, `rng`, `platform`); an error names
+    /// The machine's devices (`disks`, `net`, `rng`, `vsock`, `platform`); an error names
     /// the field. Stats the disk images, opens nothing.
     pub fn device_spec(&self) -> Result<vmm_machine::devices::DeviceSpec, ApiError> {
         let d = crate::devices::Devices {
@@ -75,13 +75,23 @@ impl VmConfig {
             net: self.net.as_deref(),
             rng: self.rng.as_ref(),
             platform: self.platform.as_ref(),
+            vsock: self.vsock.as_ref(),
         };
         if self.x_vmm.as_ref().is_some_and(|x| x.micro.is_some())
-            && (self.disks.is_some() || self.rng.is_some() || self.net.is_some())
+            && (self.disks.is_some()
+                || self.rng.is_some()
+                || self.net.is_some()
+                || self.vsock.is_some())
         {
+            let field = if self.vsock.is_some() {
+                "vsock"
+            } else {
+                "disks"
+            };
             return Err(ApiError::bad(
-                "disks",
-                "micro-guests have no PCI devices: give a Linux payload, or leave disks, net and rng out",
+                field,
+                "micro-guests have no PCI devices: give a Linux payload, or leave disks, net, \
+                 rng and vsock out",
             ));
         }
         let mut spec = crate::devices::device_spec(d, self.cpus.boot_vcpus as usize)

@@ -140,6 +140,58 @@ fn devices_in_cloud_hypervisor_fields() {
 }
 
 #[test]
+fn a_vsock_in_cloud_hypervisor_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("v.sock").display().to_string();
+    let j = |v: &str| format!(r#"{{"cpus":{{"boot_vcpus":1}},"vsock":{v}}}"#);
+    let ok = j(&format!(
+        r#"{{"cid":3,"socket":"{sock}","iommu":false,"id":"vsock0"}}"#
+    ));
+    let v = cfg(&ok).unwrap().device_spec().unwrap().vsock.unwrap();
+    assert_eq!((v.cid, v.pci_segment), (3, 0));
+    assert_eq!(v.socket.display().to_string(), sock);
+    let field = |v: &str| cfg(&j(v)).unwrap().device_spec().unwrap_err();
+    for (v, want, text) in [
+        (
+            format!(r#"{{"cid":2,"socket":"{sock}"}}"#),
+            "vsock.cid",
+            "3 or more",
+        ),
+        (
+            format!(r#"{{"cid":3,"socket":"{sock}","iommu":true}}"#),
+            "vsock.iommu",
+            "IOMMU",
+        ),
+        (
+            r#"{"cid":3,"socket":"rel.sock"}"#.to_string(),
+            "vsock.socket",
+            "absolute",
+        ),
+        (
+            format!(r#"{{"cid":3,"socket":"{sock}","pci_segment":1}}"#),
+            "vsock.pci_segment",
+            "num_pci_segments",
+        ),
+        (
+            format!(r#"{{"cid":3,"socket":"{}"}}"#, dir.path().display()),
+            "vsock.socket",
+            "exists",
+        ),
+    ] {
+        let e = field(&v);
+        assert_eq!(e.field.as_deref(), Some(want), "{v}: {e:?}");
+        assert!(e.error.contains(text), "{v}: {e:?}");
+    }
+    assert_eq!(
+        cfg(&j(r#"{"cid":3,"socket":"/s","bogus":1}"#))
+            .unwrap_err()
+            .field
+            .as_deref(),
+        Some("bogus")
+    );
+}
+
+#[test]
 fn a_console_device_mode_gives_a_linux_guest_a_virtio_console() {
     let linux = r#""payload":{"kernel":"/k"}"#;
     let spec = |c: &str| {
@@ -171,9 +223,7 @@ fn kata_vm_create_is_read_whole_and_refused_only_for_what_is_missing() {
     assert_eq!(f, "fs", "{e}");
     assert!(e.contains("kataShared") && e.contains("virtio-fs"), "{e}");
     v.as_object_mut().unwrap().remove("fs");
-    let (f, e) = field(&v).unwrap();
-    assert_eq!(f, "vsock", "{e}");
-    v.as_object_mut().unwrap().remove("vsock");
+    // vsock (the agent's, cid 3) is accepted now.
     let (f, e) = field(&v).unwrap();
     assert_eq!(f, "memory.shared", "{e}");
     v["memory"]["shared"] = false.into();

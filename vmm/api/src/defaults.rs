@@ -4,7 +4,7 @@
 //! default ([`only`], [`absent`], [`empty`], [`off`]), each failing with a
 //! 400 that names the field, the value given and why it cannot be
 //! honoured; and [`Unsupported`], the top-level VmConfig fields of devices
-//! and features this VMM does not implement (`fs`, `vsock`, `pmem`, ...).
+//! and features this VMM does not implement (`fs`, `pmem`, ...).
 //! WHY: CH's generated clients (Kata's Go client among them) send every
 //! field their constructors default, so a config full of `false`s and
 //! empty lists must be accepted; a value that asks for something this VMM
@@ -120,9 +120,6 @@ pub struct Unsupported {
     /// vDPA devices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vdpa: Option<Vec<Value>>,
-    /// virtio-vsock.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vsock: Option<Value>,
     /// A virtual IOMMU.
     #[serde(default)]
     pub iommu: bool,
@@ -173,10 +170,6 @@ pub const MISSING: &[(&str, &str)] = &[
     ("devices", "VFIO device passthrough is not implemented"),
     ("user_devices", "vfio-user devices are not implemented"),
     ("vdpa", "vDPA devices are not implemented"),
-    (
-        "vsock",
-        "virtio-vsock is not implemented (Kata's agent needs it: see docs/kata.md)",
-    ),
     ("iommu", "this VMM has no virtual IOMMU"),
     ("watchdog", "this VMM has no watchdog device"),
     ("rtc", "the RTC is not configurable"),
@@ -230,7 +223,6 @@ impl Unsupported {
         }
         for (f, v) in [
             ("balloon", &self.balloon),
-            ("vsock", &self.vsock),
             ("rtc", &self.rtc),
             ("tpm", &self.tpm),
         ] {
@@ -274,10 +266,10 @@ mod tests {
             e.error.contains("kataShared") && e.error.contains("virtio-fs"),
             "{e:?}"
         );
-        let u: Unsupported = serde_json::from_str(r#"{"vsock":{"cid":3,"socket":"/s"}}"#).unwrap();
+        let u: Unsupported = serde_json::from_str(r#"{"balloon":{"size":1}}"#).unwrap();
         let e = u.check().unwrap_err();
         assert!(
-            e.error.contains("\"cid\":3") && e.error.contains("vsock"),
+            e.error.contains("\"size\":1") && e.error.contains("balloon"),
             "{e:?}"
         );
         let u: Unsupported = serde_json::from_str(r#"{"iommu":true}"#).unwrap();

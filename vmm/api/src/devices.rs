@@ -1,18 +1,21 @@
 //! The devices of a `VmConfig`, in Cloud Hypervisor's field names:
-//! `disks` ([`DiskConfig`]), `net` ([`NetConfig`]), `rng` ([`RngConfig`]) and
-//! `platform.num_pci_segments` ([`PlatformConfig`]), turned into the
-//! machine's [`DeviceSpec`].
+//! `disks` ([`DiskConfig`]), `net` ([`NetConfig`]), `rng` ([`RngConfig`]),
+//! `vsock` ([`VsockConfig`]) and `platform.num_pci_segments`
+//! ([`PlatformConfig`]), turned into the machine's [`DeviceSpec`].
 //!
 //! Checked at `vm.create` without opening anything: every field's value,
 //! and that each disk image is a regular file (a `stat`, which never
 //! blocks). The images are opened and locked at `vm.boot`, on the
 //! blocking pool, where a locked image or a read-only file asked for
 //! read-write is refused with the machine's message. A `net`'s tap must
-//! exist at `vm.create` (a look in sysfs); it is opened at `vm.boot`.
+//! exist at `vm.create` (a look in sysfs); it is opened at `vm.boot`. A
+//! `vsock`'s socket path must not exist at `vm.create`; the VMM creates
+//! the socket at `vm.boot` and removes it when the VM goes.
 
 use serde::{Deserialize, Serialize};
 use vmm_machine::devices::{
-    DeviceSpec, DiskSpec, NetSpec, SharedFds, TapSource, MAX_PCI_SEGMENTS, NET_QUEUE_SIZE,
+    DeviceSpec, DiskSpec, NetSpec, SharedFds, TapSource, VsockSpec, MAX_PCI_SEGMENTS,
+    NET_QUEUE_SIZE,
 };
 
 use super::defaults::{self, yes};
@@ -505,6 +508,68 @@ fn check_net(i: usize, n: &NetConfig, segments: u16) -> Result<NetSpec, FieldErr
     })
 }
 
+/// CH's `VsockConfig`: a virtio-vsock whose host side is the Unix socket
+/// `socket` (hybrid vsock: `CONNECT <port>` on it reaches guest port
+/// `<port>`; the guest's connections to host port P go to `<socket>_P`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VsockConfig {
+    /// The guest's CID: 3 or more.
+    pub cid: u64,
+    /// The Unix socket the VMM creates at boot (it must not exist).
+    pub socket: String,
+    /// CH's IOMMU flag: false only.
+    #[serde(default)]
+    pub iommu: bool,
+    /// The PCI segment.
+    #[serde(default)]
+    pub pci_segment: u16,
+    /// CH's device id (accepted, unused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+}
+
+fn check_vsock(v: &VsockConfig, segments: u16) -> Result<VsockSpec, FieldError> {
+    if v.iommu {
+        return Err(bad("vsock.iommu", "this VMM has no IOMMU; give false"));
+    }
+    if v.cid < vmm_machine::devices::MIN_VSOCK_CID || v.cid > u64::from(u32::MAX) {
+        return Err(bad(
+            "vsock.cid",
+            format!(
+                "{}: a guest CID must be 3 or more (0-2 are reserved) and fit 32 bits",
+                v.cid
+            ),
+        ));
+    }
+    if v.socket.is_empty() {
+        return Err(bad("vsock.socket", "empty: give the Unix socket's path"));
+    }
+    if !v.socket.starts_with('/') {
+        return Err(bad(
+            "vsock.socket",
+            format!(
+                "{:?}: give an absolute path (the server's directory is not the caller's)",
+                v.socket
+            ),
+        ));
+    }
+    if v.pci_segment >= segments {
+        return Err(bad(
+            "vsock.pci_segment",
+            format!(
+                "{} does not exist: platform.num_pci_segments is {segments}; raise it or pick a lower segment",
+                v.pci_segment
+            ),
+        ));
+    }
+    Ok(VsockSpec {
+        cid: v.cid,
+        socket: v.socket.clone().into(),
+        pci_segment: v.pci_segment,
+    })
+}
+
 /// The devices a `VmConfig` names, in its fields.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Devices<'a> {
@@ -516,6 +581,8 @@ pub struct Devices<'a> {
     pub rng: Option<&'a RngConfig>,
     /// `platform`.
     pub platform: Option<&'a PlatformConfig>,
+    /// `vsock`.
+    pub vsock: Option<&'a VsockConfig>,
 }
 
 /// The machine's devices for `cfg`, a guest of `vcpus` vCPUs; an error
@@ -556,15 +623,19 @@ pub fn device_spec(cfg: Devices<'_>, vcpus: usize) -> Result<DeviceSpec, FieldEr
         .enumerate()
         .map(|(i, n)| check_net(i, n, segments))
         .collect::<Result<Vec<_>, _>>()?;
+    let vsock = cfg.vsock.map(|v| check_vsock(v, segments)).transpose()?;
     let spec = DeviceSpec {
         pci_segments: segments,
         rng,
         disks,
         nets,
         console: None,
+        vsock,
     };
     spec.check(vcpus).map_err(|e| {
-        let field = if e.starts_with("net ") || e.starts_with("the net") {
+        let field = if e.starts_with("vsock") {
+            "vsock.socket"
+        } else if e.starts_with("net ") || e.starts_with("the net") {
             "net"
         } else {
             "disks"

@@ -76,7 +76,10 @@ pub const CH_ABSENT: &[(&str, &str)] = &[
         "vhost-user devices are not implemented",
     ),
     ("vm.add-pmem", "virtio-pmem is not implemented"),
-    ("vm.add-vsock", "virtio-vsock is not implemented"),
+    (
+        "vm.add-vsock",
+        "PCI hotplug is not implemented; give vsock in vm.create",
+    ),
     ("vm.add-vdpa", "vDPA is not implemented"),
     (
         "vm.add-user-device",

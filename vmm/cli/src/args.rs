@@ -367,6 +367,36 @@ pub fn net(s: &str) -> Result<vmm_machine::devices::NetSpec, String> {
     Ok(n)
 }
 
+/// `--vsock cid=N,socket=PATH[,iommu=off][,id=ID][,pci_segment=S]`
+/// (Cloud Hypervisor's syntax): a virtio-vsock whose host side is the
+/// Unix socket PATH (hybrid vsock), created by the VMM.
+pub fn vsock(s: &str) -> Result<vmm_machine::devices::VsockSpec, String> {
+    let (mut cid, mut socket) = (None, None);
+    let mut pci_segment = 0;
+    for (k, v) in ch_options(s, &["cid", "socket", "iommu", "id", "pci_segment"])? {
+        match k {
+            "cid" => {
+                cid = Some(v.parse::<u64>().map_err(|_| {
+                    format!("cid={v:?} is not a number; give the guest's CID, 3 or more")
+                })?)
+            }
+            "socket" if v.is_empty() => {
+                return Err("socket= is empty: give the Unix socket's path".into())
+            }
+            "socket" => socket = Some(std::path::PathBuf::from(v)),
+            "iommu" if on_off(k, v)? => return Err("iommu=on: this VMM has no IOMMU".into()),
+            "iommu" | "id" => {}
+            _ => pci_segment = segment_number(v)?,
+        }
+    }
+    Ok(vmm_machine::devices::VsockSpec {
+        cid: cid.ok_or("no cid=N: give the guest's CID (3 or more), e.g. cid=3")?,
+        socket: socket
+            .ok_or("no socket=PATH: give the Unix socket to create, e.g. socket=/tmp/vm.vsock")?,
+        pci_segment,
+    })
+}
+
 /// `--platform num_pci_segments=N` (Cloud Hypervisor's syntax).
 pub fn platform(s: &str) -> Result<u16, String> {
     let mut n = 1;
@@ -428,6 +458,23 @@ mod tests {
         assert!(mitigations("").unwrap_err().contains("empty"));
         assert!(mitigations("bogus").is_err());
         assert!(mitigations("only:l2wake").is_ok());
+    }
+
+    #[test]
+    fn vsock_options() {
+        let v = vsock("cid=3,socket=/tmp/v.sock,iommu=off,id=vsock0,pci_segment=1").unwrap();
+        assert_eq!((v.cid, v.pci_segment), (3, 1));
+        assert_eq!(v.socket, std::path::Path::new("/tmp/v.sock"));
+        assert!(vsock("socket=/a").unwrap_err().contains("no cid="));
+        assert!(vsock("cid=3").unwrap_err().contains("no socket="));
+        assert!(vsock("cid=x,socket=/a")
+            .unwrap_err()
+            .contains("not a number"));
+        assert!(vsock("cid=3,socket=/a,iommu=on")
+            .unwrap_err()
+            .contains("IOMMU"));
+        assert!(vsock("cid=3,socket=").unwrap_err().contains("empty"));
+        assert!(vsock("cid=3,sock=/a").unwrap_err().contains("keys: cid"));
     }
 
     #[test]

@@ -123,6 +123,15 @@ pub struct RunArgs {
     /// 2); mac defaults to a random local one. Repeat for more (eth0, eth1, ...).
     #[arg(long, value_name = "tap=NAME[,...]")]
     pub net: Vec<String>,
+    /// A virtio-vsock device, as Cloud Hypervisor writes it:
+    /// `cid=N,socket=PATH[,pci_segment=S]`. The guest's CID (3 or more);
+    /// the VMM creates the Unix socket PATH (it must not exist) and
+    /// removes it at the end. A host process connects to PATH and writes
+    /// `CONNECT PORT\n` to reach guest port PORT (the answer is
+    /// `OK HOSTPORT\n`); the guest's connections to host port P go to
+    /// `PATH_P` (hybrid vsock, as Cloud Hypervisor and Firecracker).
+    #[arg(long, value_name = "cid=N,socket=PATH")]
+    pub vsock: Option<String>,
 }
 
 /// Runs `vmm run`: the exit status is the stop reason's
@@ -365,6 +374,7 @@ fn resolve(args: RunArgs) -> Result<RunConfig> {
         platform: args.platform,
         disk: args.disk,
         net: args.net,
+        vsock: args.vsock,
     };
     Ok(RunConfig::resolve(flags, file)?)
 }

@@ -117,6 +117,9 @@ pub struct FileConfig {
     pub disk: Option<Vec<String>>,
     /// `net`: a list of `"tap=NAME[,mac=MAC][,num_queues=N][,pci_segment=S]"`.
     pub net: Option<Vec<String>>,
+    /// `vsock`: `"cid=N,socket=PATH[,pci_segment=S]"` (a relative socket
+    /// path is relative to the file).
+    pub vsock: Option<String>,
 }
 
 impl FileConfig {

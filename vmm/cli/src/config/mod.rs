@@ -22,6 +22,7 @@
 //! platform = "num_pci_segments=2"
 //! disk = ["path=root.img", "path=data.img,readonly=on"]   # paths relative to the file
 //! net = ["tap=tap0,mac=52:54:00:12:34:56"]
+//! vsock = "cid=3,socket=vm.vsock"  # a relative socket path is relative to the file
 //! ```
 //!
 //! Unknown fields and bad values are errors naming the field. Flags given
@@ -194,6 +195,8 @@ pub struct RunFlags {
     pub disk: Vec<String>,
     /// `--net`, each.
     pub net: Vec<String>,
+    /// `--vsock`.
+    pub vsock: Option<String>,
 }
 
 /// Parses a `--timeout`: `90s`, `10m`, `1h`, `500ms`, `1m30s`, or a

@@ -349,8 +349,16 @@ impl Merge {
         platform: Option<(String, bool)>,
         (disks, disks_from_flag): (Vec<vmm_machine::devices::DiskSpec>, bool),
         (nets, nets_from_flag): (Vec<vmm_machine::devices::NetSpec>, bool),
+        vsock: Option<(String, bool)>,
         vcpus: usize,
     ) -> Result<vmm_machine::devices::DeviceSpec, ConfigError> {
+        let vsock_from_flag = vsock.as_ref().is_none_or(|v| v.1);
+        let mut vsock = self.parsed("vsock", vsock, args::vsock)?;
+        if let (Some(v), false, Some(f)) = (&mut vsock, vsock_from_flag, &self.file) {
+            if v.socket.is_relative() {
+                v.socket = f.parent().unwrap_or(Path::new(".")).join(&v.socket);
+            }
+        }
         let rng_from_flag = rng.as_ref().is_none_or(|r| r.1);
         let platform_from_flag = platform.as_ref().is_none_or(|p| p.1);
         let spec = vmm_machine::devices::DeviceSpec {
@@ -361,9 +369,12 @@ impl Merge {
             disks,
             nets,
             console: None,
+            vsock,
         };
         spec.check(vcpus).map_err(|m| {
-            if m.starts_with("num_pci_segments") {
+            if m.starts_with("vsock") || m.starts_with("the vsock") {
+                self.err("vsock", vsock_from_flag, m)
+            } else if m.starts_with("num_pci_segments") {
                 self.err("platform", platform_from_flag, m)
             } else if m.starts_with("the disk") || m.starts_with("disk ") {
                 self.err("disk", disks_from_flag, m)
@@ -450,6 +461,7 @@ impl RunConfig {
                     pick(flags.platform, f.platform),
                     m.disks(flags.disk, f.disk)?,
                     m.nets(flags.net, f.net)?,
+                    pick(flags.vsock, f.vsock),
                     // the vCPU count is the guest topology's: num_queues is
                     // checked against it when the VM is built
                     usize::MAX,

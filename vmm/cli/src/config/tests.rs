@@ -319,3 +319,40 @@ fn a_disk_engine_in_the_file() {
         "{e}"
     );
 }
+
+#[test]
+fn vsock_from_the_flag_or_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("v.sock");
+    let f = RunFlags {
+        vsock: Some(format!("cid=3,socket={}", sock.display())),
+        ..flags()
+    };
+    let v = RunConfig::resolve(f, None).unwrap().devices.vsock.unwrap();
+    assert_eq!((v.cid, v.socket, v.pci_segment), (3, sock.clone(), 0));
+    // A CID below 3, a path that exists, a segment the platform lacks.
+    for (opt, want) in [
+        (format!("cid=2,socket={}", sock.display()), "3 or more"),
+        (format!("cid=3,socket={}", dir.path().display()), "exists"),
+        (
+            format!("cid=3,socket={},pci_segment=1", sock.display()),
+            "pci_segment=1",
+        ),
+    ] {
+        let f = RunFlags {
+            vsock: Some(opt),
+            ..flags()
+        };
+        let e = RunConfig::resolve(f, None).unwrap_err().to_string();
+        assert!(e.starts_with("--vsock") && e.contains(want), "{e}");
+    }
+    // In a file: relative to it.
+    let file: FileConfig = toml::from_str("vsock = \"cid=4,socket=vm.vsock\"").unwrap();
+    let toml = dir.path().join("vm.toml");
+    let v = RunConfig::resolve(flags(), Some((&toml, file)))
+        .unwrap()
+        .devices
+        .vsock
+        .unwrap();
+    assert_eq!((v.cid, v.socket), (4, dir.path().join("vm.vsock")));
+}

@@ -41,6 +41,7 @@ pub mod disk;
 pub mod net;
 pub mod rng;
 pub mod transport;
+pub mod vsock;
 pub mod worker;
 
 pub use transport::VirtioPci;
@@ -238,3 +239,5 @@ mod console_tests;
 mod net_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod vsock_tests;

@@ -26,6 +26,7 @@ use vmm_devices::virtio::console::{Console, ConsoleOut};
 use vmm_devices::virtio::net::Net;
 use vmm_devices::virtio::rng::Rng;
 use vmm_devices::virtio::transport::BAR_SIZE;
+use vmm_devices::virtio::vsock::Vsock;
 use vmm_devices::virtio::{VirtioDevice, VirtioPci};
 
 use crate::layout::{MMIO_HOLE_START, PCI_ECAM_START};
@@ -39,6 +40,7 @@ pub use legacy::{EventFdTrigger, LegacyDevices, ResetLine, SerialPort};
 pub use vmm_devices::virtio::block::QUEUE_SIZE as DISK_QUEUE_SIZE;
 pub use vmm_devices::virtio::block_engine::{EngineKind as BlockEngine, UnknownEngine};
 pub use vmm_devices::virtio::net::{Mac, QUEUE_SIZE as NET_QUEUE_SIZE};
+pub use vmm_devices::virtio::vsock::MIN_GUEST_CID as MIN_VSOCK_CID;
 pub use vmm_devices::DeviceError;
 
 /// The most PCI segments a guest may have.
@@ -218,6 +220,44 @@ impl NetSpec {
     }
 }
 
+/// A virtio-vsock (Cloud Hypervisor's `--vsock` fields): stream sockets
+/// to the guest through the Unix socket `socket` (hybrid vsock; see
+/// `vmm_devices::virtio::vsock`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VsockSpec {
+    /// `cid=`: the guest's CID, 3 or more.
+    pub cid: u64,
+    /// `socket=`: the Unix socket the VMM creates (it must not exist) and
+    /// removes when the VM goes.
+    pub socket: PathBuf,
+    /// `pci_segment=S`.
+    pub pci_segment: u16,
+}
+
+impl VsockSpec {
+    fn check(&self) -> Result<(), String> {
+        if self.cid < MIN_VSOCK_CID || self.cid > u64::from(u32::MAX) {
+            return Err(format!(
+                "vsock cid={}: a guest CID must be 3 or more (0-2 are reserved) and fit 32 bits",
+                self.cid
+            ));
+        }
+        if self.socket.as_os_str().is_empty() {
+            return Err(
+                "vsock socket= is empty: give the path of the Unix socket to create".into(),
+            );
+        }
+        if self.socket.symlink_metadata().is_ok() {
+            return Err(format!(
+                "vsock socket={}: the path exists; the VMM creates the socket itself \
+                 (and removes it when the VM goes): remove the file or pick another path",
+                self.socket.display()
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The I/O devices a guest gets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceSpec {
@@ -231,6 +271,9 @@ pub struct DeviceSpec {
     pub nets: Vec<NetSpec>,
     /// A virtio-console on this segment: the guest's console is `hvc0`.
     pub console: Option<u16>,
+    /// A virtio-vsock (at most one, as in Cloud Hypervisor); built after
+    /// the nets, so their addresses do not move.
+    pub vsock: Option<VsockSpec>,
 }
 
 /// The host side of the devices, opened before the VM is built: the
@@ -367,6 +410,10 @@ impl DeviceSpec {
         for n in &self.nets {
             self.check_segment(&n.what(), n.pci_segment)?;
             n.check(vcpus)?;
+        }
+        if let Some(v) = &self.vsock {
+            self.check_segment("vsock", v.pci_segment)?;
+            v.check()?;
         }
         Ok(())
     }
@@ -539,6 +586,16 @@ impl PciBuilder {
             self.add_virtio(
                 &mut segments[usize::from(n.pci_segment)],
                 &name,
+                Box::new(dev),
+            )?;
+        }
+        if let Some(v) = &spec.vsock {
+            let name = "virtio-vsock";
+            let dev = Vsock::new(name, v.cid, &v.socket)?;
+            info!(device = name, cid = v.cid, socket = %v.socket.display(), "virtio-vsock");
+            self.add_virtio(
+                &mut segments[usize::from(v.pci_segment)],
+                name,
                 Box::new(dev),
             )?;
         }
@@ -726,6 +783,7 @@ mod tests {
             disks: vec![disk(0), disk(1)],
             nets: vec![net(0), net(1), net(0)],
             console: Some(0),
+            vsock: None,
         };
         assert_eq!(spec.net_address(0), Some((0, 4)));
         assert_eq!(spec.net_address(1), Some((1, 2)));

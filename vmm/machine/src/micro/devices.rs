@@ -31,6 +31,7 @@ use vmm_devices::tap::Tap;
 use vmm_devices::virtio::block::{Block, Disk};
 use vmm_devices::virtio::net::{Mac, Net};
 use vmm_devices::virtio::transport::BAR_SIZE;
+use vmm_devices::virtio::vsock::Vsock;
 use vmm_devices::virtio::{VirtioDevice, VirtioPci};
 use vmm_devices::DeviceError;
 
@@ -63,6 +64,15 @@ pub enum MicroDevice {
     Net {
         /// The tap's name.
         tap: String,
+    },
+    /// virtio-vsock for guest CID `cid`, its host side the Unix socket
+    /// `socket` (created when the VM is built, removed when it goes; see
+    /// `vmm_devices::virtio::vsock`).
+    Vsock {
+        /// The guest's CID (3 or more).
+        cid: u64,
+        /// The socket the VMM listens on (must not exist).
+        socket: std::path::PathBuf,
     },
 }
 
@@ -152,6 +162,11 @@ pub(crate) fn build_device(
             let name = format!("{vm_name}-net{i}");
             let taps = Tap::open_named(tap, 1)?;
             (name.clone(), Box::new(Net::new(&name, taps, Mac::random())))
+        }
+        MicroDevice::Vsock { cid, socket } => {
+            let name = format!("{vm_name}-vsock{i}");
+            let dev = Vsock::new(&name, *cid, socket)?;
+            (name.clone(), Box::new(dev))
         }
     };
     // A vector per queue and one for configuration changes.

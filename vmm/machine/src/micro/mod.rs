@@ -33,7 +33,8 @@
 //!   enumeration, MSI-X vectors that wake a vCPU ([`devices`]). [`driver`]
 //!   is a virtio driver written in the same assembler, [`blk`] the
 //!   virtio-blk programs built on it (integrity writer, IOPS, hostile
-//!   drivers) and the host's check of what they wrote.
+//!   drivers) and the host's check of what they wrote, [`net`] the
+//!   virtio-net ones, [`vsock`] a virtio-vsock echo server.
 //! * Everything else is an error that stops the VM with a message: a read
 //!   of any port, a write to a port that is not in [`proto`], any access
 //!   to memory that is neither RAM nor a device's BAR; nothing else in the
@@ -46,6 +47,7 @@ pub mod devices;
 pub mod driver;
 pub mod net;
 pub mod proto;
+pub mod vsock;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -110,6 +112,9 @@ pub enum MicroError {
     /// A tap the spec names (missing, not a tap, in use).
     #[error(transparent)]
     Tap(#[from] vmm_devices::tap::TapError),
+    /// A vsock device the spec names (its CID, its socket path).
+    #[error(transparent)]
+    Vsock(#[from] vmm_devices::virtio::vsock::VsockError),
 }
 
 /// What every micro-guest needs from KVM, opened once: `/dev/kvm` and the
