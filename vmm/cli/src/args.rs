@@ -367,6 +367,46 @@ pub fn net(s: &str) -> Result<vmm_machine::devices::NetSpec, String> {
     Ok(n)
 }
 
+/// `--fs tag=TAG,socket=PATH[,num_queues=N][,queue_size=N][,pci_segment=S]`
+/// (Cloud Hypervisor's syntax): a virtio-fs device whose vhost-user
+/// backend (virtiofsd) listens on PATH.
+pub fn fs(s: &str) -> Result<vmm_machine::devices::FsSpec, String> {
+    let mut f = vmm_machine::devices::FsSpec {
+        tag: String::new(),
+        socket: Default::default(),
+        num_queues: 1,
+        queue_size: vmm_machine::devices::FS_QUEUE_SIZE,
+        pci_segment: 0,
+    };
+    let (mut tag, mut socket) = (None, None);
+    let keys = ["tag", "socket", "num_queues", "queue_size", "pci_segment"];
+    let number = |k: &str, v: &str| {
+        v.parse::<u16>()
+            .map_err(|_| format!("{k}={v:?} is not a number (1, 2, ...)"))
+    };
+    for (k, v) in ch_options(s, &keys)? {
+        match k {
+            "tag" if v.is_empty() => {
+                return Err("tag= is empty: give the name the guest mounts".into())
+            }
+            "tag" => tag = Some(v.to_string()),
+            "socket" if v.is_empty() => {
+                return Err("socket= is empty: give virtiofsd's vhost-user socket".into())
+            }
+            "socket" => socket = Some(v.into()),
+            "num_queues" => f.num_queues = number(k, v)?,
+            "queue_size" => f.queue_size = number(k, v)?,
+            _ => f.pci_segment = segment_number(v)?,
+        }
+    }
+    f.tag = tag.ok_or("no tag=TAG: give the name the guest mounts, e.g. tag=myfs")?;
+    f.socket = socket.ok_or(
+        "no socket=PATH: give the vhost-user socket of virtiofsd \
+         (virtiofsd --socket-path=PATH -o source=DIR)",
+    )?;
+    Ok(f)
+}
+
 /// `--platform num_pci_segments=N` (Cloud Hypervisor's syntax).
 pub fn platform(s: &str) -> Result<u16, String> {
     let mut n = 1;

@@ -117,6 +117,10 @@ pub struct FileConfig {
     pub disk: Option<Vec<String>>,
     /// `net`: a list of `"tap=NAME[,mac=MAC][,num_queues=N][,pci_segment=S]"`.
     pub net: Option<Vec<String>>,
+    /// `fs`: a list of
+    /// `"tag=TAG,socket=PATH[,num_queues=N][,queue_size=N][,pci_segment=S]"`
+    /// (socket paths relative to the file).
+    pub fs: Option<Vec<String>>,
 }
 
 impl FileConfig {

@@ -194,6 +194,8 @@ pub struct RunFlags {
     pub disk: Vec<String>,
     /// `--net`, each.
     pub net: Vec<String>,
+    /// `--fs`, each.
+    pub fs: Vec<String>,
 }
 
 /// Parses a `--timeout`: `90s`, `10m`, `1h`, `500ms`, `1m30s`, or a

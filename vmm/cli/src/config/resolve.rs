@@ -343,12 +343,39 @@ impl Merge {
         Ok((nets, from_flag))
     }
 
+    /// `--fs` flags, or else the file's `fs` list (sockets relative to the
+    /// file).
+    fn fs(
+        &self,
+        flags: Vec<String>,
+        file: Option<Vec<String>>,
+    ) -> Result<(Vec<vmm_machine::devices::FsSpec>, bool), ConfigError> {
+        let (list, from_flag) = match (flags.is_empty(), file) {
+            (false, _) | (true, None) => (flags, true),
+            (true, Some(f)) => (f, false),
+        };
+        let fs = list
+            .iter()
+            .map(|s| {
+                let mut d = args::fs(s).map_err(|m| self.err("fs", from_flag, m))?;
+                if let (false, Some(f)) = (from_flag, &self.file) {
+                    if d.socket.is_relative() {
+                        d.socket = f.parent().unwrap_or(Path::new(".")).join(&d.socket);
+                    }
+                }
+                Ok(d)
+            })
+            .collect::<Result<_, ConfigError>>()?;
+        Ok((fs, from_flag))
+    }
+
     fn devices(
         &self,
         rng: Option<(String, bool)>,
         platform: Option<(String, bool)>,
         (disks, disks_from_flag): (Vec<vmm_machine::devices::DiskSpec>, bool),
         (nets, nets_from_flag): (Vec<vmm_machine::devices::NetSpec>, bool),
+        (fs, fs_from_flag): (Vec<vmm_machine::devices::FsSpec>, bool),
         vcpus: usize,
     ) -> Result<vmm_machine::devices::DeviceSpec, ConfigError> {
         let rng_from_flag = rng.as_ref().is_none_or(|r| r.1);
@@ -361,6 +388,7 @@ impl Merge {
             disks,
             nets,
             console: None,
+            fs,
         };
         spec.check(vcpus).map_err(|m| {
             if m.starts_with("num_pci_segments") {
@@ -369,6 +397,8 @@ impl Merge {
                 self.err("disk", disks_from_flag, m)
             } else if m.starts_with("the net") || m.starts_with("net ") {
                 self.err("net", nets_from_flag, m)
+            } else if m.starts_with("the fs") || m.starts_with("fs ") {
+                self.err("fs", fs_from_flag, m)
             } else {
                 self.err("rng", rng_from_flag, m)
             }
@@ -450,6 +480,7 @@ impl RunConfig {
                     pick(flags.platform, f.platform),
                     m.disks(flags.disk, f.disk)?,
                     m.nets(flags.net, f.net)?,
+                    m.fs(flags.fs, f.fs)?,
                     // the vCPU count is the guest topology's: num_queues is
                     // checked against it when the VM is built
                     usize::MAX,

@@ -23,6 +23,7 @@ use vmm_devices::pci::{PciRoot, PciSegment, SegmentLayout, ECAM_SEGMENT_SIZE};
 use vmm_devices::tap::{Tap, TapError};
 use vmm_devices::virtio::block::{Block, Disk, DiskError};
 use vmm_devices::virtio::console::{Console, ConsoleOut};
+use vmm_devices::virtio::fs::{BackendHealth, Fs, FsError};
 use vmm_devices::virtio::net::Net;
 use vmm_devices::virtio::rng::Rng;
 use vmm_devices::virtio::transport::BAR_SIZE;
@@ -38,6 +39,7 @@ pub use kvm::{GsiRoutes, KvmMsi, KvmNotify, MsiWake, MsiWakeSlot};
 pub use legacy::{EventFdTrigger, LegacyDevices, ResetLine, SerialPort};
 pub use vmm_devices::virtio::block::QUEUE_SIZE as DISK_QUEUE_SIZE;
 pub use vmm_devices::virtio::block_engine::{EngineKind as BlockEngine, UnknownEngine};
+pub use vmm_devices::virtio::fs::MAX_QUEUE_SIZE as FS_QUEUE_SIZE;
 pub use vmm_devices::virtio::net::{Mac, QUEUE_SIZE as NET_QUEUE_SIZE};
 pub use vmm_devices::DeviceError;
 
@@ -218,6 +220,60 @@ impl NetSpec {
     }
 }
 
+/// A virtio-fs device served by a vhost-user backend such as virtiofsd
+/// (Cloud Hypervisor's `--fs` fields).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsSpec {
+    /// The name the guest mounts it by (`mount -t virtiofs TAG`).
+    pub tag: String,
+    /// The backend's vhost-user socket.
+    pub socket: PathBuf,
+    /// Request queues (the device has one more, the high-priority one).
+    pub num_queues: u16,
+    /// Entries per queue (a power of two up to [`FS_QUEUE_SIZE`]).
+    pub queue_size: u16,
+    /// `pci_segment=S`.
+    pub pci_segment: u16,
+}
+
+impl FsSpec {
+    /// Refuses what cannot be built, naming the fix.
+    fn check(&self) -> Result<(), String> {
+        let what = format!("fs tag={}", self.tag);
+        vmm_devices::virtio::fs::tag_bytes(&self.tag).map_err(|e| format!("{what}: {e}"))?;
+        let max = vmm_devices::virtio::fs::MAX_REQUEST_QUEUES;
+        if self.num_queues == 0 || self.num_queues > max {
+            return Err(format!(
+                "{what}: num_queues={}; give 1 to {max} request queues",
+                self.num_queues
+            ));
+        }
+        if !self.queue_size.is_power_of_two() || !(2..=FS_QUEUE_SIZE).contains(&self.queue_size) {
+            return Err(format!(
+                "{what}: queue_size={}; give a power of two from 2 to {FS_QUEUE_SIZE}",
+                self.queue_size
+            ));
+        }
+        if self.socket.as_os_str().is_empty() {
+            return Err(format!(
+                "{what}: socket= is empty: give the vhost-user socket of its backend (virtiofsd)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Connects to the backend (see [`Fs::connect`]).
+    pub fn open(&self, name: &str) -> Result<Fs, FsError> {
+        Fs::connect(
+            name,
+            &self.tag,
+            &self.socket,
+            self.num_queues,
+            self.queue_size,
+        )
+    }
+}
+
 /// The I/O devices a guest gets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceSpec {
@@ -231,6 +287,9 @@ pub struct DeviceSpec {
     pub nets: Vec<NetSpec>,
     /// A virtio-console on this segment: the guest's console is `hvc0`.
     pub console: Option<u16>,
+    /// virtio-fs devices (vhost-user), after the nets on their segments.
+    /// Any of them makes guest RAM shared (memfd): their backends map it.
+    pub fs: Vec<FsSpec>,
 }
 
 /// The host side of the devices, opened before the VM is built: the
@@ -243,6 +302,8 @@ pub struct Backends {
     pub taps: Vec<Vec<Tap>>,
     /// The virtio-console's output and input, with [`DeviceSpec::console`].
     pub console: Option<(Box<dyn std::io::Write + Send>, Option<std::os::fd::OwnedFd>)>,
+    /// One connected vhost-user frontend per [`DeviceSpec::fs`].
+    pub fs: Vec<Fs>,
 }
 
 impl std::fmt::Debug for Backends {
@@ -251,6 +312,7 @@ impl std::fmt::Debug for Backends {
             .field("disks", &self.disks)
             .field("taps", &self.taps)
             .field("console", &self.console.is_some())
+            .field("fs", &self.fs)
             .finish()
     }
 }
@@ -307,9 +369,16 @@ impl DeviceSpec {
             .collect()
     }
 
-    /// Opens every disk and tap, in order; nothing is created.
+    /// Opens every disk and tap and connects every fs backend, in
+    /// order; nothing is created.
     pub fn open(&self) -> Result<Backends, crate::Error> {
         Ok(Backends {
+            fs: self
+                .fs
+                .iter()
+                .enumerate()
+                .map(|(i, f)| f.open(&format!("virtio-fs{i}")))
+                .collect::<Result<_, _>>()?,
             disks: self.open_disks()?,
             taps: self
                 .nets
@@ -368,6 +437,10 @@ impl DeviceSpec {
             self.check_segment(&n.what(), n.pci_segment)?;
             n.check(vcpus)?;
         }
+        for f in &self.fs {
+            self.check_segment(&format!("fs tag={}", f.tag), f.pci_segment)?;
+            f.check()?;
+        }
         Ok(())
     }
 
@@ -388,11 +461,23 @@ impl DeviceSpec {
     }
 }
 
+/// What [`PciBuilder::build`] made.
+pub struct BuiltPci {
+    /// The segments and their devices.
+    pub root: PciRoot,
+    /// The virtio-console's output handle, if there is one.
+    pub console: Option<ConsoleOut>,
+    /// Each device with an external backend (virtio-fs): its name and
+    /// whether its backend still serves it.
+    pub health: Vec<(String, BackendHealth)>,
+}
+
 /// The guest's devices (see the module docs).
 pub struct Devices {
     legacy: LegacyDevices,
     pci: PciRoot,
     console: Option<ConsoleOut>,
+    health: Vec<(String, BackendHealth)>,
 }
 
 impl std::fmt::Debug for Devices {
@@ -490,13 +575,13 @@ impl PciBuilder {
     }
 
     /// The segments of `spec` for a guest of `nodes` nodes, with its
-    /// devices; the virtio-console's output handle, if it has one.
+    /// devices.
     pub fn build(
         &self,
         spec: &DeviceSpec,
         (nodes, vcpus): (usize, usize),
         backends: Backends,
-    ) -> Result<(PciRoot, Option<ConsoleOut>), DeviceError> {
+    ) -> Result<BuiltPci, DeviceError> {
         let mut segments = spec
             .layouts(nodes)
             .into_iter()
@@ -542,18 +627,49 @@ impl PciBuilder {
                 Box::new(dev),
             )?;
         }
-        Ok((PciRoot::new(segments), console_out))
+        let mut health = Vec::new();
+        for (i, (f, dev)) in spec.fs.iter().zip(backends.fs).enumerate() {
+            let name = format!("virtio-fs{i}");
+            info!(device = name, tag = %f.tag, socket = %f.socket.display(),
+                request_queues = f.num_queues, "virtio-fs (vhost-user)");
+            health.push((name.clone(), dev.health()));
+            self.add_virtio(
+                &mut segments[usize::from(f.pci_segment)],
+                &name,
+                Box::new(dev),
+            )?;
+        }
+        Ok(BuiltPci {
+            root: PciRoot::new(segments),
+            console: console_out,
+            health,
+        })
     }
 }
 
 impl Devices {
-    /// The legacy devices and `pci`, with the virtio-console's output.
-    pub fn new(legacy: LegacyDevices, (pci, console): (PciRoot, Option<ConsoleOut>)) -> Self {
+    /// The legacy devices and the PCI devices.
+    pub fn new(legacy: LegacyDevices, pci: BuiltPci) -> Self {
         Self {
             legacy,
-            pci,
-            console,
+            pci: pci.root,
+            console: pci.console,
+            health: pci.health,
         }
+    }
+
+    /// The devices whose backend failed (a vhost-user backend that
+    /// exited): each one's name and why.
+    pub fn backend_failures(&self) -> Vec<(String, String)> {
+        self.health
+            .iter()
+            .filter_map(|(n, h)| h.failure().map(|w| (n.clone(), w)))
+            .collect()
+    }
+
+    /// Handles on the health of every device with an external backend.
+    pub fn backend_health(&self) -> Vec<(String, BackendHealth)> {
+        self.health.clone()
     }
 
     /// Flushes the consoles (at VM stop).
@@ -726,6 +842,7 @@ mod tests {
             disks: vec![disk(0), disk(1)],
             nets: vec![net(0), net(1), net(0)],
             console: Some(0),
+            fs: Vec::new(),
         };
         assert_eq!(spec.net_address(0), Some((0, 4)));
         assert_eq!(spec.net_address(1), Some((1, 2)));
