@@ -52,6 +52,9 @@ pub struct VmConfig {
     /// virtio-net devices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub net: Option<Vec<crate::devices::NetConfig>>,
+    /// virtio-fs devices (vhost-user; guest RAM becomes shared memory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fs: Option<Vec<crate::devices::FsConfig>>,
     /// A virtio-rng.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rng: Option<crate::devices::RngConfig>,
@@ -147,7 +150,9 @@ pub struct MemoryConfig {
     /// `Acpi` only (no virtio-mem).
     #[serde(default = "acpi")]
     pub hotplug_method: String,
-    /// Shared (memfd) guest memory: false only (see `MemoryConfig::check_ch`).
+    /// Shared guest memory: each RAM range a memfd mapped `MAP_SHARED`,
+    /// which vhost-user backends (virtiofsd) map too. An `fs` device
+    /// makes guest RAM shared whether this is set or not.
     #[serde(default)]
     pub shared: bool,
     /// hugetlbfs pages: false only.
@@ -213,12 +218,6 @@ impl MemoryConfig {
             &self.hotplug_method.as_str(),
             &"Acpi",
             "virtio-mem is not implemented",
-        )?;
-        off(
-            "memory.shared",
-            self.shared,
-            "guest RAM is private anonymous memory here; shared (memfd) memory, which \
-             vhost-user devices such as virtio-fs map, is not implemented (Kata: shared_fs = \"none\")",
         )?;
         off(
             "memory.hugepages",
@@ -488,15 +487,19 @@ impl VmConfig {
         let d = crate::devices::Devices {
             disks: self.disks.as_deref(),
             net: self.net.as_deref(),
+            fs: self.fs.as_deref(),
             rng: self.rng.as_ref(),
             platform: self.platform.as_ref(),
         };
         if self.x_vmm.as_ref().is_some_and(|x| x.micro.is_some())
-            && (self.disks.is_some() || self.rng.is_some() || self.net.is_some())
+            && (self.disks.is_some()
+                || self.rng.is_some()
+                || self.net.is_some()
+                || self.fs.as_ref().is_some_and(|f| !f.is_empty()))
         {
             return Err(ApiError::bad(
                 "disks",
-                "micro-guests have no PCI devices: give a Linux payload, or leave disks, net and rng out",
+                "micro-guests have no PCI devices: give a Linux payload, or leave disks, net, fs and rng out",
             ));
         }
         let mut spec = crate::devices::device_spec(d, self.cpus.boot_vcpus as usize)

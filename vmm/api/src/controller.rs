@@ -402,6 +402,7 @@ impl Controller {
         match result {
             Ok(b) => {
                 v.run = Some(b.running);
+                v.backends = b.backends;
                 v.console = b.console.or(v.console);
                 v.vconsole = b.vconsole.or(v.vconsole);
                 v.state = VmState::Running;
@@ -625,6 +626,7 @@ impl Controller {
                 "kvm_exits": exits,
                 "stop_reason": why,
                 "executor": self.opts.executor.name(),
+                "device_backends": v.backend_report(),
             },
         })))
     }
