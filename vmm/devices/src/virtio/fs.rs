@@ -336,7 +336,7 @@ impl Fs {
             .map_err(|e| format!("SET_FEATURES {feats:#x}: {e}"))?;
         let regions = mem
             .iter()
-            .map(|r| VhostUserMemoryRegionInfo::from_guest_region(r))
+            .map(VhostUserMemoryRegionInfo::from_guest_region)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| {
                 format!(
