@@ -49,13 +49,14 @@ fn ready() -> Option<PathBuf> {
     bin
 }
 
-/// Lines of a kernel log that say the FUSE or virtio-fs driver failed.
+/// Lines of a kernel log that say the FUSE or virtio-fs driver failed
+/// (`fuse: init (API version ...)`, the module's greeting, is not one).
 fn fs_errors(log: &str) -> Vec<&str> {
     log.lines()
         .filter(|l| {
-            l.contains("virtio-fs:") && !l.contains(MOUNTED)
-                || l.contains("fuse:")
+            l.contains("virtio-fs:")
                 || l.contains("virtio_fs")
+                || (l.contains("fuse:") && !l.contains("fuse: init (API version"))
                 || l.contains("VFS: Cannot open root")
         })
         .collect()
