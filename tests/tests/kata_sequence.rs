@@ -279,7 +279,7 @@ fn kata_sandbox(executor: &str) {
             integration_tests::virtiofsd::Backend::start(bin, root, sock, &log)
         })
     };
-    let _fs1 = start_fs(1);
+    let mut fs1 = start_fs(1);
     // The test guest in place of Kata's kernel and image. root= names a
     // device that never appears: the kernel waits, alive, its network up
     // (guest user space cannot run under kvm_pvm; Kata's agent would).
@@ -351,8 +351,22 @@ fn kata_sandbox(executor: &str) {
         if executor == "workers" {
             // The VM keeps the descriptors Kata sent: a reboot attaches
             // fresh duplicates of them, and the net works again. A reboot
-            // rebuilds the devices, and virtiofsd serves one connection:
-            // the next boot's fs needs a new one on the socket.
+            // rebuilds the devices, and virtiofsd serves one connection
+            // (and locks a pid file per socket): the next boot needs a
+            // new one. The old one is killed first, which also shows a
+            // dead backend reported and a new one taken at the next boot.
+            if let Some(mut b) = fs1.take() {
+                b.kill();
+                let deadline = Instant::now() + Duration::from_secs(20);
+                loop {
+                    let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
+                    if v["x_vmm"]["device_backends"][0]["state"] == "Failed" {
+                        break;
+                    }
+                    assert!(Instant::now() < deadline, "not reported: {v}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
             let _fs2 = start_fs(2);
             let (s, v) = call(&sock, "PUT", "/api/v1/vm.reboot", None).await;
             assert_eq!(s, 204, "{v}\n{}", srv.log());
@@ -373,6 +387,18 @@ fn kata_sandbox(executor: &str) {
             assert!(!first.is_empty(), "no reply after the reboot: {summary}");
             let (rtts, summary) = ns.ping(10, "0.1");
             assert_eq!(rtts.len(), 10, "after the reboot: {summary}");
+            if fs.is_some() {
+                let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
+                assert_eq!(
+                    v["x_vmm"]["device_backends"][0]["state"], "Ok",
+                    "the new virtiofsd serves the rebooted VM: {v}"
+                );
+                let activated = srv
+                    .log()
+                    .matches("virtio device activated device=virtio-fs0")
+                    .count();
+                assert_eq!(activated, 2, "{}", srv.log());
+            }
         }
         let (s, _) = call(&sock, "PUT", "/api/v1/vmm.shutdown", None).await;
         assert_eq!(s, 204);

@@ -506,6 +506,23 @@ mod tests {
         assert!(net("tap=a,num_queues=two")
             .unwrap_err()
             .contains("num_queues"));
+        let f = fs("tag=kataShared,socket=/run/v.sock,num_queues=2,queue_size=512,pci_segment=1")
+            .unwrap();
+        assert_eq!(
+            (f.tag.as_str(), f.socket.to_str(), f.num_queues),
+            ("kataShared", Some("/run/v.sock"), 2)
+        );
+        assert_eq!((f.queue_size, f.pci_segment), (512, 1));
+        let f = fs("tag=t,socket=s").unwrap();
+        assert_eq!((f.num_queues, f.queue_size, f.pci_segment), (1, 1024, 0));
+        assert!(fs("socket=s").unwrap_err().contains("no tag=TAG"));
+        assert!(fs("tag=t").unwrap_err().contains("virtiofsd --socket-path"));
+        assert!(fs("tag=t,socket=s,cache=none")
+            .unwrap_err()
+            .contains("unknown option"));
+        assert!(fs("tag=t,socket=s,queue_size=big")
+            .unwrap_err()
+            .contains("queue_size"));
         let d = disk("path=a.img,readonly=on,num_queues=2,pci_segment=1").unwrap();
         assert_eq!(
             (d.path.to_str(), d.readonly, d.num_queues, d.pci_segment),

@@ -819,6 +819,33 @@ mod tests {
     }
 
     #[test]
+    fn fs_specs_are_checked() {
+        let fs = |tag: &str, num_queues, queue_size, pci_segment| FsSpec {
+            tag: tag.into(),
+            socket: "/run/v.sock".into(),
+            num_queues,
+            queue_size,
+            pci_segment,
+        };
+        let with = |f| DeviceSpec {
+            pci_segments: 2,
+            fs: vec![f],
+            ..DeviceSpec::default()
+        };
+        with(fs("kataShared", 1, 1024, 1)).check(1).unwrap();
+        let e = with(fs("t", 1, 1024, 2)).check(1).unwrap_err();
+        assert!(e.contains("fs tag=t") && e.contains("pci_segment=2"), "{e}");
+        let e = with(fs("t", 0, 1024, 0)).check(1).unwrap_err();
+        assert!(e.contains("num_queues=0"), "{e}");
+        let e = with(fs("t", 1, 1000, 0)).check(1).unwrap_err();
+        assert!(e.contains("queue_size=1000"), "{e}");
+        let e = with(fs("t", 1, 2048, 0)).check(1).unwrap_err();
+        assert!(e.contains("up to") || e.contains("2 to 1024"), "{e}");
+        let e = with(fs(&"x".repeat(37), 1, 1024, 0)).check(1).unwrap_err();
+        assert!(e.contains("1 to 36 bytes"), "{e}");
+    }
+
+    #[test]
     fn net_addresses_follow_the_build_order() {
         let net = |pci_segment| NetSpec {
             tap: TapSource::Name("t".into()),
