@@ -19,6 +19,9 @@ PKGS=(
   e2fsprogs
   # virtio-net tests: ip (network namespaces, taps) and ping
   iproute2 iputils-ping
+  # virtio-fs tests: QEMU's C virtiofsd, the vhost-user backend
+  # (/usr/lib/qemu/virtiofsd; bookworm has no virtiofsd package)
+  qemu-system-common
 )
 
 missing=()

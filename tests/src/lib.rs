@@ -64,6 +64,7 @@ pub mod run_bounded;
 pub mod serve;
 pub mod tools;
 pub mod user_error;
+pub mod virtiofsd;
 
 pub use run_bounded::{run_bounded, BoundedOutput};
 pub use tools::{require_kvm, require_tool, skip_or_fail};

@@ -15,6 +15,8 @@
 //!    `vm.remove-device` refused, each naming what is missing;
 //! 7. `vmm.shutdown`, and the process gone within 3 s.
 //!
+//! The body keeps Kata's `fs` (`shared_fs = "virtio-fs"`: a virtiofsd per
+//! sandbox, started here, and `memory.shared: true`) and its `vsock`.
 //! Each sandbox runs on the workers executor (the
 //! default) and on the host executor, chosen through the settings file
 //! `$VMM_SERVE_CONFIG` names, since Kata fixes the command line. The
@@ -22,7 +24,7 @@
 //! kernel is the judge (its log: the disk, the MAC Kata gave, `ip=`), with
 //! `ping` from the namespace over the tap whose descriptors were sent.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -30,7 +32,7 @@ use integration_tests::disk::mkfs_ext4;
 use integration_tests::guest::guest_images;
 use integration_tests::netns::{Netns, GUEST_IP, HOST_IP};
 use integration_tests::serve::{call, open_fds, put_with_fds, rt, wait_for_log, Server};
-use integration_tests::{vmm_bin, workspace_root};
+use integration_tests::{skip_or_fail, vmm_bin, workspace_root};
 use serde_json::Value;
 
 /// A fixture of `tests/fixtures/kata`, as JSON.
@@ -143,6 +145,8 @@ fn add_net_takes_tap_descriptors_and_leaks_none() {
     let pid = srv.child.id();
     let mut cfg = fixture("vm-create.json");
     kata_without_what_is_missing(&mut cfg);
+    // Nothing boots here: the fs would need a live virtiofsd at vm.create.
+    cfg.as_object_mut().unwrap().remove("fs");
     cfg["payload"]["kernel"] = g.vmlinux.to_str().unwrap().into();
     cfg["disks"] = Value::Array(vec![]);
     let net = fixture("vm-add-net.json").to_string();
@@ -227,17 +231,31 @@ async fn settle(pid: u32, want: usize) -> usize {
     }
 }
 
-/// Kata's body without what this VMM lacks. Each removal names it.
+/// Kata's body, sized for the test machine. (`fs`, `memory.shared: true`
+/// and `vsock` stay: the caller points the fs at a live virtiofsd, or
+/// removes it where nothing boots, and the vsock socket into its
+/// directory.)
 fn kata_without_what_is_missing(cfg: &mut Value) {
-    let o = cfg.as_object_mut().unwrap();
-    // virtio-fs (a vhost-user device on shared memory) is not implemented:
-    // this is Kata with shared_fs = "none", which sends no fs ...
-    o.remove("fs");
-    // ... and memory.shared false (memfd-backed guest RAM, which
-    // vhost-user needs, is not implemented either).
-    cfg["memory"]["shared"] = false.into();
     // The test machine's RAM, not Kata's 2 GiB default.
     cfg["memory"]["size"] = (256u64 << 20).into();
+}
+
+/// Kata's `fs` pointed at a virtiofsd serving a directory of `work`
+/// (started here, as Kata starts one per sandbox), or, where virtiofsd
+/// is not installed, removed with a loud message (a failure under CI).
+fn kata_fs(cfg: &mut Value, work: &Path) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    let Some(bin) = integration_tests::virtiofsd::virtiofsd() else {
+        skip_or_fail(
+            "virtiofsd is not installed (apt-get install qemu-system-common, which \
+             scripts/setup.sh does): the Kata sandbox runs WITHOUT its fs",
+        );
+        cfg.as_object_mut().unwrap().remove("fs");
+        return None;
+    };
+    let root = integration_tests::virtiofsd::shared_root(work);
+    let sock = work.join("virtiofsd.sock");
+    cfg["fs"][0]["socket"] = sock.to_str().unwrap().into();
+    Some((bin, root, sock))
 }
 
 /// Steps 0 to 5 on `executor`, then ping and `vmm.shutdown`.
@@ -256,6 +274,14 @@ fn kata_sandbox(executor: &str) {
     let serial = work.path().join("ttyS0.log");
     let mut cfg = fixture("vm-create.json");
     kata_without_what_is_missing(&mut cfg);
+    let fs = kata_fs(&mut cfg, work.path());
+    let start_fs = |n: usize| {
+        fs.as_ref().map(|(bin, root, sock)| {
+            let log = work.path().join(format!("virtiofsd{n}.log"));
+            integration_tests::virtiofsd::Backend::start(bin, root, sock, &log)
+        })
+    };
+    let mut fs1 = start_fs(1);
     // The test guest in place of Kata's kernel and image. root= names a
     // device that never appears: the kernel waits, alive, its network up
     // (guest user space cannot run under kvm_pvm; Kata's agent would).
@@ -313,6 +339,23 @@ fn kata_sandbox(executor: &str) {
             assert!(log.contains(want), "no {want:?} in the serial log:\n{log}");
         }
         assert!(vsock.exists(), "the vsock socket while the VM runs");
+        if fs.is_some() {
+            // Kata's fs: virtio-fs (ID 26) on segment 1, driven by the
+            // guest's driver (DRIVER_OK: the rings went to virtiofsd).
+            assert!(log.contains("pci 0001:00:01.0: [1af4:105a]"), "{log}");
+            let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
+            assert_eq!(
+                v["x_vmm"]["device_backends"],
+                serde_json::json!([{"device": "virtio-fs0", "state": "Ok"}]),
+                "{v}"
+            );
+            assert!(
+                srv.log()
+                    .contains("virtio device activated device=virtio-fs0"),
+                "{}",
+                srv.log()
+            );
+        }
         let (rtts, summary) = ns.ping(20, "0.1");
         assert_eq!(rtts.len(), 20, "{summary}");
         // 6: what Kata calls while the sandbox runs
@@ -354,7 +397,24 @@ fn kata_sandbox(executor: &str) {
         }
         if executor == "workers" {
             // The VM keeps the descriptors Kata sent: a reboot attaches
-            // fresh duplicates of them, and the net works again.
+            // fresh duplicates of them, and the net works again. A reboot
+            // rebuilds the devices, and virtiofsd serves one connection
+            // (and locks a pid file per socket): the next boot needs a
+            // new one. The old one is killed first, which also shows a
+            // dead backend reported and a new one taken at the next boot.
+            if let Some(mut b) = fs1.take() {
+                b.kill();
+                let deadline = Instant::now() + Duration::from_secs(20);
+                loop {
+                    let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
+                    if v["x_vmm"]["device_backends"][0]["state"] == "Failed" {
+                        break;
+                    }
+                    assert!(Instant::now() < deadline, "not reported: {v}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            let _fs2 = start_fs(2);
             let (s, v) = call(&sock, "PUT", "/api/v1/vm.reboot", None).await;
             assert_eq!(s, 204, "{v}\n{}", srv.log());
             let deadline = Instant::now() + Duration::from_secs(10 * 60);
@@ -375,6 +435,18 @@ fn kata_sandbox(executor: &str) {
             let (rtts, summary) = ns.ping(10, "0.1");
             assert_eq!(rtts.len(), 10, "after the reboot: {summary}");
             assert!(vsock.exists(), "the vsock socket after the reboot");
+            if fs.is_some() {
+                let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
+                assert_eq!(
+                    v["x_vmm"]["device_backends"][0]["state"], "Ok",
+                    "the new virtiofsd serves the rebooted VM: {v}"
+                );
+                let activated = srv
+                    .log()
+                    .matches("virtio device activated device=virtio-fs0")
+                    .count();
+                assert_eq!(activated, 2, "{}", srv.log());
+            }
         }
         let (s, _) = call(&sock, "PUT", "/api/v1/vmm.shutdown", None).await;
         assert_eq!(s, 204);

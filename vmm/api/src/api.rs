@@ -52,6 +52,9 @@ pub struct VmConfig {
     /// virtio-net devices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub net: Option<Vec<crate::devices::NetConfig>>,
+    /// virtio-fs devices (vhost-user; guest RAM becomes shared memory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fs: Option<Vec<crate::devices::FsConfig>>,
     /// A virtio-rng.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rng: Option<crate::devices::RngConfig>,
@@ -150,7 +153,9 @@ pub struct MemoryConfig {
     /// `Acpi` only (no virtio-mem).
     #[serde(default = "acpi")]
     pub hotplug_method: String,
-    /// Shared (memfd) guest memory: false only (see `MemoryConfig::check_ch`).
+    /// Shared guest memory: each RAM range a memfd mapped `MAP_SHARED`,
+    /// which vhost-user backends (virtiofsd) map too. An `fs` device
+    /// makes guest RAM shared whether this is set or not.
     #[serde(default)]
     pub shared: bool,
     /// hugetlbfs pages: false only.
@@ -216,12 +221,6 @@ impl MemoryConfig {
             &self.hotplug_method.as_str(),
             &"Acpi",
             "virtio-mem is not implemented",
-        )?;
-        off(
-            "memory.shared",
-            self.shared,
-            "guest RAM is private anonymous memory here; shared (memfd) memory, which \
-             vhost-user devices such as virtio-fs map, is not implemented (Kata: shared_fs = \"none\")",
         )?;
         off(
             "memory.hugepages",

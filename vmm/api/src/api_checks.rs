@@ -67,12 +67,13 @@ impl VmConfig {
         Ok(shape)
     }
 
-    /// The machine's devices (`disks`, `net`, `rng`, `vsock`, `platform`); an error names
+    /// The machine's devices (`disks`, `net`, `fs`, `rng`, `vsock`, `platform`); an error names
     /// the field. Stats the disk images, opens nothing.
     pub fn device_spec(&self) -> Result<vmm_machine::devices::DeviceSpec, ApiError> {
         let d = crate::devices::Devices {
             disks: self.disks.as_deref(),
             net: self.net.as_deref(),
+            fs: self.fs.as_deref(),
             rng: self.rng.as_ref(),
             platform: self.platform.as_ref(),
             vsock: self.vsock.as_ref(),
@@ -81,6 +82,7 @@ impl VmConfig {
             && (self.disks.is_some()
                 || self.rng.is_some()
                 || self.net.is_some()
+                || self.fs.as_ref().is_some_and(|f| !f.is_empty())
                 || self.vsock.is_some())
         {
             let field = if self.vsock.is_some() {
@@ -91,7 +93,7 @@ impl VmConfig {
             return Err(ApiError::bad(
                 field,
                 "micro-guests have no PCI devices: give a Linux payload, or leave disks, net, \
-                 rng and vsock out",
+                 fs, rng and vsock out",
             ));
         }
         let mut spec = crate::devices::device_spec(d, self.cpus.boot_vcpus as usize)

@@ -403,6 +403,7 @@ impl Controller {
         match result {
             Ok(b) => {
                 v.run = Some(b.running);
+                v.backends = b.backends;
                 v.console = b.console.or(v.console);
                 v.vconsole = b.vconsole.or(v.vconsole);
                 v.state = VmState::Running;
@@ -629,6 +630,7 @@ impl Controller {
                 "stop_reason": why,
                 "executor": self.opts.executor.name(),
                 "placement": placement_name(&v.config, v.plan.as_ref()),
+                "device_backends": v.backend_report(),
             },
         })))
     }

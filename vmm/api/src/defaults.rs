@@ -4,7 +4,7 @@
 //! default ([`only`], [`absent`], [`empty`], [`off`]), each failing with a
 //! 400 that names the field, the value given and why it cannot be
 //! honoured; and [`Unsupported`], the top-level VmConfig fields of devices
-//! and features this VMM does not implement (`fs`, `pmem`, ...).
+//! and features this VMM does not implement (`pmem`, `devices`, ...).
 //! WHY: CH's generated clients (Kata's Go client among them) send every
 //! field their constructors default, so a config full of `false`s and
 //! empty lists must be accepted; a value that asks for something this VMM
@@ -99,9 +99,6 @@ pub struct Unsupported {
     /// virtio-balloon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub balloon: Option<Value>,
-    /// virtio-fs shares.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fs: Option<Vec<Value>>,
     /// vhost-user devices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generic_vhost_user: Option<Vec<Value>>,
@@ -155,10 +152,6 @@ pub const MISSING: &[(&str, &str)] = &[
     ("rate_limit_groups", "I/O rate limiting is not implemented"),
     ("balloon", "virtio-balloon is not implemented"),
     (
-        "fs",
-        "virtio-fs (a vhost-user device) is not implemented (Kata: shared_fs = \"none\")",
-    ),
-    (
         "generic_vhost_user",
         "vhost-user devices are not implemented",
     ),
@@ -209,7 +202,6 @@ impl Unsupported {
         }
         let lists = [
             ("rate_limit_groups", &self.rate_limit_groups),
-            ("fs", &self.fs),
             ("generic_vhost_user", &self.generic_vhost_user),
             ("pmem", &self.pmem),
             ("devices", &self.devices),
@@ -252,18 +244,16 @@ mod tests {
     #[test]
     fn defaults_pass_and_values_are_named() {
         let u: Unsupported = serde_json::from_str(
-            r#"{"iommu":false,"watchdog":false,"pvpanic":false,"landlock_enable":false,"fs":[],"debug_console":{"mode":"Off"}}"#,
+            r#"{"iommu":false,"watchdog":false,"pvpanic":false,"landlock_enable":false,"pmem":[],"debug_console":{"mode":"Off"}}"#,
         )
         .unwrap();
         u.check().unwrap();
-        let u: Unsupported = serde_json::from_str(
-            r#"{"fs":[{"tag":"kataShared","socket":"/run/vfs.sock","num_queues":1,"queue_size":1024}]}"#,
-        )
-        .unwrap();
+        let u: Unsupported =
+            serde_json::from_str(r#"{"pmem":[{"file":"/img/pmem0","size":1048576}]}"#).unwrap();
         let e = u.check().unwrap_err();
-        assert_eq!(e.field.as_deref(), Some("fs"));
+        assert_eq!(e.field.as_deref(), Some("pmem"));
         assert!(
-            e.error.contains("kataShared") && e.error.contains("virtio-fs"),
+            e.error.contains("pmem0") && e.error.contains("virtio-pmem"),
             "{e:?}"
         );
         let u: Unsupported = serde_json::from_str(r#"{"balloon":{"size":1}}"#).unwrap();

@@ -1,6 +1,6 @@
 //! The devices of a `VmConfig`, in Cloud Hypervisor's field names:
-//! `disks` ([`DiskConfig`]), `net` ([`NetConfig`]), `rng` ([`RngConfig`]),
-//! `vsock` ([`VsockConfig`]) and `platform.num_pci_segments`
+//! `disks` ([`DiskConfig`]), `net` ([`NetConfig`]), `fs` ([`FsConfig`]),
+//! `rng` ([`RngConfig`]), `vsock` ([`VsockConfig`]) and `platform.num_pci_segments`
 //! ([`PlatformConfig`]), turned into the machine's [`DeviceSpec`].
 //!
 //! Checked at `vm.create` without opening anything: every field's value,
@@ -10,12 +10,14 @@
 //! read-write is refused with the machine's message. A `net`'s tap must
 //! exist at `vm.create` (a look in sysfs); it is opened at `vm.boot`. A
 //! `vsock`'s socket path must not exist at `vm.create`; the VMM creates
-//! the socket at `vm.boot` and removes it when the VM goes.
+//! the socket at `vm.boot` and removes it when the VM goes. An `fs`'s
+//! socket must exist and be a socket at `vm.create` (a `stat`: virtiofsd
+//! serves one connection, so nothing connects before `vm.boot`).
 
 use serde::{Deserialize, Serialize};
 use vmm_machine::devices::{
-    DeviceSpec, DiskSpec, NetSpec, SharedFds, TapSource, VsockSpec, MAX_PCI_SEGMENTS,
-    NET_QUEUE_SIZE,
+    DeviceSpec, DiskSpec, FsSpec, NetSpec, SharedFds, TapSource, VsockSpec, FS_QUEUE_SIZE,
+    MAX_PCI_SEGMENTS, NET_QUEUE_SIZE,
 };
 
 use super::defaults::{self, yes};
@@ -177,6 +179,33 @@ pub struct NetConfig {
     /// The descriptors received with `vm.add-net`, owned by the VM.
     #[serde(skip)]
     pub received: Option<SharedFds>,
+}
+
+/// CH's `FsConfig`: a virtio-fs device whose vhost-user backend
+/// (virtiofsd) listens on `socket`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FsConfig {
+    /// The name the guest mounts.
+    pub tag: String,
+    /// The backend's vhost-user socket.
+    pub socket: String,
+    /// Request queues (CH's default 1).
+    #[serde(default = "one")]
+    pub num_queues: u16,
+    /// Entries per queue (CH's default 1024).
+    #[serde(default = "fs_queue_size")]
+    pub queue_size: u16,
+    /// The PCI segment.
+    #[serde(default)]
+    pub pci_segment: u16,
+    /// CH's device id: accepted and echoed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+}
+
+fn fs_queue_size() -> u16 {
+    FS_QUEUE_SIZE
 }
 
 /// CH's `RngConfig`.
@@ -570,6 +599,50 @@ fn check_vsock(v: &VsockConfig, segments: u16) -> Result<VsockSpec, FieldError> 
     })
 }
 
+fn check_fs(i: usize, f: &FsConfig, segments: u16) -> Result<FsSpec, FieldError> {
+    use std::os::unix::fs::FileTypeExt;
+    let field = |x: &str| format!("fs[{i}].{x}");
+    if f.pci_segment >= segments {
+        return Err(bad(
+            &field("pci_segment"),
+            format!(
+                "{} does not exist: platform.num_pci_segments is {segments}; raise it or pick a lower segment",
+                f.pci_segment
+            ),
+        ));
+    }
+    let is_socket = std::fs::metadata(&f.socket).map(|m| m.file_type().is_socket());
+    match is_socket {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(bad(
+                &field("socket"),
+                format!(
+                    "{}: not a socket; give the vhost-user socket virtiofsd listens on",
+                    f.socket
+                ),
+            ))
+        }
+        Err(e) => {
+            return Err(bad(
+                &field("socket"),
+                format!(
+                    "{}: {e}; start the backend first (virtiofsd --socket-path={} -o source=DIR)",
+                    f.socket, f.socket
+                ),
+            ))
+        }
+    }
+    let spec = FsSpec {
+        tag: f.tag.clone(),
+        socket: f.socket.clone().into(),
+        num_queues: f.num_queues,
+        queue_size: f.queue_size,
+        pci_segment: f.pci_segment,
+    };
+    Ok(spec)
+}
+
 /// The devices a `VmConfig` names, in its fields.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Devices<'a> {
@@ -577,6 +650,8 @@ pub struct Devices<'a> {
     pub disks: Option<&'a [DiskConfig]>,
     /// `net`.
     pub net: Option<&'a [NetConfig]>,
+    /// `fs`.
+    pub fs: Option<&'a [FsConfig]>,
     /// `rng`.
     pub rng: Option<&'a RngConfig>,
     /// `platform`.
@@ -631,12 +706,21 @@ pub fn device_spec(cfg: Devices<'_>, vcpus: usize) -> Result<DeviceSpec, FieldEr
         nets,
         console: None,
         vsock,
+        fs: cfg
+            .fs
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| check_fs(i, f, segments))
+            .collect::<Result<Vec<_>, _>>()?,
     };
     spec.check(vcpus).map_err(|e| {
         let field = if e.starts_with("vsock") {
             "vsock.socket"
         } else if e.starts_with("net ") || e.starts_with("the net") {
             "net"
+        } else if e.starts_with("fs ") || e.starts_with("the fs") {
+            "fs"
         } else {
             "disks"
         };

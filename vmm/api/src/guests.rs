@@ -16,6 +16,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use vmm_devices::virtio::fs::BackendHealth;
 
 use topology::{GuestTopology, HostTopology};
 use vcpu_sched::placement::pack::VmPlan;
@@ -134,6 +135,9 @@ pub struct Booted {
     pub console: Option<FileId>,
     /// The virtio console file's identity, with `console.mode` `File`.
     pub vconsole: Option<FileId>,
+    /// The devices with an external backend (virtio-fs): each one's name
+    /// and whether its backend still serves it.
+    pub backends: Vec<(String, BackendHealth)>,
 }
 
 /// Builds the VM `job` describes and starts its vCPUs. Blocking: KVM,
@@ -166,6 +170,7 @@ pub fn boot(job: BootJob) -> Result<Booted, String> {
         running: Arc::new(running),
         console: None,
         vconsole: None,
+        backends: Vec::new(),
     })
 }
 
@@ -392,6 +397,7 @@ fn build_linux(job: &BootJob) -> Result<BuiltLinux, String> {
         console,
         until: None,
         devices: cfg.device_spec().map_err(|e| e.error)?,
+        shared_memory: cfg.memory.as_ref().is_some_and(|m| m.shared),
         console_input: input,
         serial,
     };
@@ -415,6 +421,7 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
     let control = vm.control();
     let apics = apic_ids(&vm);
     let msi_wake = vm.msi_wake();
+    let backends = vm.devices().backend_health();
     let mapper = Arc::new(LinuxMapper::new(
         vm.devices(),
         vcpus.len(),
@@ -466,6 +473,7 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
         running,
         console,
         vconsole,
+        backends,
     })
 }
 

@@ -60,6 +60,9 @@ pub struct VmRecord {
     pub(crate) console: Option<FileId>,
     /// The virtio console's file an earlier boot made.
     pub(crate) vconsole: Option<FileId>,
+    /// The running boot's devices with an external backend (virtio-fs):
+    /// name and health, for `vm.info`.
+    pub(crate) backends: Vec<(String, vmm_devices::virtio::fs::BackendHealth)>,
 }
 
 impl VmRecord {
@@ -78,7 +81,22 @@ impl VmRecord {
             exit_counts: Arc::default(),
             console: None,
             vconsole: None,
+            backends: Vec::new(),
         }
+    }
+
+    /// `vm.info`'s `x_vmm.device_backends`: per device with an external
+    /// backend, whether it still serves the device, and why not.
+    pub fn backend_report(&self) -> serde_json::Value {
+        self.backends
+            .iter()
+            .map(|(name, h)| match h.failure() {
+                None => serde_json::json!({ "device": name, "state": "Ok" }),
+                Some(why) => {
+                    serde_json::json!({ "device": name, "state": "Failed", "error": why })
+                }
+            })
+            .collect()
     }
 
     /// Its state, with a Running VM whose guest ended or failed seen as

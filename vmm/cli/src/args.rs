@@ -397,6 +397,46 @@ pub fn vsock(s: &str) -> Result<vmm_machine::devices::VsockSpec, String> {
     })
 }
 
+/// `--fs tag=TAG,socket=PATH[,num_queues=N][,queue_size=N][,pci_segment=S]`
+/// (Cloud Hypervisor's syntax): a virtio-fs device whose vhost-user
+/// backend (virtiofsd) listens on PATH.
+pub fn fs(s: &str) -> Result<vmm_machine::devices::FsSpec, String> {
+    let mut f = vmm_machine::devices::FsSpec {
+        tag: String::new(),
+        socket: Default::default(),
+        num_queues: 1,
+        queue_size: vmm_machine::devices::FS_QUEUE_SIZE,
+        pci_segment: 0,
+    };
+    let (mut tag, mut socket) = (None, None);
+    let keys = ["tag", "socket", "num_queues", "queue_size", "pci_segment"];
+    let number = |k: &str, v: &str| {
+        v.parse::<u16>()
+            .map_err(|_| format!("{k}={v:?} is not a number (1, 2, ...)"))
+    };
+    for (k, v) in ch_options(s, &keys)? {
+        match k {
+            "tag" if v.is_empty() => {
+                return Err("tag= is empty: give the name the guest mounts".into())
+            }
+            "tag" => tag = Some(v.to_string()),
+            "socket" if v.is_empty() => {
+                return Err("socket= is empty: give virtiofsd's vhost-user socket".into())
+            }
+            "socket" => socket = Some(v.into()),
+            "num_queues" => f.num_queues = number(k, v)?,
+            "queue_size" => f.queue_size = number(k, v)?,
+            _ => f.pci_segment = segment_number(v)?,
+        }
+    }
+    f.tag = tag.ok_or("no tag=TAG: give the name the guest mounts, e.g. tag=myfs")?;
+    f.socket = socket.ok_or(
+        "no socket=PATH: give the vhost-user socket of virtiofsd \
+         (virtiofsd --socket-path=PATH -o source=DIR)",
+    )?;
+    Ok(f)
+}
+
 /// `--platform num_pci_segments=N` (Cloud Hypervisor's syntax).
 pub fn platform(s: &str) -> Result<u16, String> {
     let mut n = 1;
@@ -513,6 +553,23 @@ mod tests {
         assert!(net("tap=a,num_queues=two")
             .unwrap_err()
             .contains("num_queues"));
+        let f = fs("tag=kataShared,socket=/run/v.sock,num_queues=2,queue_size=512,pci_segment=1")
+            .unwrap();
+        assert_eq!(
+            (f.tag.as_str(), f.socket.to_str(), f.num_queues),
+            ("kataShared", Some("/run/v.sock"), 2)
+        );
+        assert_eq!((f.queue_size, f.pci_segment), (512, 1));
+        let f = fs("tag=t,socket=s").unwrap();
+        assert_eq!((f.num_queues, f.queue_size, f.pci_segment), (1, 1024, 0));
+        assert!(fs("socket=s").unwrap_err().contains("no tag=TAG"));
+        assert!(fs("tag=t").unwrap_err().contains("virtiofsd --socket-path"));
+        assert!(fs("tag=t,socket=s,cache=none")
+            .unwrap_err()
+            .contains("unknown option"));
+        assert!(fs("tag=t,socket=s,queue_size=big")
+            .unwrap_err()
+            .contains("queue_size"));
         let d = disk("path=a.img,readonly=on,num_queues=2,pci_segment=1").unwrap();
         assert_eq!(
             (d.path.to_str(), d.readonly, d.num_queues, d.pci_segment),

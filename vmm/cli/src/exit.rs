@@ -101,7 +101,8 @@ pub fn of_error(e: &vmm_machine::Error) -> Fault {
         Error::Topology(t) => of_topology(t),
         Error::Device(vmm_machine::devices::DeviceError::Full(_))
         | Error::Disk(_)
-        | Error::Tap(_) => Fault::User,
+        | Error::Tap(_)
+        | Error::Fs(_) => Fault::User,
         Error::Device(_) | Error::Vcpu(_) | Error::Kvm { .. } | Error::Other(_) => Fault::Runtime,
     }
 }

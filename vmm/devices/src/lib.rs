@@ -45,6 +45,9 @@ pub enum DeviceError {
         /// The error.
         source: std::io::Error,
     },
+    /// A device's host side (a vhost-user backend) failed.
+    #[error("device backend: {0}")]
+    Backend(String),
     /// The PCI segment has no free device slot or address space left.
     #[error("{0}")]
     Full(String),

@@ -83,6 +83,9 @@ pub enum Error {
     /// A tap the user named (or passed).
     #[error(transparent)]
     Tap(#[from] vmm_devices::tap::TapError),
+    /// A virtio-fs backend could not be connected or refused the device.
+    #[error(transparent)]
+    Fs(#[from] vmm_devices::virtio::fs::FsError),
     /// Anything else.
     #[error("{0}")]
     Other(String),

@@ -132,6 +132,16 @@ pub struct RunArgs {
     /// `PATH_P` (hybrid vsock, as Cloud Hypervisor and Firecracker).
     #[arg(long, value_name = "cid=N,socket=PATH")]
     pub vsock: Option<String>,
+    /// A virtio-fs device served by a vhost-user backend (virtiofsd), as
+    /// Cloud Hypervisor writes it:
+    /// `tag=TAG,socket=PATH[,num_queues=N][,queue_size=N][,pci_segment=S]`.
+    /// Start the backend first (`virtiofsd --socket-path=PATH -o
+    /// source=DIR`); the guest mounts it by TAG (`mount -t virtiofs TAG
+    /// /mnt`, or `rootfstype=virtiofs root=TAG`). num_queues counts request
+    /// queues (default 1), queue_size defaults to 1024. Guest RAM becomes
+    /// shared memory (memfd), which the backend maps. Repeat for more.
+    #[arg(long, value_name = "tag=TAG,socket=PATH[,...]")]
+    pub fs: Vec<String>,
 }
 
 /// Runs `vmm run`: the exit status is the stop reason's
@@ -185,6 +195,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         console: console.out,
         until: until_regex(&cfg)?,
         devices: cfg.devices.clone(),
+        shared_memory: false,
         console_input: console.input,
         serial: None,
     };
@@ -375,6 +386,7 @@ fn resolve(args: RunArgs) -> Result<RunConfig> {
         disk: args.disk,
         net: args.net,
         vsock: args.vsock,
+        fs: args.fs,
     };
     Ok(RunConfig::resolve(flags, file)?)
 }

@@ -120,6 +120,10 @@ pub struct FileConfig {
     /// `vsock`: `"cid=N,socket=PATH[,pci_segment=S]"` (a relative socket
     /// path is relative to the file).
     pub vsock: Option<String>,
+    /// `fs`: a list of
+    /// `"tag=TAG,socket=PATH[,num_queues=N][,queue_size=N][,pci_segment=S]"`
+    /// (socket paths relative to the file).
+    pub fs: Option<Vec<String>>,
 }
 
 impl FileConfig {

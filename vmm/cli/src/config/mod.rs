@@ -197,6 +197,8 @@ pub struct RunFlags {
     pub net: Vec<String>,
     /// `--vsock`.
     pub vsock: Option<String>,
+    /// `--fs`, each.
+    pub fs: Vec<String>,
 }
 
 /// Parses a `--timeout`: `90s`, `10m`, `1h`, `500ms`, `1m30s`, or a

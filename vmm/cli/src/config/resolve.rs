@@ -343,15 +343,45 @@ impl Merge {
         Ok((nets, from_flag))
     }
 
+    /// `--fs` flags, or else the file's `fs` list (sockets relative to the
+    /// file).
+    fn fs(
+        &self,
+        flags: Vec<String>,
+        file: Option<Vec<String>>,
+    ) -> Result<(Vec<vmm_machine::devices::FsSpec>, bool), ConfigError> {
+        let (list, from_flag) = match (flags.is_empty(), file) {
+            (false, _) | (true, None) => (flags, true),
+            (true, Some(f)) => (f, false),
+        };
+        let fs = list
+            .iter()
+            .map(|s| {
+                let mut d = args::fs(s).map_err(|m| self.err("fs", from_flag, m))?;
+                if let (false, Some(f)) = (from_flag, &self.file) {
+                    if d.socket.is_relative() {
+                        d.socket = f.parent().unwrap_or(Path::new(".")).join(&d.socket);
+                    }
+                }
+                Ok(d)
+            })
+            .collect::<Result<_, ConfigError>>()?;
+        Ok((fs, from_flag))
+    }
+
     fn devices(
         &self,
-        rng: Option<(String, bool)>,
-        platform: Option<(String, bool)>,
-        (disks, disks_from_flag): (Vec<vmm_machine::devices::DiskSpec>, bool),
-        (nets, nets_from_flag): (Vec<vmm_machine::devices::NetSpec>, bool),
-        vsock: Option<(String, bool)>,
+        inputs: DeviceInputs,
         vcpus: usize,
     ) -> Result<vmm_machine::devices::DeviceSpec, ConfigError> {
+        let DeviceInputs {
+            rng,
+            platform,
+            disks: (disks, disks_from_flag),
+            nets: (nets, nets_from_flag),
+            vsock,
+            fs: (fs, fs_from_flag),
+        } = inputs;
         let vsock_from_flag = vsock.as_ref().is_none_or(|v| v.1);
         let mut vsock = self.parsed("vsock", vsock, args::vsock)?;
         if let (Some(v), false, Some(f)) = (&mut vsock, vsock_from_flag, &self.file) {
@@ -370,6 +400,7 @@ impl Merge {
             nets,
             console: None,
             vsock,
+            fs,
         };
         spec.check(vcpus).map_err(|m| {
             if m.starts_with("vsock") || m.starts_with("the vsock") {
@@ -380,12 +411,26 @@ impl Merge {
                 self.err("disk", disks_from_flag, m)
             } else if m.starts_with("the net") || m.starts_with("net ") {
                 self.err("net", nets_from_flag, m)
+            } else if m.starts_with("the fs") || m.starts_with("fs ") {
+                self.err("fs", fs_from_flag, m)
             } else {
                 self.err("rng", rng_from_flag, m)
             }
         })?;
         Ok(spec)
     }
+}
+
+/// The device settings of the flags and the file, merged but not yet
+/// checked: each with whether it came from a flag (for the error's
+/// wording).
+struct DeviceInputs {
+    rng: Option<(String, bool)>,
+    platform: Option<(String, bool)>,
+    disks: (Vec<vmm_machine::devices::DiskSpec>, bool),
+    nets: (Vec<vmm_machine::devices::NetSpec>, bool),
+    vsock: Option<(String, bool)>,
+    fs: (Vec<vmm_machine::devices::FsSpec>, bool),
 }
 
 impl RunConfig {
@@ -457,11 +502,14 @@ impl RunConfig {
             mitigations: m.mitigations(pick(flags.mitigations, f.mitigations), sched)?,
             devices: {
                 let mut d = m.devices(
-                    pick(flags.rng, f.rng),
-                    pick(flags.platform, f.platform),
-                    m.disks(flags.disk, f.disk)?,
-                    m.nets(flags.net, f.net)?,
-                    pick(flags.vsock, f.vsock),
+                    DeviceInputs {
+                        rng: pick(flags.rng, f.rng),
+                        platform: pick(flags.platform, f.platform),
+                        disks: m.disks(flags.disk, f.disk)?,
+                        nets: m.nets(flags.net, f.net)?,
+                        vsock: pick(flags.vsock, f.vsock),
+                        fs: m.fs(flags.fs, f.fs)?,
+                    },
                     // the vCPU count is the guest topology's: num_queues is
                     // checked against it when the VM is built
                     usize::MAX,

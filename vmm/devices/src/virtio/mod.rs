@@ -13,6 +13,9 @@
 //!                          (MSI-X vector ──▶ irqfd ──▶ the guest's vCPU)
 //! ```
 //!
+//! [`fs`] is different: a vhost-user frontend whose queues another
+//! process (virtiofsd) serves; the VMM only relays its interrupts.
+//!
 //! Descriptor chains come from rust-vmm's `virtio-queue`; the layouts and
 //! feature bits from `virtio-bindings`. [`chain::walk`] adds what a device
 //! facing an untrusted guest needs on top: a chain that loops, leaves guest
@@ -38,6 +41,7 @@ pub mod block_engine;
 pub mod chain;
 pub mod console;
 pub mod disk;
+pub mod fs;
 pub mod net;
 pub mod rng;
 pub mod transport;
@@ -208,6 +212,16 @@ impl VirtioInterrupt {
         let old = self.status.fetch_or(status::NEEDS_RESET, Ordering::SeqCst);
         if old & status::NEEDS_RESET == 0 {
             warn!(device = %self.name, "guest error, device needs a reset: {what}");
+            self.signal_config();
+        }
+    }
+
+    /// The device's host side (a vhost-user backend) failed: as
+    /// [`fault`](Self::fault), without blaming the guest; the caller logs
+    /// why.
+    pub fn backend_failed(&self) {
+        let old = self.status.fetch_or(status::NEEDS_RESET, Ordering::SeqCst);
+        if old & status::NEEDS_RESET == 0 {
             self.signal_config();
         }
     }

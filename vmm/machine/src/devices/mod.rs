@@ -23,6 +23,7 @@ use vmm_devices::pci::{PciRoot, PciSegment, SegmentLayout, ECAM_SEGMENT_SIZE};
 use vmm_devices::tap::{Tap, TapError};
 use vmm_devices::virtio::block::{Block, Disk, DiskError};
 use vmm_devices::virtio::console::{Console, ConsoleOut};
+use vmm_devices::virtio::fs::{BackendHealth, Fs, FsError};
 use vmm_devices::virtio::net::Net;
 use vmm_devices::virtio::rng::Rng;
 use vmm_devices::virtio::transport::BAR_SIZE;
@@ -39,6 +40,7 @@ pub use kvm::{GsiRoutes, KvmMsi, KvmNotify, MsiWake, MsiWakeSlot};
 pub use legacy::{EventFdTrigger, LegacyDevices, ResetLine, SerialPort};
 pub use vmm_devices::virtio::block::QUEUE_SIZE as DISK_QUEUE_SIZE;
 pub use vmm_devices::virtio::block_engine::{EngineKind as BlockEngine, UnknownEngine};
+pub use vmm_devices::virtio::fs::MAX_QUEUE_SIZE as FS_QUEUE_SIZE;
 pub use vmm_devices::virtio::net::{Mac, QUEUE_SIZE as NET_QUEUE_SIZE};
 pub use vmm_devices::virtio::vsock::MIN_GUEST_CID as MIN_VSOCK_CID;
 pub use vmm_devices::DeviceError;
@@ -258,6 +260,60 @@ impl VsockSpec {
     }
 }
 
+/// A virtio-fs device served by a vhost-user backend such as virtiofsd
+/// (Cloud Hypervisor's `--fs` fields).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsSpec {
+    /// The name the guest mounts it by (`mount -t virtiofs TAG`).
+    pub tag: String,
+    /// The backend's vhost-user socket.
+    pub socket: PathBuf,
+    /// Request queues (the device has one more, the high-priority one).
+    pub num_queues: u16,
+    /// Entries per queue (a power of two up to [`FS_QUEUE_SIZE`]).
+    pub queue_size: u16,
+    /// `pci_segment=S`.
+    pub pci_segment: u16,
+}
+
+impl FsSpec {
+    /// Refuses what cannot be built, naming the fix.
+    fn check(&self) -> Result<(), String> {
+        let what = format!("fs tag={}", self.tag);
+        vmm_devices::virtio::fs::tag_bytes(&self.tag).map_err(|e| format!("{what}: {e}"))?;
+        let max = vmm_devices::virtio::fs::MAX_REQUEST_QUEUES;
+        if self.num_queues == 0 || self.num_queues > max {
+            return Err(format!(
+                "{what}: num_queues={}; give 1 to {max} request queues",
+                self.num_queues
+            ));
+        }
+        if !self.queue_size.is_power_of_two() || !(2..=FS_QUEUE_SIZE).contains(&self.queue_size) {
+            return Err(format!(
+                "{what}: queue_size={}; give a power of two from 2 to {FS_QUEUE_SIZE}",
+                self.queue_size
+            ));
+        }
+        if self.socket.as_os_str().is_empty() {
+            return Err(format!(
+                "{what}: socket= is empty: give the vhost-user socket of its backend (virtiofsd)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Connects to the backend (see [`Fs::connect`]).
+    pub fn open(&self, name: &str) -> Result<Fs, FsError> {
+        Fs::connect(
+            name,
+            &self.tag,
+            &self.socket,
+            self.num_queues,
+            self.queue_size,
+        )
+    }
+}
+
 /// The I/O devices a guest gets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceSpec {
@@ -271,6 +327,9 @@ pub struct DeviceSpec {
     pub nets: Vec<NetSpec>,
     /// A virtio-console on this segment: the guest's console is `hvc0`.
     pub console: Option<u16>,
+    /// virtio-fs devices (vhost-user), after the nets on their segments.
+    /// Any of them makes guest RAM shared (memfd): their backends map it.
+    pub fs: Vec<FsSpec>,
     /// A virtio-vsock (at most one, as in Cloud Hypervisor); built after
     /// the nets, so their addresses do not move.
     pub vsock: Option<VsockSpec>,
@@ -286,6 +345,8 @@ pub struct Backends {
     pub taps: Vec<Vec<Tap>>,
     /// The virtio-console's output and input, with [`DeviceSpec::console`].
     pub console: Option<(Box<dyn std::io::Write + Send>, Option<std::os::fd::OwnedFd>)>,
+    /// One connected vhost-user frontend per [`DeviceSpec::fs`].
+    pub fs: Vec<Fs>,
 }
 
 impl std::fmt::Debug for Backends {
@@ -294,6 +355,7 @@ impl std::fmt::Debug for Backends {
             .field("disks", &self.disks)
             .field("taps", &self.taps)
             .field("console", &self.console.is_some())
+            .field("fs", &self.fs)
             .finish()
     }
 }
@@ -350,9 +412,16 @@ impl DeviceSpec {
             .collect()
     }
 
-    /// Opens every disk and tap, in order; nothing is created.
+    /// Opens every disk and tap and connects every fs backend, in
+    /// order; nothing is created.
     pub fn open(&self) -> Result<Backends, crate::Error> {
         Ok(Backends {
+            fs: self
+                .fs
+                .iter()
+                .enumerate()
+                .map(|(i, f)| f.open(&format!("virtio-fs{i}")))
+                .collect::<Result<_, _>>()?,
             disks: self.open_disks()?,
             taps: self
                 .nets
@@ -415,6 +484,10 @@ impl DeviceSpec {
             self.check_segment("vsock", v.pci_segment)?;
             v.check()?;
         }
+        for f in &self.fs {
+            self.check_segment(&format!("fs tag={}", f.tag), f.pci_segment)?;
+            f.check()?;
+        }
         Ok(())
     }
 
@@ -435,11 +508,23 @@ impl DeviceSpec {
     }
 }
 
+/// What [`PciBuilder::build`] made.
+pub struct BuiltPci {
+    /// The segments and their devices.
+    pub root: PciRoot,
+    /// The virtio-console's output handle, if there is one.
+    pub console: Option<ConsoleOut>,
+    /// Each device with an external backend (virtio-fs): its name and
+    /// whether its backend still serves it.
+    pub health: Vec<(String, BackendHealth)>,
+}
+
 /// The guest's devices (see the module docs).
 pub struct Devices {
     legacy: LegacyDevices,
     pci: PciRoot,
     console: Option<ConsoleOut>,
+    health: Vec<(String, BackendHealth)>,
 }
 
 impl std::fmt::Debug for Devices {
@@ -537,13 +622,13 @@ impl PciBuilder {
     }
 
     /// The segments of `spec` for a guest of `nodes` nodes, with its
-    /// devices; the virtio-console's output handle, if it has one.
+    /// devices.
     pub fn build(
         &self,
         spec: &DeviceSpec,
         (nodes, vcpus): (usize, usize),
         backends: Backends,
-    ) -> Result<(PciRoot, Option<ConsoleOut>), DeviceError> {
+    ) -> Result<BuiltPci, DeviceError> {
         let mut segments = spec
             .layouts(nodes)
             .into_iter()
@@ -599,18 +684,49 @@ impl PciBuilder {
                 Box::new(dev),
             )?;
         }
-        Ok((PciRoot::new(segments), console_out))
+        let mut health = Vec::new();
+        for (i, (f, dev)) in spec.fs.iter().zip(backends.fs).enumerate() {
+            let name = format!("virtio-fs{i}");
+            info!(device = name, tag = %f.tag, socket = %f.socket.display(),
+                request_queues = f.num_queues, "virtio-fs (vhost-user)");
+            health.push((name.clone(), dev.health()));
+            self.add_virtio(
+                &mut segments[usize::from(f.pci_segment)],
+                &name,
+                Box::new(dev),
+            )?;
+        }
+        Ok(BuiltPci {
+            root: PciRoot::new(segments),
+            console: console_out,
+            health,
+        })
     }
 }
 
 impl Devices {
-    /// The legacy devices and `pci`, with the virtio-console's output.
-    pub fn new(legacy: LegacyDevices, (pci, console): (PciRoot, Option<ConsoleOut>)) -> Self {
+    /// The legacy devices and the PCI devices.
+    pub fn new(legacy: LegacyDevices, pci: BuiltPci) -> Self {
         Self {
             legacy,
-            pci,
-            console,
+            pci: pci.root,
+            console: pci.console,
+            health: pci.health,
         }
+    }
+
+    /// The devices whose backend failed (a vhost-user backend that
+    /// exited): each one's name and why.
+    pub fn backend_failures(&self) -> Vec<(String, String)> {
+        self.health
+            .iter()
+            .filter_map(|(n, h)| h.failure().map(|w| (n.clone(), w)))
+            .collect()
+    }
+
+    /// Handles on the health of every device with an external backend.
+    pub fn backend_health(&self) -> Vec<(String, BackendHealth)> {
+        self.health.clone()
     }
 
     /// Flushes the consoles (at VM stop).
@@ -663,131 +779,4 @@ impl PortIo for Devices {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn layouts_split_the_hole_and_follow_nodes() {
-        let spec = DeviceSpec {
-            pci_segments: 3,
-            ..DeviceSpec::default()
-        };
-        let l = spec.layouts(2);
-        assert_eq!(l.len(), 3);
-        assert_eq!(l[0].ecam, PCI_ECAM_START);
-        assert_eq!(l[2].ecam, PCI_ECAM_START + 2 * ECAM_SEGMENT_SIZE);
-        assert_eq!(l[0].mmio, (MMIO_HOLE_START, 128 << 20));
-        assert_eq!(l[1].mmio.0, MMIO_HOLE_START + (128 << 20));
-        assert!(l[2].mmio.0 + l[2].mmio.1 <= PCI_ECAM_START);
-        assert_eq!(
-            l.iter().map(|s| s.node).collect::<Vec<_>>(),
-            [Some(0), Some(1), Some(0)]
-        );
-    }
-
-    #[test]
-    fn io_threads_follow_the_host_node_of_their_segment() {
-        use crate::memory::node_policies;
-        let host = topology::load("genoa-2s").unwrap();
-        let guest = topology::GuestTopology::from_spec("package:2 [numa] core:2 pu:2").unwrap();
-        let spec = DeviceSpec {
-            pci_segments: 2,
-            ..DeviceSpec::default()
-        };
-        let layouts = spec.layouts(2);
-        // Guest node 0 on host package 1, node 1 on package 0.
-        let pins = [192, 193, 194, 195, 0, 1, 2, 3];
-        let pol = node_policies(&guest, &host, Some(&pins));
-        let cpus = io_cpus(&layouts, &pol, Some(&host));
-        let node_of = |c: usize| host.node_of(host.cpu_by_os_index(c as u32).unwrap());
-        let s0 = cpus[0].as_ref().expect("segment 0 is placed");
-        let s1 = cpus[1].as_ref().expect("segment 1 is placed");
-        assert_eq!(s0.len(), host.cpus_of_node(1).len());
-        assert!(
-            s0.iter().all(|&c| node_of(c) == 1),
-            "segment 0 on host node 1"
-        );
-        assert!(
-            s1.iter().all(|&c| node_of(c) == 0),
-            "segment 1 on host node 0"
-        );
-        // Unpinned: nothing is bound, the threads are not placed.
-        let pol = node_policies(&guest, &host, None);
-        assert_eq!(io_cpus(&layouts, &pol, Some(&host)), vec![None, None]);
-    }
-
-    #[test]
-    fn impossible_specs_name_the_fix() {
-        let spec = |pci_segments, rng| DeviceSpec {
-            pci_segments,
-            rng,
-            ..DeviceSpec::default()
-        };
-        let e = spec(2, Some(2)).check(1).unwrap_err();
-        assert!(
-            e.contains("pci_segment=2") && e.contains("num_pci_segments"),
-            "{e}"
-        );
-        let e = spec(0, None).check(1).unwrap_err();
-        assert!(e.contains("1 to 16"), "{e}");
-        spec(16, Some(15)).check(1).unwrap();
-        let disk = |num_queues, pci_segment| DiskSpec {
-            queue_size: None,
-            path: "a.img".into(),
-            readonly: false,
-            num_queues,
-            pci_segment,
-            engine: BlockEngine::default(),
-        };
-        let with = |d| DeviceSpec {
-            disks: vec![d],
-            ..spec(2, None)
-        };
-        let e = with(disk(Some(5), 0)).check(4).unwrap_err();
-        assert!(e.contains("num_queues=5") && e.contains("at most 4"), "{e}");
-        let e = with(disk(None, 2)).check(4).unwrap_err();
-        assert!(
-            e.contains("disk a.img") && e.contains("pci_segment=2"),
-            "{e}"
-        );
-        with(disk(Some(4), 1)).check(4).unwrap();
-        let e = with(disk(Some(65), 0)).check(1000).unwrap_err();
-        assert!(
-            e.contains("num_queues=65") && e.contains("at most 64"),
-            "{e}"
-        );
-        assert_eq!(DeviceSpec::disk_queues(&disk(None, 0), 6), 6);
-    }
-
-    #[test]
-    fn net_addresses_follow_the_build_order() {
-        let net = |pci_segment| NetSpec {
-            tap: TapSource::Name("t".into()),
-            mac: None,
-            num_queues: None,
-            pci_segment,
-        };
-        let disk = |pci_segment| DiskSpec {
-            path: "d".into(),
-            readonly: true,
-            num_queues: None,
-            queue_size: None,
-            pci_segment,
-            engine: BlockEngine::default(),
-        };
-        // Kata's sandbox: rng and the root disk on segment 0, no console
-        // device, then the net it adds.
-        let spec = DeviceSpec {
-            pci_segments: 2,
-            rng: Some(0),
-            disks: vec![disk(0), disk(1)],
-            nets: vec![net(0), net(1), net(0)],
-            console: Some(0),
-            vsock: None,
-        };
-        assert_eq!(spec.net_address(0), Some((0, 4)));
-        assert_eq!(spec.net_address(1), Some((1, 2)));
-        assert_eq!(spec.net_address(2), Some((0, 5)));
-        assert_eq!(spec.net_address(3), None);
-    }
-}
+mod tests;

@@ -1,10 +1,19 @@
 //! Where guest RAM comes from on the host: the NUMA policy per guest
 //! node, and the mapping bound to it with `mbind(2)`.
+//!
+//! RAM is private anonymous memory, or, when another process must map it
+//! too (a vhost-user backend such as virtiofsd reads and writes the
+//! guest's buffers itself), shared memory: one `memfd_create(2)` file per
+//! range, mapped `MAP_SHARED`, whose descriptor is handed to the backend
+//! with the range's guest address ([`GuestRam::allocate`]'s `shared`).
 
+use std::ffi::CString;
 use std::fmt;
+use std::fs::File;
+use std::os::fd::FromRawFd;
 
 use tracing::{debug, info};
-use vm_memory::{GuestAddress, GuestMemoryMmap, GuestRegionMmap, MmapRegion};
+use vm_memory::{FileOffset, GuestAddress, GuestMemoryMmap, GuestRegionMmap, MmapRegion};
 
 use super::{host_mem_total, HumanSize, MemoryError, MemoryPlan};
 
@@ -145,11 +154,55 @@ fn mbind(addr: *mut u8, len: usize, mode: libc::c_int, nodes: &[u32]) -> std::io
     }
 }
 
+/// A memfd of `size` bytes for guest node `node`'s range at `start`, its
+/// pages not yet allocated (they come on first touch, as anonymous
+/// memory's do).
+fn memfd(node: u32, start: u64, size: u64) -> Result<File, MemoryError> {
+    let err = |source| MemoryError::SharedFile {
+        node,
+        size: HumanSize(size),
+        source,
+    };
+    let name = CString::new(format!("guest-ram-node{node}-{start:#x}"))
+        .map_err(|e| err(std::io::Error::other(e)))?;
+    // SAFETY: memfd_create reads the NUL-terminated name, which lives
+    // through the call, and returns a new descriptor or -1.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(err(std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` was just created above and nothing else owns it.
+    let file = unsafe { File::from_raw_fd(fd) };
+    file.set_len(size).map_err(err)?;
+    Ok(file)
+}
+
+/// One range's host mapping: private anonymous, or a shared memfd.
+fn map_range(r: &super::RamRange, shared: bool) -> Result<MmapRegion<()>, MemoryError> {
+    let map_err = |source| MemoryError::Map {
+        node: r.node,
+        size: HumanSize(r.size),
+        source,
+    };
+    if shared {
+        let file = memfd(r.node, r.start, r.size)?;
+        MmapRegion::<()>::from_file(FileOffset::new(file, 0), r.size as usize).map_err(map_err)
+    } else {
+        MmapRegion::<()>::new(r.size as usize).map_err(map_err)
+    }
+}
+
 impl GuestRam {
     /// Maps the memory of `plan`, one host mapping per range, and applies
     /// `policies` (indexed by guest node) before anything touches it.
     /// More than the host's RAM is refused before anything is mapped.
-    pub fn allocate(plan: MemoryPlan, policies: &[NodePolicy]) -> Result<Self, MemoryError> {
+    /// `shared`: each range is a memfd mapped `MAP_SHARED` (see the
+    /// module docs), which vhost-user backends can map too.
+    pub fn allocate(
+        plan: MemoryPlan,
+        policies: &[NodePolicy],
+        shared: bool,
+    ) -> Result<Self, MemoryError> {
         if let Some(host) = host_mem_total() {
             if plan.total() > host {
                 return Err(MemoryError::BeyondHost {
@@ -160,12 +213,7 @@ impl GuestRam {
         }
         let mut regions = Vec::with_capacity(plan.ranges().len());
         for r in plan.ranges() {
-            let region =
-                MmapRegion::<()>::new(r.size as usize).map_err(|source| MemoryError::Map {
-                    node: r.node,
-                    size: HumanSize(r.size),
-                    source,
-                })?;
+            let region = map_range(r, shared)?;
             let addr = region.as_ptr();
             // Transparent huge pages where the host allows them: fewer TLB
             // misses in the guest on hardware KVM.
@@ -201,6 +249,7 @@ impl GuestRam {
                 start = format_args!("{:#x}", r.start),
                 size = %HumanSize(r.size),
                 ?policy,
+                shared,
                 "guest RAM range"
             );
             let region = GuestRegionMmap::new(region, GuestAddress(r.start))
@@ -275,7 +324,7 @@ mod tests {
         let host = host_mem_total().expect("MemTotal");
         let want = (host + (1 << 30)) & !((1 << 30) - 1);
         let plan = MemoryPlan::new(want, 1).unwrap();
-        let e = GuestRam::allocate(plan, &[]).expect_err("refused");
+        let e = GuestRam::allocate(plan, &[], false).expect_err("refused");
         assert!(
             matches!(e, MemoryError::BeyondHost { .. })
                 && e.to_string().contains("more than this host's"),
@@ -292,7 +341,7 @@ mod tests {
             policy: HostPolicy::Bind(vec![0]),
             reason: "test".into(),
         }];
-        let ram = GuestRam::allocate(plan, &pol).unwrap();
+        let ram = GuestRam::allocate(plan, &pol, false).unwrap();
         use vm_memory::{Bytes, GuestMemoryBackend};
         ram.memory()
             .write_obj(0x1234_5678u32, GuestAddress(0x1000))
@@ -302,5 +351,26 @@ mod tests {
             0x1234_5678
         );
         assert_eq!(ram.memory().num_regions(), 1);
+    }
+
+    #[test]
+    fn shared_memory_is_a_memfd_another_mapping_sees() {
+        use std::os::unix::fs::FileExt;
+        use vm_memory::{Bytes, GuestMemoryBackend, GuestMemoryRegion};
+        let plan = MemoryPlan::new(64 * MIB, 1).unwrap();
+        let ram = GuestRam::allocate(plan, &[], true).unwrap();
+        ram.memory()
+            .write_obj(0xfeed_f00du32, GuestAddress(0x2000))
+            .unwrap();
+        let region = ram.memory().iter().next().unwrap();
+        let fo = region.file_offset().expect("a shared region has a file");
+        assert_eq!(fo.start(), 0);
+        let mut b = [0u8; 4];
+        fo.file().read_exact_at(&mut b, 0x2000).unwrap();
+        assert_eq!(u32::from_le_bytes(b), 0xfeed_f00d);
+        // Private memory has no file.
+        let plan = MemoryPlan::new(64 * MIB, 1).unwrap();
+        let ram = GuestRam::allocate(plan, &[], false).unwrap();
+        assert!(ram.memory().iter().next().unwrap().file_offset().is_none());
     }
 }

@@ -52,6 +52,16 @@ pub enum MemoryError {
         /// What mmap said.
         source: vm_memory::mmap::MmapRegionError,
     },
+    /// The memfd behind shared guest memory could not be made.
+    #[error("cannot create a {size} memfd for guest node {node}'s shared memory: {source}")]
+    SharedFile {
+        /// Guest node.
+        node: u32,
+        /// Size of the range.
+        size: HumanSize,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// The regions could not be assembled (overlap: a bug).
     #[error("cannot assemble guest memory: {0}")]
     Assemble(String),

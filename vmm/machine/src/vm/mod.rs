@@ -74,6 +74,9 @@ pub struct LinuxVmSpec {
     pub until: Option<Regex>,
     /// PCI segments and devices.
     pub devices: DeviceSpec,
+    /// Guest RAM as shared memfds (`memory.shared`), which vhost-user
+    /// backends can map; an fs device implies it.
+    pub shared_memory: bool,
     /// Input for the virtio-console (a pty's master, a socket's pipe).
     pub console_input: Option<std::os::fd::OwnedFd>,
     /// With a virtio console, where COM1 writes (`None`: stderr).
@@ -368,7 +371,8 @@ impl LinuxVm {
             Some(h) => memory::node_policies(&guest, h, spec.pins.as_ref().map(|p| &p.dense[..])),
             None => Vec::new(),
         };
-        let ram = GuestRam::allocate(plan, &policies)?;
+        let shared = spec.shared_memory || !spec.devices.fs.is_empty();
+        let ram = GuestRam::allocate(plan, &policies, shared)?;
         let io_cpus = crate::devices::io_cpus(&segments, &policies, spec.host.as_ref());
         register_memory(&vm, ram.memory())?;
 
