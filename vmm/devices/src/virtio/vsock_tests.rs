@@ -625,3 +625,41 @@ fn connections_past_the_cap_are_refused() {
     assert!(g.d.wait(|_| g.stats.refused.load(Ordering::Relaxed) == 1));
     drop(conns);
 }
+
+/// A host listener that accepts nothing, its backlog full: the guest's
+/// connection is reset at once, and the device goes on serving (before,
+/// a blocking `connect` stalled the worker, and every connection of the
+/// VM with it).
+#[test]
+fn a_full_backlog_resets_the_guests_connection_without_stalling() {
+    use std::os::unix::net::UnixStream;
+    let mut g = Guest::new();
+    let path = format!("{}_6000", g.path.display());
+    let _l = UnixListener::bind(&path).unwrap();
+    // fill the backlog with connections nobody accepts
+    let mut held = Vec::new();
+    loop {
+        let s = socket2::Socket::new(
+            socket2::Domain::UNIX,
+            socket2::Type::STREAM.nonblocking(),
+            None,
+        )
+        .unwrap();
+        match s.connect(&socket2::SockAddr::unix(&path).unwrap()) {
+            Ok(()) => held.push(UnixStream::from(s)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("filling the backlog: {e}"),
+        }
+        assert!(held.len() < 10_000, "the backlog never filled");
+    }
+    let t = std::time::Instant::now();
+    g.send(&Pkt::guest(OP_REQUEST, 779, 6000));
+    let p = g.recv();
+    assert_eq!((p.op, p.src_port, p.dst_port), (OP_RST, 6000, 779));
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    // the device still serves: another port's listener gets its connection
+    let l2 = UnixListener::bind(format!("{}_6001", g.path.display())).unwrap();
+    g.send(&Pkt::guest(OP_REQUEST, 780, 6001));
+    assert_eq!(g.recv().op, OP_RESPONSE);
+    l2.accept().unwrap();
+}

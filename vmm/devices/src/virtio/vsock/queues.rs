@@ -332,7 +332,7 @@ impl VsockQueues {
         }
         let mut p: OsString = self.be.path.clone().into_os_string();
         p.push(format!("_{local}"));
-        let stream = UnixStream::connect(&p).and_then(|s| s.set_nonblocking(true).map(|()| s));
+        let stream = connect_nonblocking(Path::new(&p));
         let stream = match stream {
             Ok(s) => s,
             Err(e) => {
@@ -605,4 +605,15 @@ impl QueueHandler for VsockQueues {
     fn host_ready(&mut self, _k: usize) -> Result<(), String> {
         self.pump()
     }
+}
+
+/// Connects to the Unix socket `path` without waiting: a listener whose
+/// backlog is full answers `EAGAIN` at once (the guest gets `OP_RST`)
+/// instead of stalling the device's worker, and with it every other
+/// connection of this VM. The stream comes back non-blocking.
+fn connect_nonblocking(path: &Path) -> std::io::Result<UnixStream> {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let s = Socket::new(Domain::UNIX, Type::STREAM.nonblocking().cloexec(), None)?;
+    s.connect(&SockAddr::unix(path)?)?;
+    Ok(s.into())
 }
