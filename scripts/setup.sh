@@ -19,6 +19,8 @@ PKGS=(
   e2fsprogs
   # virtio-net tests: ip (network namespaces, taps) and ping
   iproute2 iputils-ping
+  # ACPI tests: iasl -d disassembles the DSDT (CPU hotplug AML)
+  acpica-tools
 )
 
 missing=()

@@ -20,6 +20,7 @@ use std::time::Duration;
 use topology::{GuestTopology, HostTopology};
 use vcpu_sched::placement::pack::VmPlan;
 use vcpu_sched::{CpuMask, Policy};
+use vmm_machine::devices::CpuHotplug;
 use vmm_machine::micro::asm::GuestAsm;
 use vmm_machine::micro::{MicroError, MicroHost, MicroVm, MicroVmSpec};
 use vmm_machine::vcpu::{PortIo, Vcpu, VcpuExit};
@@ -134,6 +135,9 @@ pub struct Booted {
     pub console: Option<FileId>,
     /// The virtio console file's identity, with `console.mode` `File`.
     pub vconsole: Option<FileId>,
+    /// The ACPI CPU hotplug controller (a Linux guest with `max_vcpus`
+    /// above `boot_vcpus`).
+    pub cpu_hotplug: Option<Arc<CpuHotplug>>,
 }
 
 /// Builds the VM `job` describes and starts its vCPUs. Blocking: KVM,
@@ -166,6 +170,7 @@ pub fn boot(job: BootJob) -> Result<Booted, String> {
         running: Arc::new(running),
         console: None,
         vconsole: None,
+        cpu_hotplug: None,
     })
 }
 
@@ -178,7 +183,7 @@ fn placements(cfg: &VmConfig, plan: Option<&VmPlan>) -> Vec<Placement> {
         Some(r) => Policy::Fifo(r.priority_of(k)),
         None => Policy::Fair(vcpu_sched::task::NICE_0_WEIGHT),
     };
-    (0..cfg.cpus.boot_vcpus as usize)
+    (0..cfg.max_vcpus() as usize)
         .map(|k| Placement {
             policy: policy(k),
             affinity: plan.map(|p| CpuMask::single(p.dense[k])),
@@ -394,6 +399,7 @@ fn build_linux(job: &BootJob) -> Result<BuiltLinux, String> {
         devices: cfg.device_spec().map_err(|e| e.error)?,
         console_input: input,
         serial,
+        boot_vcpus: Some(cfg.cpus.boot_vcpus as usize),
     };
     let vm = vmm_machine::vm::LinuxVm::build(&kvm, spec).map_err(|e| e.to_string())?;
     Ok((vm, (made, vmade), guard))
@@ -415,6 +421,7 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
     let control = vm.control();
     let apics = apic_ids(&vm);
     let msi_wake = vm.msi_wake();
+    let cpu_hotplug = vm.devices().cpu_hotplug().cloned();
     let mapper = Arc::new(LinuxMapper::new(
         vm.devices(),
         vcpus.len(),
@@ -466,6 +473,7 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
         running,
         console,
         vconsole,
+        cpu_hotplug,
     })
 }
 

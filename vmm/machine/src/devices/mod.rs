@@ -28,12 +28,14 @@ use vmm_devices::virtio::rng::Rng;
 use vmm_devices::virtio::transport::BAR_SIZE;
 use vmm_devices::virtio::{VirtioDevice, VirtioPci};
 
-use crate::layout::{MMIO_HOLE_START, PCI_ECAM_START};
+use crate::layout::{CPU_HOTPLUG_PORT, CPU_HOTPLUG_PORTS, MMIO_HOLE_START, PCI_ECAM_START};
 use crate::vcpu::{IoAction, PortIo};
 
+pub mod cpu_hotplug;
 pub mod kvm;
 pub mod legacy;
 
+pub use cpu_hotplug::{CpuHotplug, HotplugError};
 pub use kvm::{GsiRoutes, KvmMsi, KvmNotify, MsiWake, MsiWakeSlot};
 pub use legacy::{EventFdTrigger, LegacyDevices, ResetLine, SerialPort};
 pub use vmm_devices::virtio::block::QUEUE_SIZE as DISK_QUEUE_SIZE;
@@ -393,6 +395,7 @@ pub struct Devices {
     legacy: LegacyDevices,
     pci: PciRoot,
     console: Option<ConsoleOut>,
+    cpu_hotplug: Option<Arc<CpuHotplug>>,
 }
 
 impl std::fmt::Debug for Devices {
@@ -553,7 +556,25 @@ impl Devices {
             legacy,
             pci,
             console,
+            cpu_hotplug: None,
         }
+    }
+
+    /// Adds the ACPI CPU hotplug controller's ports.
+    pub fn with_cpu_hotplug(mut self, hp: Arc<CpuHotplug>) -> Self {
+        self.cpu_hotplug = Some(hp);
+        self
+    }
+
+    /// The CPU hotplug controller, if the VM has one.
+    pub fn cpu_hotplug(&self) -> Option<&Arc<CpuHotplug>> {
+        self.cpu_hotplug.as_ref()
+    }
+
+    fn hotplug_port(&self, port: u16) -> Option<(&CpuHotplug, u16)> {
+        let hp = self.cpu_hotplug.as_deref()?;
+        let off = port.checked_sub(CPU_HOTPLUG_PORT)?;
+        (off < CPU_HOTPLUG_PORTS).then_some((hp, off))
     }
 
     /// Flushes the consoles (at VM stop).
@@ -576,6 +597,8 @@ impl PortIo for Devices {
     fn pio_read(&self, vcpu: usize, port: u16, data: &mut [u8]) {
         if PciRoot::owns_port(port, data.len()) {
             self.pci.pio_read(port, data);
+        } else if let Some((hp, off)) = self.hotplug_port(port) {
+            hp.read(off, data);
         } else {
             self.legacy.pio_read(vcpu, port, data);
         }
@@ -584,6 +607,9 @@ impl PortIo for Devices {
     fn pio_write(&self, vcpu: usize, port: u16, data: &[u8]) -> IoAction {
         if PciRoot::owns_port(port, data.len()) {
             self.pci.pio_write(port, data);
+            IoAction::Continue
+        } else if let Some((hp, off)) = self.hotplug_port(port) {
+            hp.write(off, data);
             IoAction::Continue
         } else {
             self.legacy.pio_write(vcpu, port, data)
