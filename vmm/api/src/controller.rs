@@ -734,6 +734,10 @@ fn resize_vcpus(id: &str, v: &mut crate::vms::VmRecord, d: u32) -> Outcome {
     if d == v.config.cpus.boot_vcpus {
         return Ok(Answer::Done);
     }
+    // A boot or shutdown in flight has its own copy of the config.
+    if v.busy {
+        return Err(busy(id));
+    }
     let running = matches!(v.state, VmState::Running | VmState::Paused);
     match (&v.cpu_hotplug, running) {
         (Some(h), true) => {
