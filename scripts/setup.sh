@@ -22,6 +22,8 @@ PKGS=(
   # virtio-fs tests: QEMU's C virtiofsd, the vhost-user backend
   # (/usr/lib/qemu/virtiofsd; bookworm has no virtiofsd package)
   qemu-system-common
+  # ACPI tests: iasl -d disassembles the DSDT (CPU hotplug AML)
+  acpica-tools
 )
 
 missing=()

@@ -33,7 +33,7 @@ pub fn admit(
     let policy = placement.as_ref().map_or("pinned", |p| p.policy.as_str());
     let relax = placement.as_ref().map_or(Relax::default(), |p| p.relax);
     let plan = if let Some(aff) = &cfg.cpus.affinity {
-        let plan = given_plan(aff, cfg.cpus.boot_vcpus, topo)?;
+        let plan = given_plan(aff, cfg.max_vcpus(), topo)?;
         free.set(&plan.dense, true);
         Some(plan)
     } else if policy == "pinned" {

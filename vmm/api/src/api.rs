@@ -79,7 +79,8 @@ pub struct VmConfig {
 pub struct CpusConfig {
     /// vCPUs at boot.
     pub boot_vcpus: u32,
-    /// vCPUs at most (must equal `boot_vcpus`: no hotplug).
+    /// vCPUs at most: those past `boot_vcpus` are hot-added by
+    /// `vm.resize` (ACPI CPU hotplug, Linux guests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_vcpus: Option<u32>,
     /// The guest CPU topology.

@@ -25,6 +25,14 @@ impl VmConfig {
         }
     }
 
+    /// The most vCPUs the VM can have: `cpus.max_vcpus`, else
+    /// `boot_vcpus`. The guest topology describes all of them; the first
+    /// `boot_vcpus` are present at boot, the others wait for `vm.resize`
+    /// (ACPI CPU hotplug).
+    pub fn max_vcpus(&self) -> u32 {
+        self.cpus.max_vcpus.unwrap_or(self.cpus.boot_vcpus)
+    }
+
     /// The config as `vm.info` shows it, in CH's schema: `cpus.max_vcpus`,
     /// `memory` (with the size in effect) and `payload` filled in where the
     /// request left them out, as CH echoes its defaults.
@@ -53,13 +61,13 @@ impl VmConfig {
         let (shape, field) = self.shape()?;
         let g = topology::GuestTopology::from_spec(&shape)
             .map_err(|e| ApiError::bad(field, format!("{shape:?}: {e}")))?;
-        if g.num_vcpus() != self.cpus.boot_vcpus as usize {
+        if g.num_vcpus() != self.max_vcpus() as usize {
             return Err(ApiError::bad(
                 field,
                 format!(
-                    "{shape:?} has {} vCPUs, but boot_vcpus is {}",
+                    "{shape:?} has {} vCPUs, but max_vcpus (else boot_vcpus) is {}",
                     g.num_vcpus(),
-                    self.cpus.boot_vcpus
+                    self.max_vcpus()
                 ),
             ));
         }
@@ -96,7 +104,7 @@ impl VmConfig {
                  fs, rng and vsock out",
             ));
         }
-        let mut spec = crate::devices::device_spec(d, self.cpus.boot_vcpus as usize)
+        let mut spec = crate::devices::device_spec(d, self.max_vcpus() as usize)
             .map_err(|(field, msg)| ApiError::bad(&field, msg))?;
         if self.linux_payload() && self.console.as_ref().is_some_and(ConsoleConfig::is_device) {
             spec.console = Some(0);
@@ -117,12 +125,23 @@ impl VmConfig {
             ));
         }
         if let Some(m) = c.max_vcpus {
-            if m != c.boot_vcpus {
+            if m < c.boot_vcpus || m > vmm_machine::micro::MAX_VCPUS as u32 {
                 return Err(ApiError::bad(
                     "cpus.max_vcpus",
                     format!(
-                        "{m} differs from boot_vcpus {}: vCPU hotplug is not supported, give equal \
-                         values (Kata: default_maxvcpus = default_vcpus)",
+                        "{m}: give boot_vcpus ({}) to {} (vCPUs past boot_vcpus are \
+                         hot-added by vm.resize)",
+                        c.boot_vcpus,
+                        vmm_machine::micro::MAX_VCPUS
+                    ),
+                ));
+            }
+            if m != c.boot_vcpus && !self.linux_payload() {
+                return Err(ApiError::bad(
+                    "cpus.max_vcpus",
+                    format!(
+                        "{m} differs from boot_vcpus {}: only Linux guests have CPU hotplug \
+                         (ACPI); give equal values for a micro-guest",
                         c.boot_vcpus
                     ),
                 ));
@@ -205,7 +224,7 @@ impl VmConfig {
             }
         }
         if let Some(rt) = &x.rt {
-            rt.check(self.cpus.boot_vcpus)?;
+            rt.check(self.max_vcpus())?;
         }
         if let Some(p) = &x.placement {
             if !matches!(p.policy.as_str(), "pinned" | "none") {
@@ -346,7 +365,8 @@ impl VmConfig {
     }
 
     /// The guest shape: `x_vmm.topology`, `cpus.topology` (CH's terms) or
-    /// one package of `boot_vcpus` cores; and the field it came from.
+    /// one package of `max_vcpus` (else `boot_vcpus`) cores; and the field
+    /// it came from.
     fn shape(&self) -> Result<(String, &'static str), ApiError> {
         let c = &self.cpus;
         let nodes = self.numa.as_ref().map_or(0, Vec::len);
@@ -361,8 +381,12 @@ impl VmConfig {
                 ));
             }
             return Ok((
-                format!("package:1 l3:1 l2:{} core:1 pu:1", c.boot_vcpus),
-                "cpus.boot_vcpus",
+                format!("package:1 l3:1 l2:{} core:1 pu:1", self.max_vcpus()),
+                if c.max_vcpus.is_some() {
+                    "cpus.max_vcpus"
+                } else {
+                    "cpus.boot_vcpus"
+                },
             ));
         };
         let n = [
@@ -378,16 +402,16 @@ impl VmConfig {
             ));
         }
         let total: u64 = n.iter().map(|&v| v as u64).product();
-        if total != c.boot_vcpus as u64 {
+        if total != self.max_vcpus() as u64 {
             return Err(ApiError::bad(
                 "cpus.topology",
                 format!(
-                    "{} x {} x {} x {} = {total} vCPUs, but boot_vcpus is {}",
+                    "{} x {} x {} x {} = {total} vCPUs, but max_vcpus (else boot_vcpus) is {}",
                     t.packages,
                     t.dies_per_package,
                     t.cores_per_die,
                     t.threads_per_core,
-                    c.boot_vcpus
+                    self.max_vcpus()
                 ),
             ));
         }

@@ -240,11 +240,23 @@ fn kata_vm_create_is_read_whole_and_refused_only_for_what_is_missing() {
     assert_eq!(echo["memory"]["shared"], true);
     assert_eq!(echo["iommu"], false);
     assert_eq!(echo["payload"]["cmdline"], v["payload"]["cmdline"]);
-    // Kata's default max_vcpus (the host's CPUs) is refused with its fix
+    // Kata's default max_vcpus (the host's CPUs): the topology describes
+    // them all (as CH's checks it), vCPUs past boot_vcpus are hot-added
+    // by vm.resize
     v["cpus"]["max_vcpus"] = 2.into();
+    let (f, _) = field(&v).unwrap();
+    assert_eq!(f, "cpus.topology");
+    v["cpus"]["topology"]["cores_per_die"] = 2.into();
+    assert_eq!(field(&v), None);
+    let c: VmConfig = serde_json::from_value(v.clone()).unwrap();
+    assert_eq!(c.max_vcpus(), 2);
+    let g = topology::GuestTopology::from_spec(&c.guest_shape().unwrap()).unwrap();
+    assert_eq!(g.num_vcpus(), 2);
+    // fewer than boot_vcpus: refused
+    v["cpus"]["max_vcpus"] = 0.into();
     let (f, e) = field(&v).unwrap();
     assert_eq!(f, "cpus.max_vcpus");
-    assert!(e.contains("default_maxvcpus"), "{e}");
+    assert!(e.contains("boot_vcpus"), "{e}");
 }
 
 #[test]

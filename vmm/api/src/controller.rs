@@ -404,6 +404,7 @@ impl Controller {
             Ok(b) => {
                 v.run = Some(b.running);
                 v.backends = b.backends;
+                v.cpu_hotplug = b.cpu_hotplug;
                 v.console = b.console.or(v.console);
                 v.vconsole = b.vconsole.or(v.vconsole);
                 v.state = VmState::Running;
@@ -523,29 +524,23 @@ impl Controller {
         Ok(())
     }
 
-    /// `vm.resize`: only a request that changes nothing.
+    /// `vm.resize`: `desired_vcpus` from 1 to `cpus.max_vcpus` (ACPI CPU
+    /// hotplug: more vCPUs are hot-added, fewer are asked back from the
+    /// guest, which ejects them); memory and the balloon only with
+    /// requests that change nothing.
     fn resize(&self, id: &str, r: &VmResize) -> Outcome {
-        let t = self.table();
-        let v = t.vms.get(id).ok_or_else(|| not_created(id))?;
-        let field = if r.desired_vcpus.is_some() {
-            "desired_vcpus"
-        } else if r.desired_ram.is_some() {
-            "desired_ram"
-        } else {
-            "desired_balloon"
-        };
-        if r.desired_vcpus == Some(v.config.cpus.boot_vcpus)
-            && r.desired_ram.is_none()
-            && r.desired_balloon.is_none()
-        {
-            return Ok(Answer::Done);
+        let mut t = self.table();
+        let v = t.vms.get_mut(id).ok_or_else(|| not_created(id))?;
+        if r.desired_ram.is_some() {
+            return Err(ApiError::bad("desired_ram", "memory resizing is not supported: there is no memory hotplug (ACPI memory devices, virtio-mem) and no balloon; create the VM with the memory it needs (memory.size; Kata: default_memory sized for the sandbox, with static_sandbox_resource_mgmt = true so that it never asks for a resize)"));
         }
-        let why = match field {
-            "desired_vcpus" => "vCPU resizing is not supported: a booted guest cannot gain or lose vCPUs without ACPI CPU hotplug, which this VMM does not implement; create the VM with the vCPUs it needs (cpus.boot_vcpus; Kata: default_vcpus = default_maxvcpus with static_sandbox_resource_mgmt = true)",
-            "desired_ram" => "memory resizing is not supported: there is no memory hotplug (ACPI memory devices, virtio-mem) and no balloon; create the VM with the memory it needs (memory.size; Kata: default_memory sized for the sandbox, with static_sandbox_resource_mgmt = true so that it never asks for a resize)",
-            _ => "the balloon is not supported (no virtio-balloon device); create the VM with the memory it needs (memory.size)",
-        };
-        Err(ApiError::bad(field, why))
+        if r.desired_balloon.is_some() {
+            return Err(ApiError::bad("desired_balloon", "the balloon is not supported (no virtio-balloon device); create the VM with the memory it needs (memory.size)"));
+        }
+        match r.desired_vcpus {
+            Some(d) => resize_vcpus(id, v, d),
+            None => Ok(Answer::Done),
+        }
     }
 
     /// Stops a VM's vCPUs (`vm.shutdown`); with `delete`, also forgets it,
@@ -573,6 +568,7 @@ impl Controller {
             v.busy = true;
             let (_, why) = v.observed_state();
             v.last_stop = why.or_else(|| Some("shut down by the API".into()));
+            v.cpu_hotplug = None;
             v.run.take()
         };
         let stopped = match run {
@@ -626,6 +622,7 @@ impl Controller {
                 "guest_topology": v.shape,
                 "boots": v.boots,
                 "live_vcpus": live,
+                "present_vcpus": v.present_vcpus(),
                 "kvm_exits": exits,
                 "stop_reason": why,
                 "executor": self.opts.executor.name(),
@@ -722,6 +719,47 @@ fn net_with_fds(mut net: NetConfig, fds: Received) -> Result<NetConfig, ApiError
 }
 
 /// Stops an executor on the blocking pool; returns the VM's KVM exits.
+/// `vm.resize`'s `desired_vcpus`: checked against `cpus.max_vcpus`,
+/// then handed to the running guest's hotplug controller; the config's
+/// `boot_vcpus` follows (as CH's does), so a reboot starts with as many.
+fn resize_vcpus(id: &str, v: &mut crate::vms::VmRecord, d: u32) -> Outcome {
+    let max = v.config.max_vcpus();
+    if d == 0 || d > max {
+        return Err(ApiError::bad(
+            "desired_vcpus",
+            format!(
+                "{d}: give 1 to cpus.max_vcpus ({max}); a VM gains vCPUs only up to the \
+                 max_vcpus it was created with (Kata: default_maxvcpus)"
+            ),
+        ));
+    }
+    if d == v.config.cpus.boot_vcpus {
+        return Ok(Answer::Done);
+    }
+    // A boot or shutdown in flight has its own copy of the config.
+    if v.busy {
+        return Err(busy(id));
+    }
+    let running = matches!(v.state, VmState::Running | VmState::Paused);
+    match (&v.cpu_hotplug, running) {
+        (Some(h), true) => {
+            h.resize(d as usize)
+                .map_err(|e| ApiError::status(500, format!("VM {id}: {e}")))?;
+            tracing::info!(vm = id, desired_vcpus = d, "vm.resize");
+        }
+        (None, true) => {
+            return Err(ApiError::bad(
+                "desired_vcpus",
+                format!("VM {id} was booted without CPU hotplug (max_vcpus = boot_vcpus)"),
+            ))
+        }
+        // Not booted: the next boot starts with `d`.
+        (_, false) => {}
+    }
+    v.config.cpus.boot_vcpus = d;
+    Ok(Answer::Done)
+}
+
 async fn stop_running(r: Arc<Running>) -> Result<u64, String> {
     tokio::task::spawn_blocking(move || {
         let exits: u64 = r.set().progress_snapshot().iter().sum();

@@ -21,6 +21,7 @@ use vmm_devices::virtio::fs::BackendHealth;
 use topology::{GuestTopology, HostTopology};
 use vcpu_sched::placement::pack::VmPlan;
 use vcpu_sched::{CpuMask, Policy};
+use vmm_machine::devices::CpuHotplug;
 use vmm_machine::micro::asm::GuestAsm;
 use vmm_machine::micro::{MicroError, MicroHost, MicroVm, MicroVmSpec};
 use vmm_machine::vcpu::{PortIo, Vcpu, VcpuExit};
@@ -138,6 +139,9 @@ pub struct Booted {
     /// The devices with an external backend (virtio-fs): each one's name
     /// and whether its backend still serves it.
     pub backends: Vec<(String, BackendHealth)>,
+    /// The ACPI CPU hotplug controller (a Linux guest with `max_vcpus`
+    /// above `boot_vcpus`).
+    pub cpu_hotplug: Option<Arc<CpuHotplug>>,
 }
 
 /// Builds the VM `job` describes and starts its vCPUs. Blocking: KVM,
@@ -171,6 +175,7 @@ pub fn boot(job: BootJob) -> Result<Booted, String> {
         console: None,
         vconsole: None,
         backends: Vec::new(),
+        cpu_hotplug: None,
     })
 }
 
@@ -183,7 +188,7 @@ fn placements(cfg: &VmConfig, plan: Option<&VmPlan>) -> Vec<Placement> {
         Some(r) => Policy::Fifo(r.priority_of(k)),
         None => Policy::Fair(vcpu_sched::task::NICE_0_WEIGHT),
     };
-    (0..cfg.cpus.boot_vcpus as usize)
+    (0..cfg.max_vcpus() as usize)
         .map(|k| Placement {
             policy: policy(k),
             affinity: plan.map(|p| CpuMask::single(p.dense[k])),
@@ -400,6 +405,7 @@ fn build_linux(job: &BootJob) -> Result<BuiltLinux, String> {
         shared_memory: cfg.memory.as_ref().is_some_and(|m| m.shared),
         console_input: input,
         serial,
+        boot_vcpus: Some(cfg.cpus.boot_vcpus as usize),
     };
     let vm = vmm_machine::vm::LinuxVm::build(&kvm, spec).map_err(|e| e.to_string())?;
     Ok((vm, (made, vmade), guard))
@@ -422,6 +428,7 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
     let apics = apic_ids(&vm);
     let msi_wake = vm.msi_wake();
     let backends = vm.devices().backend_health();
+    let cpu_hotplug = vm.devices().cpu_hotplug().cloned();
     let mapper = Arc::new(LinuxMapper::new(
         vm.devices(),
         vcpus.len(),
@@ -474,6 +481,7 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
         console,
         vconsole,
         backends,
+        cpu_hotplug,
     })
 }
 

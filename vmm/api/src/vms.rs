@@ -48,6 +48,8 @@ pub struct VmRecord {
     pub(crate) plan: Option<VmPlan>,
     pub(crate) state: VmState,
     pub(crate) run: Option<Arc<Running>>,
+    /// The running guest's CPU hotplug controller (`vm.resize`).
+    pub(crate) cpu_hotplug: Option<Arc<vmm_machine::devices::CpuHotplug>>,
     /// Set while a boot, shutdown or delete is in flight.
     pub(crate) busy: bool,
     pub(crate) boots: u64,
@@ -74,6 +76,7 @@ impl VmRecord {
             plan,
             state: VmState::Created,
             run: None,
+            cpu_hotplug: None,
             busy: false,
             boots: 0,
             past_exits: 0,
@@ -113,6 +116,15 @@ impl VmRecord {
             }
         }
         (self.state, self.last_stop.clone())
+    }
+
+    /// vCPUs the guest has now: the hotplug controller's present ones
+    /// (hot-added, not yet ejected), else `boot_vcpus`.
+    pub fn present_vcpus(&self) -> usize {
+        match &self.cpu_hotplug {
+            Some(h) => h.present_map().iter().filter(|p| **p).count(),
+            None => self.config.cpus.boot_vcpus as usize,
+        }
     }
 
     /// Its KVM exits over every boot, and its live vCPUs.

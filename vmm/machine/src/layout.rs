@@ -83,3 +83,11 @@ pub const SLEEP_CONTROL_PORT: u16 = 0x600;
 pub const SLEEP_STATUS_PORT: u16 = 0x601;
 /// The sleep type the DSDT's `\_S5` names: power off.
 pub const S5_SLEEP_TYPE: u8 = 5;
+/// The ACPI CPU hotplug controller's registers (8 ports, see
+/// [`crate::devices::cpu_hotplug`]).
+pub const CPU_HOTPLUG_PORT: u16 = 0x620;
+/// How many ports the CPU hotplug controller takes.
+pub const CPU_HOTPLUG_PORTS: u16 = 8;
+/// The ACPI Generic Event Device's interrupt (ISA IRQ 5, IOAPIC pin 5,
+/// edge, active high): a CPU hotplug event.
+pub const GED_GSI: u32 = 5;

@@ -198,6 +198,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         shared_memory: false,
         console_input: console.input,
         serial: None,
+        boot_vcpus: None,
     };
     phase("building the VM (guest memory, kernel, ACPI)");
     let vm = vmm_machine::vm::LinuxVm::build(&kvm, spec)?;

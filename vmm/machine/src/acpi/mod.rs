@@ -21,6 +21,13 @@
 //! * FADT: hardware-reduced, no VGA, no CMOS RTC, no i8042 (the reset port
 //!   still works: Linux's `reboot=k` writes it regardless), reset register
 //!   0xcf9, sleep control/status registers 0x600/0x601.
+//!
+//! With CPU hotplug (`present` below the guest's vCPUs, see
+//! [`cpu_hotplug`]), the guest topology describes every *possible* vCPU:
+//! the MADT marks those past `present` not enabled but online capable
+//! (ACPI 6.3, MADT revision 5: Linux counts them as possible CPUs), the
+//! SRAT still gives every one its node, and the DSDT gets the processor
+//! devices and the Generic Event Device.
 
 use acpi_tables::fadt::{FADTBuilder, Flags};
 use acpi_tables::gas::{AccessSize, AddressSpace, GAS};
@@ -38,6 +45,7 @@ use crate::layout::{
 use crate::memory::MemoryPlan;
 use vmm_devices::pci::SegmentLayout;
 
+pub mod cpu_hotplug;
 pub mod pci;
 
 const OEM_ID: [u8; 6] = *b"VMMRS ";
@@ -99,8 +107,9 @@ fn aml_bytes(t: &dyn Aml) -> Vec<u8> {
     v
 }
 
-/// The MADT body.
-pub fn madt(guest: &GuestTopology) -> Sdt {
+/// The MADT body: the first `present` vCPUs enabled, the others online
+/// capable.
+pub fn madt(guest: &GuestTopology, present: usize) -> Sdt {
     let mut t = Sdt::new(*b"APIC", 44, 5, OEM_ID, OEM_TABLE, OEM_REV);
     t.write_u32(36, LAPIC_ADDR);
     t.write_u32(40, 1); // PCAT_COMPAT: the in-kernel 8259 pair exists
@@ -110,7 +119,9 @@ pub fn madt(guest: &GuestTopology) -> Sdt {
         e[0] = 9;
         e[1] = 16;
         e[4..8].copy_from_slice(&c.apic_id.to_le_bytes());
-        e[8..12].copy_from_slice(&1u32.to_le_bytes()); // enabled
+        // Flags: bit 0 enabled, bit 1 online capable (hot-pluggable).
+        let flags: u32 = if i < present { 1 } else { 2 };
+        e[8..12].copy_from_slice(&flags.to_le_bytes());
         e[12..16].copy_from_slice(&(i as u32).to_le_bytes()); // ACPI processor UID
         t.append_slice(&e);
     }
@@ -184,9 +195,9 @@ pub fn slit(guest: &GuestTopology) -> Vec<u8> {
     t.as_slice().to_vec()
 }
 
-/// The DSDT: `Name(\_S5, Package() { 5, 0 })` and the PCI host bridges
-/// of `segments`.
-pub fn dsdt(segments: &[SegmentLayout]) -> Sdt {
+/// The DSDT: `Name(\_S5, Package() { 5, 0 })`, the PCI host bridges
+/// of `segments` and, given a `hotplug` guest, its CPU hotplug devices.
+pub fn dsdt(segments: &[SegmentLayout], hotplug: Option<&GuestTopology>) -> Sdt {
     let mut t = Sdt::new(*b"DSDT", 36, 6, OEM_ID, OEM_TABLE, OEM_REV);
     let s5 = aml::Name::new(
         "_S5_".into(),
@@ -194,6 +205,9 @@ pub fn dsdt(segments: &[SegmentLayout]) -> Sdt {
     );
     t.append_slice(&aml_bytes(&s5));
     t.append_slice(&pci::dsdt_devices(segments));
+    if let Some(g) = hotplug {
+        t.append_slice(&cpu_hotplug::dsdt_devices(g));
+    }
     t
 }
 
@@ -225,12 +239,16 @@ pub fn fadt(dsdt_addr: u64) -> Vec<u8> {
 }
 
 /// Builds every table for `guest`, `plan` and the PCI `segments`, laid
-/// out from [`ACPI_START`].
+/// out from [`ACPI_START`]. `present`: with CPU hotplug, how many of the
+/// guest's vCPUs are there at boot (`None`: all, and no hotplug).
 pub fn build(
     guest: &GuestTopology,
     plan: &MemoryPlan,
     segments: &[SegmentLayout],
+    present: Option<usize>,
 ) -> Result<AcpiImage, AcpiError> {
+    let n = guest.num_vcpus();
+    let hotplug = present.map(|_| guest);
     let mut blob = Blob {
         base: ACPI_START,
         bytes: Vec::new(),
@@ -240,9 +258,9 @@ pub fn build(
     // 0xe0000..0x100000 would find it too. Its contents come last, once the
     // XSDT's address is known.
     blob.bytes.resize(Rsdp::len(), 0);
-    let dsdt_addr = blob.place(*b"DSDT", dsdt(segments).as_slice());
+    let dsdt_addr = blob.place(*b"DSDT", dsdt(segments, hotplug).as_slice());
     let fadt_addr = blob.place(*b"FACP", &fadt(dsdt_addr));
-    let madt_addr = blob.place(*b"APIC", madt(guest).as_slice());
+    let madt_addr = blob.place(*b"APIC", madt(guest, present.unwrap_or(n)).as_slice());
     let srat_addr = blob.place(*b"SRAT", srat(guest, plan).as_slice());
     let slit_addr = blob.place(*b"SLIT", &slit(guest));
     let mcfg_addr = blob.place(*b"MCFG", &pci::mcfg(segments));
@@ -311,7 +329,7 @@ mod tests {
     fn tables_are_consistent() {
         let g = GuestTopology::from_spec("package:2 [numa] l3:1 l2:2 core:1 pu:2").unwrap();
         let plan = MemoryPlan::new(GIB, 2).unwrap();
-        let img = build(&g, &plan, &[]).unwrap();
+        let img = build(&g, &plan, &[], None).unwrap();
         // RSDP: both checksums, rev 2, XSDT pointer.
         let rsdp = &img.bytes[..36];
         assert_eq!(&rsdp[..8], b"RSD PTR ");
@@ -374,7 +392,7 @@ mod tests {
             ..DeviceSpec::default()
         };
         let segs = spec.layouts(2);
-        let img = build(&g, &plan, &segs).unwrap();
+        let img = build(&g, &plan, &segs, None).unwrap();
         // MCFG: header (36) + 8 reserved, then 16 bytes per segment.
         let mcfg = table(&img, b"MCFG");
         assert_eq!(mcfg.len(), 44 + 2 * 16);
@@ -398,7 +416,7 @@ mod tests {
     #[test]
     fn madt_lists_x2apic_ids_in_order() {
         let g = GuestTopology::from_spec("package:2 l3:1 l2:3 core:1 pu:2").unwrap();
-        let m = madt(&g);
+        let m = madt(&g, g.num_vcpus());
         let e = entries(m.as_slice(), 44);
         let x2: Vec<(u32, u32)> = e
             .iter()
@@ -411,6 +429,28 @@ mod tests {
         assert!(x2.windows(2).all(|w| w[0].0 < w[1].0));
         assert_eq!(e.iter().filter(|(t, _)| *t == 1).count(), 1);
         assert_eq!(e.iter().filter(|(t, _)| *t == 4).count(), 1);
+    }
+
+    #[test]
+    fn hotplug_marks_absent_vcpus_online_capable_and_adds_the_aml() {
+        let g = GuestTopology::from_spec("package:1 l3:1 l2:4 core:1 pu:1").unwrap();
+        let plan = MemoryPlan::new(GIB, 1).unwrap();
+        let img = build(&g, &plan, &[], Some(1)).unwrap();
+        let m = table(&img, b"APIC");
+        assert_eq!(m[8], 5, "MADT revision 5: online capable is honoured");
+        let flags: Vec<u32> = entries(m, 44)
+            .iter()
+            .filter(|(t, _)| *t == 9)
+            .map(|(_, b)| u32_at(b, 8))
+            .collect();
+        assert_eq!(flags, vec![1, 2, 2, 2]);
+        let dsdt = table(&img, b"DSDT");
+        let has = |n: &[u8]| dsdt.windows(n.len()).any(|w| w == n);
+        assert!(has(b"ACPI0013") && has(b"C003"));
+        // Without hotplug: no GED, every vCPU enabled.
+        let img = build(&g, &plan, &[], None).unwrap();
+        let dsdt = table(&img, b"DSDT");
+        assert!(!dsdt.windows(8).any(|w| w == b"ACPI0013"));
     }
 
     #[test]
@@ -452,7 +492,7 @@ mod tests {
             .collect();
         assert_eq!(x2.len(), 129);
         assert_eq!(x2[0], (256, 1));
-        let img = build(&g, &plan, &[]).unwrap();
+        let img = build(&g, &plan, &[], None).unwrap();
         assert!(img.bytes.len() < (ACPI_END - ACPI_START) as usize);
     }
 

@@ -23,21 +23,25 @@ use vmm_devices::pci::{PciRoot, PciSegment, SegmentLayout, ECAM_SEGMENT_SIZE};
 use vmm_devices::tap::{Tap, TapError};
 use vmm_devices::virtio::block::{Block, Disk, DiskError};
 use vmm_devices::virtio::console::{Console, ConsoleOut};
-use vmm_devices::virtio::fs::{BackendHealth, Fs, FsError};
+use vmm_devices::virtio::fs::{BackendHealth, Fs};
 use vmm_devices::virtio::net::Net;
 use vmm_devices::virtio::rng::Rng;
 use vmm_devices::virtio::transport::BAR_SIZE;
 use vmm_devices::virtio::vsock::Vsock;
 use vmm_devices::virtio::{VirtioDevice, VirtioPci};
 
-use crate::layout::{MMIO_HOLE_START, PCI_ECAM_START};
+use crate::layout::{CPU_HOTPLUG_PORT, CPU_HOTPLUG_PORTS, MMIO_HOLE_START, PCI_ECAM_START};
 use crate::vcpu::{IoAction, PortIo};
 
+pub mod cpu_hotplug;
 pub mod kvm;
 pub mod legacy;
+mod socket_specs;
 
+pub use cpu_hotplug::{CpuHotplug, HotplugError};
 pub use kvm::{GsiRoutes, KvmMsi, KvmNotify, MsiWake, MsiWakeSlot};
 pub use legacy::{EventFdTrigger, LegacyDevices, ResetLine, SerialPort};
+pub use socket_specs::{FsSpec, VsockSpec};
 pub use vmm_devices::virtio::block::QUEUE_SIZE as DISK_QUEUE_SIZE;
 pub use vmm_devices::virtio::block_engine::{EngineKind as BlockEngine, UnknownEngine};
 pub use vmm_devices::virtio::fs::MAX_QUEUE_SIZE as FS_QUEUE_SIZE;
@@ -219,98 +223,6 @@ impl NetSpec {
                 })
                 .collect(),
         }
-    }
-}
-
-/// A virtio-vsock (Cloud Hypervisor's `--vsock` fields): stream sockets
-/// to the guest through the Unix socket `socket` (hybrid vsock; see
-/// `vmm_devices::virtio::vsock`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VsockSpec {
-    /// `cid=`: the guest's CID, 3 or more.
-    pub cid: u64,
-    /// `socket=`: the Unix socket the VMM creates (it must not exist) and
-    /// removes when the VM goes.
-    pub socket: PathBuf,
-    /// `pci_segment=S`.
-    pub pci_segment: u16,
-}
-
-impl VsockSpec {
-    fn check(&self) -> Result<(), String> {
-        if self.cid < MIN_VSOCK_CID || self.cid > u64::from(u32::MAX) {
-            return Err(format!(
-                "vsock cid={}: a guest CID must be 3 or more (0-2 are reserved) and fit 32 bits",
-                self.cid
-            ));
-        }
-        if self.socket.as_os_str().is_empty() {
-            return Err(
-                "vsock socket= is empty: give the path of the Unix socket to create".into(),
-            );
-        }
-        if self.socket.symlink_metadata().is_ok() {
-            return Err(format!(
-                "vsock socket={}: the path exists; the VMM creates the socket itself \
-                 (and removes it when the VM goes): remove the file or pick another path",
-                self.socket.display()
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// A virtio-fs device served by a vhost-user backend such as virtiofsd
-/// (Cloud Hypervisor's `--fs` fields).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FsSpec {
-    /// The name the guest mounts it by (`mount -t virtiofs TAG`).
-    pub tag: String,
-    /// The backend's vhost-user socket.
-    pub socket: PathBuf,
-    /// Request queues (the device has one more, the high-priority one).
-    pub num_queues: u16,
-    /// Entries per queue (a power of two up to [`FS_QUEUE_SIZE`]).
-    pub queue_size: u16,
-    /// `pci_segment=S`.
-    pub pci_segment: u16,
-}
-
-impl FsSpec {
-    /// Refuses what cannot be built, naming the fix.
-    fn check(&self) -> Result<(), String> {
-        let what = format!("fs tag={}", self.tag);
-        vmm_devices::virtio::fs::tag_bytes(&self.tag).map_err(|e| format!("{what}: {e}"))?;
-        let max = vmm_devices::virtio::fs::MAX_REQUEST_QUEUES;
-        if self.num_queues == 0 || self.num_queues > max {
-            return Err(format!(
-                "{what}: num_queues={}; give 1 to {max} request queues",
-                self.num_queues
-            ));
-        }
-        if !self.queue_size.is_power_of_two() || !(2..=FS_QUEUE_SIZE).contains(&self.queue_size) {
-            return Err(format!(
-                "{what}: queue_size={}; give a power of two from 2 to {FS_QUEUE_SIZE}",
-                self.queue_size
-            ));
-        }
-        if self.socket.as_os_str().is_empty() {
-            return Err(format!(
-                "{what}: socket= is empty: give the vhost-user socket of its backend (virtiofsd)"
-            ));
-        }
-        Ok(())
-    }
-
-    /// Connects to the backend (see [`Fs::connect`]).
-    pub fn open(&self, name: &str) -> Result<Fs, FsError> {
-        Fs::connect(
-            name,
-            &self.tag,
-            &self.socket,
-            self.num_queues,
-            self.queue_size,
-        )
     }
 }
 
@@ -525,6 +437,7 @@ pub struct Devices {
     pci: PciRoot,
     console: Option<ConsoleOut>,
     health: Vec<(String, BackendHealth)>,
+    cpu_hotplug: Option<Arc<CpuHotplug>>,
 }
 
 impl std::fmt::Debug for Devices {
@@ -712,6 +625,7 @@ impl Devices {
             pci: pci.root,
             console: pci.console,
             health: pci.health,
+            cpu_hotplug: None,
         }
     }
 
@@ -727,6 +641,23 @@ impl Devices {
     /// Handles on the health of every device with an external backend.
     pub fn backend_health(&self) -> Vec<(String, BackendHealth)> {
         self.health.clone()
+    }
+
+    /// Adds the ACPI CPU hotplug controller's ports.
+    pub fn with_cpu_hotplug(mut self, hp: Arc<CpuHotplug>) -> Self {
+        self.cpu_hotplug = Some(hp);
+        self
+    }
+
+    /// The CPU hotplug controller, if the VM has one.
+    pub fn cpu_hotplug(&self) -> Option<&Arc<CpuHotplug>> {
+        self.cpu_hotplug.as_ref()
+    }
+
+    fn hotplug_port(&self, port: u16) -> Option<(&CpuHotplug, u16)> {
+        let hp = self.cpu_hotplug.as_deref()?;
+        let off = port.checked_sub(CPU_HOTPLUG_PORT)?;
+        (off < CPU_HOTPLUG_PORTS).then_some((hp, off))
     }
 
     /// Flushes the consoles (at VM stop).
@@ -749,6 +680,8 @@ impl PortIo for Devices {
     fn pio_read(&self, vcpu: usize, port: u16, data: &mut [u8]) {
         if PciRoot::owns_port(port, data.len()) {
             self.pci.pio_read(port, data);
+        } else if let Some((hp, off)) = self.hotplug_port(port) {
+            hp.read(off, data);
         } else {
             self.legacy.pio_read(vcpu, port, data);
         }
@@ -757,6 +690,9 @@ impl PortIo for Devices {
     fn pio_write(&self, vcpu: usize, port: u16, data: &[u8]) -> IoAction {
         if PciRoot::owns_port(port, data.len()) {
             self.pci.pio_write(port, data);
+            IoAction::Continue
+        } else if let Some((hp, off)) = self.hotplug_port(port) {
+            hp.write(off, data);
             IoAction::Continue
         } else {
             self.legacy.pio_write(vcpu, port, data)

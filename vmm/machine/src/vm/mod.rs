@@ -30,8 +30,10 @@ use crate::boot::{self, BootRequest};
 use crate::compat::CompatMode;
 use crate::console::ConsoleSink;
 use crate::cpuid::{self, CpuidCaps};
-use crate::devices::{DeviceSpec, Devices, GsiRoutes, LegacyDevices, MsiWakeSlot, PciBuilder};
-use crate::layout::COM1_GSI;
+use crate::devices::{
+    CpuHotplug, DeviceSpec, Devices, GsiRoutes, LegacyDevices, MsiWakeSlot, PciBuilder,
+};
+use crate::layout::{COM1_GSI, GED_GSI};
 use crate::memory::{self, GuestRam, HumanSize, MemoryPlan};
 use crate::vcpu::Vcpu;
 use crate::Error;
@@ -81,6 +83,11 @@ pub struct LinuxVmSpec {
     pub console_input: Option<std::os::fd::OwnedFd>,
     /// With a virtio console, where COM1 writes (`None`: stderr).
     pub serial: Option<Box<dyn Write + Send>>,
+    /// ACPI CPU hotplug: how many of `guest`'s vCPUs are present at boot
+    /// (the others wait to be hot-added, see
+    /// [`crate::devices::cpu_hotplug`]). `None`, or all of them: no
+    /// hotplug controller.
+    pub boot_vcpus: Option<usize>,
 }
 
 impl fmt::Debug for LinuxVmSpec {
@@ -238,6 +245,7 @@ fn create_devices(
     (backends, io_cpus): (crate::devices::Backends, Vec<Option<Vec<usize>>>),
     control: &Arc<VmControl>,
     wake: &MsiWakeSlot,
+    hotplug: Option<(usize, usize)>,
 ) -> Result<Arc<Devices>, Error> {
     let (console, until, devices, shape) = spec;
     let mut backends = backends;
@@ -266,7 +274,16 @@ fn create_devices(
         io_cpus,
     }
     .build(devices, shape, backends)?;
-    Ok(Arc::new(Devices::new(legacy, pci)))
+    let mut devices = Devices::new(legacy, pci);
+    if let Some((max, present)) = hotplug {
+        let irq = EventFd::new(libc::EFD_NONBLOCK)
+            .map_err(|e| Error::Other(format!("creating the GED eventfd: {e}")))?;
+        vm.register_irqfd(&irq, GED_GSI)
+            .map_err(kvm_err("KVM_IRQFD(GED)"))?;
+        info!(max, present, "ACPI CPU hotplug");
+        devices = devices.with_cpu_hotplug(Arc::new(CpuHotplug::new(max, present, irq)));
+    }
+    Ok(Arc::new(devices))
 }
 
 /// Writes the ACPI tables into guest RAM.
@@ -359,7 +376,8 @@ impl LinuxVm {
             ));
         }
         let segments = spec.devices.layouts(guest.num_nodes());
-        let acpi = acpi::build(&guest, &plan, &segments)?;
+        let hotplug = spec.boot_vcpus.filter(|&b| b < n).map(|b| b.max(1));
+        let acpi = acpi::build(&guest, &plan, &segments, hotplug)?;
 
         let vm = Arc::new(create_vm_with_irqchip(kvm)?);
         let x2apic_boot = max_apic > 254;
@@ -390,6 +408,7 @@ impl LinuxVm {
             (backends, io_cpus),
             &control,
             &msi_wake,
+            hotplug.map(|b| (n, b)),
         )?;
 
         write_acpi(&ram, &acpi)?;
