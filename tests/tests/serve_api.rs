@@ -272,7 +272,7 @@ fn errors_are_4xx_json_naming_the_field_and_the_server_keeps_serving() {
             // CH's fields at their defaults pass; others are named
             ("PUT", "/api/v1/vm.create", Some(r#"{"balloon":{"size":1}}"#), 400, Some("balloon"), "virtio-balloon"),
             ("PUT", "/api/v1/vm.create", Some(r#"{"vsock":{"cid":2,"socket":"/s"}}"#), 400, Some("vsock.cid"), "3 or more"),
-            ("PUT", "/api/v1/vm.create", Some(r#"{"memory":{"size":2097152,"shared":true}}"#), 400, Some("memory.shared"), "shared_fs"),
+            ("PUT", "/api/v1/vm.create", Some(r#"{"memory":{"size":2097152,"hugepages":true}}"#), 400, Some("memory.hugepages"), "hugetlbfs"),
             // serde reads a struct from an array; the API does not
             ("PUT", "/api/v1/vm.create", Some("[]"), 400, None, "not a JSON object"),
             ("PUT", "/api/v1/vm.create", Some(" [1, 2]"), 400, None, "not a JSON object"),
