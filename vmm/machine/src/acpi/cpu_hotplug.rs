@@ -261,7 +261,8 @@ mod tests {
 
     /// `iasl -d` (acpica-tools, installed by scripts/setup.sh), the
     /// independent judge: the DSDT disassembles, with the devices and
-    /// methods where they belong. Skipped (with a note) without iasl.
+    /// methods where they belong. Without iasl: a failure under `CI`,
+    /// elsewhere skipped with a note.
     #[test]
     fn iasl_disassembles_the_dsdt() {
         if std::process::Command::new("iasl")
@@ -269,6 +270,11 @@ mod tests {
             .output()
             .is_err()
         {
+            // under CI a missing judge is a failure, elsewhere a note
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "iasl not installed (acpica-tools; scripts/setup.sh installs it)"
+            );
             eprintln!("iasl not installed (acpica-tools): skipped");
             return;
         }
