@@ -364,11 +364,14 @@ fn write_tx_frame(d: &mut Driver) -> Result<(), MicroError> {
 
 /// `EAX` = the descriptor of used entry `idx` (a register holding the
 /// index reached) of the used ring at `used`, `EDX` = its length; jumps
-/// to `bad` if the descriptor is not one of the queue's.
-fn used_entry(
+/// to `bad` if the descriptor is `limit` or more (not one the driver
+/// made available). Shared with [`super::vsock`]: both drive
+/// [`QUEUE_SIZE`]-entry queues.
+pub(super) fn used_entry(
     a: &mut CodeAssembler,
     used: u64,
     idx: AsmRegister32,
+    limit: u16,
     bad: CodeLabel,
 ) -> Result<(), MicroError> {
     a.mov(ecx, idx).map_err(e)?;
@@ -377,14 +380,14 @@ fn used_entry(
         .map_err(e)?;
     a.mov(edx, dword_ptr(rbx + rcx * 8 + (used as i32 + 8)))
         .map_err(e)?;
-    a.cmp(eax, u32::from(QUEUE_SIZE)).map_err(e)?;
+    a.cmp(eax, u32::from(limit)).map_err(e)?;
     a.jae(bad).map_err(e)
 }
 
 /// Makes descriptor `AX` available on the queue whose available ring is
 /// at `avail` and whose published index is in `idx`; marks the queue for
 /// notification (`bit` in `R10`).
-fn repost(
+pub(super) fn repost(
     a: &mut CodeAssembler,
     avail: u64,
     idx: AsmRegister32,
@@ -410,7 +413,7 @@ fn reap_rx(a: &mut CodeAssembler, mode: NetMode, bad: CodeLabel) -> Result<(), M
     let mut back = a.create_label();
     a.jmp(check).map_err(e)?;
     a.set_label(&mut top).map_err(e)?;
-    used_entry(a, RX_USED, r12d, bad)?;
+    used_entry(a, RX_USED, r12d, QUEUE_SIZE, bad)?;
     a.inc(r12d).map_err(e)?;
     if mode == NetMode::Echo {
         // A frame too short to carry two addresses goes straight back.
@@ -464,7 +467,7 @@ fn reap_tx(a: &mut CodeAssembler, mode: NetMode, bad: CodeLabel) -> Result<(), M
     let mut check = a.create_label();
     a.jmp(check).map_err(e)?;
     a.set_label(&mut top).map_err(e)?;
-    used_entry(a, TX_USED, r14d, bad)?;
+    used_entry(a, TX_USED, r14d, QUEUE_SIZE, bad)?;
     a.inc(r14d).map_err(e)?;
     a.inc(qword_ptr(rbx + FRAMES as i32)).map_err(e)?;
     match mode {

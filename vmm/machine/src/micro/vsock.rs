@@ -76,6 +76,7 @@ use iced_x86::code_asm::*;
 
 use super::devices::DEVICE_BASE;
 use super::driver::{data, reg, status, Driver, FAIL_DEVICE, FAIL_USED, F_WRITE, LAST_STATUS};
+use super::net::{repost, used_entry};
 use super::MicroError;
 
 fn e(x: IcedError) -> MicroError {
@@ -141,7 +142,9 @@ const _: () = assert!(REQ + 64 * MAX_CONNECT as u64 <= RX_BUF);
 const _: () = assert!(RX_BUF + NBUF as u64 * BUF_BYTES <= super::MIN_MEMORY - super::DATA_ADDR);
 const _: () = assert!(NBUF + MAX_CONNECT <= QUEUE_SIZE);
 
-const MASK: i32 = QUEUE_SIZE as i32 - 1;
+// The ring helpers shared with `net` mask indices with its queue size.
+const _: () = assert!(QUEUE_SIZE == super::net::QUEUE_SIZE);
+
 /// `VIRTQ_USED_F_NO_NOTIFY`.
 const USED_NO_NOTIFY: u32 = 1;
 /// The device's configuration space (the guest CID) in the BAR.
@@ -337,47 +340,6 @@ fn used_moved(a: &mut CodeAssembler, to: CodeLabel) -> Result<(), MicroError> {
         .map_err(e)?;
     a.cmp(ax, r14w).map_err(e)?;
     a.jne(to).map_err(e)
-}
-
-/// `EAX` = the descriptor of used entry `idx` of the used ring at `used`,
-/// `EDX` = its length; jumps to `bad` if the descriptor is `limit` or
-/// more.
-fn used_entry(
-    a: &mut CodeAssembler,
-    used: u64,
-    idx: AsmRegister32,
-    limit: u16,
-    bad: CodeLabel,
-) -> Result<(), MicroError> {
-    a.mov(ecx, idx).map_err(e)?;
-    a.and(ecx, MASK).map_err(e)?;
-    a.mov(eax, dword_ptr(rbx + rcx * 8 + (used as i32 + 4)))
-        .map_err(e)?;
-    a.mov(edx, dword_ptr(rbx + rcx * 8 + (used as i32 + 8)))
-        .map_err(e)?;
-    a.cmp(eax, u32::from(limit)).map_err(e)?;
-    a.jae(bad).map_err(e)
-}
-
-/// Makes descriptor `AX` available on the queue whose available ring is
-/// at `avail` and whose published index is in `idx`; marks the queue for
-/// notification (`bit` in `R10`).
-fn repost(
-    a: &mut CodeAssembler,
-    avail: u64,
-    idx: AsmRegister32,
-    idx16: AsmRegister16,
-    bit: u32,
-) -> Result<(), MicroError> {
-    a.mov(ecx, idx).map_err(e)?;
-    a.and(ecx, MASK).map_err(e)?;
-    a.mov(word_ptr(rbx + rcx * 2 + (avail as i32 + 4)), ax)
-        .map_err(e)?;
-    a.inc(idx).map_err(e)?;
-    // the index after the entry (x86 keeps the stores in order)
-    a.mov(word_ptr(rbx + (avail as i32 + 2)), idx16)
-        .map_err(e)?;
-    a.or(r10d, bit).map_err(e)
 }
 
 /// Labels of the answers in [`reap_rx`].
