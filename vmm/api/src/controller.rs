@@ -30,8 +30,8 @@ use vmm_machine::vcpu_body::{ExecOptions, ExecutorKind, Running, VcpuPool};
 
 use super::admission::{admit, placement_name};
 use super::api::{ApiError, VmConfig, VmResize};
-use super::devices::NetConfig;
-use super::fds::{Received, MAX_FDS};
+use super::devices::{DiskConfig, NetConfig};
+use super::fds::Received;
 use super::files;
 use super::guests::{self, BootJob, Booted};
 use super::metrics::{self, ApiMetrics};
@@ -106,6 +106,20 @@ pub enum ApiRequest {
         /// The tap's descriptors (`SCM_RIGHTS`).
         fds: Received,
     },
+    /// `PUT vm.add-disk`.
+    AddDisk {
+        /// The VM.
+        id: String,
+        /// The disk.
+        disk: Box<DiskConfig>,
+    },
+    /// `PUT vm.remove-device`.
+    RemoveDevice {
+        /// The VM.
+        id: String,
+        /// The device's id.
+        device: String,
+    },
     /// `PUT vm.shutdown`.
     Shutdown {
         /// The VM.
@@ -143,8 +157,8 @@ pub enum Answer {
 pub type Outcome = Result<Answer, ApiError>;
 
 /// The VMs, and the host CPUs their placements hold.
-struct Table {
-    vms: BTreeMap<String, VmRecord>,
+pub(crate) struct Table {
+    pub(crate) vms: BTreeMap<String, VmRecord>,
     free: FreeMap,
 }
 
@@ -162,11 +176,11 @@ pub struct Controller {
     api: ApiMetrics,
 }
 
-fn not_created(id: &str) -> ApiError {
+pub(crate) fn not_created(id: &str) -> ApiError {
     ApiError::status(404, format!("VM {id} is not created"))
 }
 
-fn busy(id: &str) -> ApiError {
+pub(crate) fn busy(id: &str) -> ApiError {
     ApiError::status(409, format!("VM {id} is busy with another request"))
 }
 
@@ -210,7 +224,7 @@ impl Controller {
         })
     }
 
-    fn table(&self) -> MutexGuard<'_, Table> {
+    pub(crate) fn table(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -242,6 +256,8 @@ impl Controller {
             ApiRequest::Resume { id } => self.pause_resume(&id, false),
             ApiRequest::Resize { id, resize } => self.resize(&id, &resize),
             ApiRequest::AddNet { id, net, fds } => self.add_net(&id, *net, fds).await,
+            ApiRequest::AddDisk { id, disk } => self.add_disk(&id, *disk).await,
+            ApiRequest::RemoveDevice { id, device } => self.remove_device(&id, &device).await,
             ApiRequest::Shutdown { id } => self.shutdown_vm(&id, false).await,
             ApiRequest::Reboot { id } => {
                 self.shutdown_vm(&id, false).await?;
@@ -405,6 +421,11 @@ impl Controller {
                 v.run = Some(b.running);
                 v.backends = b.backends;
                 v.cpu_hotplug = b.cpu_hotplug;
+                if let Some(d) = &b.devices {
+                    crate::hotplug::ensure_ids(&mut v.config);
+                    v.pci_ids = crate::hotplug::map_ids(&v.config, &d.pci_functions());
+                }
+                v.devices = b.devices;
                 v.console = b.console.or(v.console);
                 v.vconsole = b.vconsole.or(v.vconsole);
                 v.state = VmState::Running;
@@ -452,78 +473,6 @@ impl Controller {
         Ok(Answer::Done)
     }
 
-    /// `vm.add-net` on a VM not booted (`Created`, or `Shutdown`): the net
-    /// joins its config, with the descriptors that came with the request
-    /// (CH's way: `fds` in the body are placeholders), and the answer is
-    /// the PCI address it gets at boot. A booted VM is refused: that needs
-    /// PCI hotplug, which this VMM does not implement.
-    async fn add_net(&self, id: &str, net: NetConfig, fds: Received) -> Outcome {
-        let net = net_with_fds(net, fds)?;
-        let (mut cfg, index) = {
-            let t = self.table();
-            let v = t.vms.get(id).ok_or_else(|| not_created(id))?;
-            Self::check_add_net(id, v)?;
-            (v.config.clone(), v.config.net.as_ref().map_or(0, Vec::len))
-        };
-        let mut net = net;
-        let dev_id = match &net.id {
-            Some(d) => d.clone(),
-            None => format!("_net{index}"),
-        };
-        let taken = cfg.net.iter().flatten().filter_map(|n| n.id.as_ref());
-        let taken = taken.chain(cfg.disks.iter().flatten().filter_map(|d| d.id.as_ref()));
-        if taken.into_iter().any(|d| *d == dev_id) {
-            return Err(ApiError::bad(
-                "id",
-                format!("{dev_id:?}: the VM has a device of that id; give another"),
-            ));
-        }
-        net.id = Some(dev_id.clone());
-        cfg.net.get_or_insert_with(Vec::new).push(net);
-        // stats the disks and looks for taps: no lock held
-        let spec = tokio::task::spawn_blocking({
-            let c = cfg.clone();
-            move || c.device_spec()
-        })
-        .await
-        .map_err(|e| ApiError::status(500, format!("device check failed: {e}")))??;
-        let (seg, slot) = spec
-            .net_address(index)
-            .ok_or_else(|| ApiError::status(500, "the new net has no PCI address"))?;
-        let mut t = self.table();
-        let v = t.vms.get_mut(id).ok_or_else(|| not_created(id))?;
-        Self::check_add_net(id, v)?;
-        if v.config.net.as_ref().map_or(0, Vec::len) != index {
-            return Err(busy(id));
-        }
-        v.config.net = cfg.net;
-        tracing::info!(vm = id, device = dev_id, "net added");
-        Ok(Answer::Json(serde_json::json!({
-            "id": dev_id,
-            "bdf": format!("{seg:04x}:00:{slot:02x}.0"),
-        })))
-    }
-
-    /// A VM that may take a device in its config: not busy, not booted.
-    fn check_add_net(id: &str, v: &VmRecord) -> Result<(), ApiError> {
-        if v.busy {
-            return Err(busy(id));
-        }
-        let (st, _) = v.observed_state();
-        if matches!(st, VmState::Running | VmState::Paused) {
-            return Err(ApiError::status(
-                405,
-                format!(
-                    "VM {id} is {}: adding a device to a booted VM needs PCI hotplug, which \
-                     this VMM does not implement; vm.add-net before vm.boot (as Kata does), or \
-                     vm.shutdown first",
-                    st.name()
-                ),
-            ));
-        }
-        Ok(())
-    }
-
     /// `vm.resize`: `desired_vcpus` from 1 to `cpus.max_vcpus` (ACPI CPU
     /// hotplug: more vCPUs are hot-added, fewer are asked back from the
     /// guest, which ejects them); memory and the balloon only with
@@ -569,6 +518,8 @@ impl Controller {
             let (_, why) = v.observed_state();
             v.last_stop = why.or_else(|| Some("shut down by the API".into()));
             v.cpu_hotplug = None;
+            v.devices = None;
+            v.pci_ids.clear();
             v.run.take()
         };
         let stopped = match run {
@@ -628,6 +579,7 @@ impl Controller {
                 "executor": self.opts.executor.name(),
                 "placement": placement_name(&v.config, v.plan.as_ref()),
                 "device_backends": v.backend_report(),
+                "pci_devices": crate::hotplug::pci_report(v),
             },
         })))
     }
@@ -672,50 +624,6 @@ impl Controller {
             p.stop();
         }
     }
-}
-
-/// `net` with the descriptors that came with its request: each must be
-/// an open tap with the vnet header, one per queue pair (CH's rule:
-/// `num_queues` = 2 x the descriptors); the body's `fds` become their
-/// numbers here. Any error drops (closes) every descriptor.
-fn net_with_fds(mut net: NetConfig, fds: Received) -> Result<NetConfig, ApiError> {
-    use std::os::fd::{AsFd, AsRawFd};
-    if fds.too_many {
-        return Err(ApiError::bad(
-            "fds",
-            format!(
-                "more than {MAX_FDS} file descriptors came with the request; send one per queue \
-                 pair, at most {MAX_FDS} (all were closed)"
-            ),
-        ));
-    }
-    if fds.fds.is_empty() {
-        return Ok(net);
-    }
-    for (k, fd) in fds.fds.iter().enumerate() {
-        vmm_devices::tap::Tap::check_fd(fd.as_fd()).map_err(|e| {
-            ApiError::bad(
-                &format!("fds[{k}]"),
-                format!("the descriptor sent as number {k}: {e}"),
-            )
-        })?;
-    }
-    let n = fds.fds.len();
-    let q = net.num_queues.unwrap_or(2);
-    if usize::from(q) != 2 * n {
-        return Err(ApiError::bad(
-            "num_queues",
-            format!(
-                "{q} with {n} file descriptor(s): one queue pair per descriptor, so give \
-                 num_queues = {} (or send {} descriptors)",
-                2 * n,
-                q / 2
-            ),
-        ));
-    }
-    net.fds = Some(fds.fds.iter().map(|f| f.as_raw_fd()).collect());
-    net.received = Some(vmm_machine::devices::SharedFds(Arc::new(fds.fds)));
-    Ok(net)
 }
 
 /// Stops an executor on the blocking pool; returns the VM's KVM exits.

@@ -56,7 +56,7 @@ pub struct DiskConfig {
     /// Queues (default: one per vCPU).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_queues: Option<u16>,
-    /// Entries per queue: a power of two from 4 to 256 (CH's default is
+    /// Entries per queue: a power of two from 4 to 1024 (CH's default is
     /// 128; this VMM's, when absent, 256).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_size: Option<u16>,

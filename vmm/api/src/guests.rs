@@ -142,6 +142,8 @@ pub struct Booted {
     /// The ACPI CPU hotplug controller (a Linux guest with `max_vcpus`
     /// above `boot_vcpus`).
     pub cpu_hotplug: Option<Arc<CpuHotplug>>,
+    /// The Linux guest's devices (PCI hotplug); `None` for micro-guests.
+    pub devices: Option<Arc<vmm_machine::devices::Devices>>,
 }
 
 /// Builds the VM `job` describes and starts its vCPUs. Blocking: KVM,
@@ -176,6 +178,7 @@ pub fn boot(job: BootJob) -> Result<Booted, String> {
         vconsole: None,
         backends: Vec::new(),
         cpu_hotplug: None,
+        devices: None,
     })
 }
 
@@ -429,6 +432,7 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
     let msi_wake = vm.msi_wake();
     let backends = vm.devices().backend_health();
     let cpu_hotplug = vm.devices().cpu_hotplug().cloned();
+    let devices = vm.devices();
     let mapper = Arc::new(LinuxMapper::new(
         vm.devices(),
         vcpus.len(),
@@ -482,6 +486,7 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
         vconsole,
         backends,
         cpu_hotplug,
+        devices: Some(devices),
     })
 }
 

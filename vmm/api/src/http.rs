@@ -47,6 +47,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/api/v1/vm.delete"),
     ("PUT", "/api/v1/vm.resize"),
     ("PUT", "/api/v1/vm.add-net"),
+    ("PUT", "/api/v1/vm.add-disk"),
+    ("PUT", "/api/v1/vm.remove-device"),
     ("GET", "/api/v1/vms"),
     ("GET", "/metrics"),
 ];
@@ -65,12 +67,10 @@ pub const CH_ABSENT: &[(&str, &str)] = &[
     ),
     ("vm.resize-zone", "there are no memory zones"),
     ("vm.add-device", "VFIO passthrough is not implemented"),
-    ("vm.remove-device", "PCI hot-unplug is not implemented"),
     (
-        "vm.add-disk",
-        "PCI hotplug is not implemented; give disks in vm.create",
+        "vm.add-fs",
+        "hot-adding virtio-fs is not implemented; give fs in vm.create",
     ),
-    ("vm.add-fs", "virtio-fs is not implemented"),
     (
         "vm.add-generic-vhost-user",
         "vhost-user devices are not implemented",
@@ -78,7 +78,7 @@ pub const CH_ABSENT: &[(&str, &str)] = &[
     ("vm.add-pmem", "virtio-pmem is not implemented"),
     (
         "vm.add-vsock",
-        "PCI hotplug is not implemented; give vsock in vm.create",
+        "hot-adding vsock is not implemented; give vsock in vm.create",
     ),
     ("vm.add-vdpa", "vDPA is not implemented"),
     (
@@ -200,6 +200,14 @@ pub fn parse_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
     }
 }
 
+/// CH's `VmRemoveDevice`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RemoveDevice {
+    /// The device's id (`vm.add-disk`'s answer, or the config's).
+    id: String,
+}
+
 /// Routes a request: its [`ApiRequest`], or the error that says which
 /// path, verb, id or body field is wrong.
 pub async fn parse(req: Request<Incoming>) -> Result<ApiRequest, ApiError> {
@@ -265,6 +273,19 @@ pub async fn parse(req: Request<Incoming>) -> Result<ApiRequest, ApiError> {
                 id,
                 net,
                 fds: fds::Received::default(),
+            }
+        }
+        "vm.add-disk" => {
+            want(put)?;
+            let disk = Box::new(body_json(req).await?);
+            ApiRequest::AddDisk { id, disk }
+        }
+        "vm.remove-device" => {
+            want(put)?;
+            let body: RemoveDevice = body_json(req).await?;
+            ApiRequest::RemoveDevice {
+                id,
+                device: body.id,
             }
         }
         "vm.boot" => want(put).map(|_| ApiRequest::Boot { id })?,

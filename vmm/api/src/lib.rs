@@ -32,7 +32,8 @@
 //! Modules, each importing only those listed before it: [`options`],
 //! [`api`] (with [`devices`], its device fields, and [`defaults`], CH's
 //! fields it takes only at their defaults, beside it), [`files`], [`fds`] (descriptors received with a request), [`socket`], [`guests`], [`vms`], [`metrics`],
-//! [`controller`], [`http`], [`server`].
+//! [`controller`], [`hotplug`] (devices added and removed: the
+//! controller's methods for them), [`http`], [`server`].
 
 pub mod admission;
 pub mod api;
@@ -43,6 +44,7 @@ pub mod error;
 pub mod fds;
 pub mod files;
 pub mod guests;
+pub mod hotplug;
 pub mod http;
 pub mod metrics;
 pub mod options;

@@ -50,6 +50,10 @@ pub struct VmRecord {
     pub(crate) run: Option<Arc<Running>>,
     /// The running guest's CPU hotplug controller (`vm.resize`).
     pub(crate) cpu_hotplug: Option<Arc<vmm_machine::devices::CpuHotplug>>,
+    /// The running Linux guest's devices (PCI hotplug).
+    pub(crate) devices: Option<Arc<vmm_machine::devices::Devices>>,
+    /// The running guest's disks and nets: CH id to PCI (segment, slot).
+    pub(crate) pci_ids: std::collections::BTreeMap<String, (u16, usize)>,
     /// Set while a boot, shutdown or delete is in flight.
     pub(crate) busy: bool,
     pub(crate) boots: u64,
@@ -77,6 +81,8 @@ impl VmRecord {
             state: VmState::Created,
             run: None,
             cpu_hotplug: None,
+            devices: None,
+            pci_ids: Default::default(),
             busy: false,
             boots: 0,
             past_exits: 0,

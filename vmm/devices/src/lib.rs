@@ -51,4 +51,7 @@ pub enum DeviceError {
     /// The PCI segment has no free device slot or address space left.
     #[error("{0}")]
     Full(String),
+    /// A PCI hotplug request that cannot be carried out.
+    #[error("PCI hotplug: {0}")]
+    Hotplug(String),
 }

@@ -88,6 +88,11 @@ pub const S5_SLEEP_TYPE: u8 = 5;
 pub const CPU_HOTPLUG_PORT: u16 = 0x620;
 /// How many ports the CPU hotplug controller takes.
 pub const CPU_HOTPLUG_PORTS: u16 = 8;
+/// The ACPI PCI hotplug controller's registers (16 ports, see
+/// [`crate::devices::pci_hotplug`]).
+pub const PCI_HOTPLUG_PORT: u16 = 0x630;
+/// How many ports the PCI hotplug controller takes.
+pub const PCI_HOTPLUG_PORTS: u16 = 16;
 /// The ACPI Generic Event Device's interrupt (ISA IRQ 5, IOAPIC pin 5,
-/// edge, active high): a CPU hotplug event.
+/// edge, active high): a CPU or PCI hotplug event.
 pub const GED_GSI: u32 = 5;

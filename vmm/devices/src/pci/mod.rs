@@ -116,11 +116,23 @@ pub struct SegmentLayout {
     pub node: Option<u32>,
 }
 
-/// One PCI segment (see the module docs).
+/// What occupies a slot: the function, its name (for logs and the API's
+/// device list) and the BAR space the VMM allocated for it (freed when
+/// the function leaves; the guest may have moved the BAR since).
+#[derive(Clone)]
+struct Occupant {
+    dev: SharedDevice,
+    name: String,
+    allocated: Option<(u64, u64)>,
+}
+
+/// One PCI segment (see the module docs). Functions come and go while the
+/// guest runs (PCI hotplug), so the slots are behind a lock that every
+/// config or BAR access takes for reading.
 pub struct PciSegment {
     layout: SegmentLayout,
-    slots: Vec<Option<SharedDevice>>,
-    mmio: AddressAllocator,
+    slots: RwLock<Vec<Option<Occupant>>>,
+    mmio: Mutex<AddressAllocator>,
     bars: RwLock<Vec<BarMapping>>,
 }
 
@@ -128,7 +140,7 @@ impl std::fmt::Debug for PciSegment {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PciSegment")
             .field("layout", &self.layout)
-            .field("devices", &self.slots.iter().flatten().count())
+            .field("devices", &self.devices().len())
             .finish()
     }
 }
@@ -143,11 +155,15 @@ impl PciSegment {
         let mmio = AddressAllocator::new(layout.mmio.0, layout.mmio.1)
             .map_err(|e| DeviceError::Full(format!("PCI segment {}: {e}", layout.id)))?;
         let mut slots = vec![None; SLOTS];
-        slots[0] = Some(Arc::new(Mutex::new(HostBridge::new())) as SharedDevice);
+        slots[0] = Some(Occupant {
+            dev: Arc::new(Mutex::new(HostBridge::new())) as SharedDevice,
+            name: "host bridge".into(),
+            allocated: None,
+        });
         Ok(Self {
             layout,
-            slots,
-            mmio,
+            slots: RwLock::new(slots),
+            mmio: Mutex::new(mmio),
             bars: RwLock::new(Vec::new()),
         })
     }
@@ -157,11 +173,17 @@ impl PciSegment {
         self.layout
     }
 
+    fn slots(&self) -> std::sync::RwLockReadGuard<'_, Vec<Option<Occupant>>> {
+        self.slots.read().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Allocates `size` bytes (a power of two) of BAR space, aligned to
     /// its size.
-    pub fn allocate_bar(&mut self, size: u64) -> Result<u32, DeviceError> {
+    pub fn allocate_bar(&self, size: u64) -> Result<u32, DeviceError> {
         let r = self
             .mmio
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
             .allocate(size, size.max(4096), AllocPolicy::FirstMatch)
             .map_err(|e| {
                 DeviceError::Full(format!(
@@ -172,35 +194,102 @@ impl PciSegment {
         u32::try_from(r.start()).map_err(|_| DeviceError::Full("a 32-bit BAR above 4 GiB".into()))
     }
 
+    /// Gives back BAR space from [`allocate_bar`](Self::allocate_bar).
+    pub fn free_bar(&self, (start, size): (u64, u64)) {
+        if let Ok(r) = vm_allocator::RangeInclusive::new(start, start + size - 1) {
+            let _ = self.mmio.lock().unwrap_or_else(|e| e.into_inner()).free(&r);
+        }
+    }
+
     /// The first free slot.
     pub fn free_slot(&self) -> Result<usize, DeviceError> {
-        self.slots.iter().position(Option::is_none).ok_or_else(|| {
-            DeviceError::Full(format!(
-                "PCI segment {} has no free slot (32 per segment, slot 0 the host bridge); \
+        self.slots()
+            .iter()
+            .position(Option::is_none)
+            .ok_or_else(|| {
+                DeviceError::Full(format!(
+                    "PCI segment {} has no free slot (32 per segment, slot 0 the host bridge); \
                  put the device on another segment",
-                self.layout.id
-            ))
-        })
+                    self.layout.id
+                ))
+            })
     }
 
-    /// Puts `dev` in `slot` (from [`free_slot`](Self::free_slot)).
-    pub fn insert(&mut self, slot: usize, dev: SharedDevice) {
-        self.slots[slot] = Some(dev);
+    /// Puts `dev`, called `name`, in `slot` (from
+    /// [`free_slot`](Self::free_slot)), with the BAR space allocated for
+    /// it (`(start, size)`, freed when it leaves). A slot that was taken
+    /// meanwhile is refused.
+    pub fn insert(
+        &self,
+        slot: usize,
+        name: &str,
+        dev: SharedDevice,
+        allocated: Option<(u64, u64)>,
+    ) -> Result<(), DeviceError> {
+        {
+            let mut slots = self.slots.write().unwrap_or_else(|e| e.into_inner());
+            match slots.get_mut(slot) {
+                Some(s @ None) => {
+                    *s = Some(Occupant {
+                        dev,
+                        name: name.into(),
+                        allocated,
+                    })
+                }
+                _ => {
+                    drop(slots);
+                    if let Some(a) = allocated {
+                        self.free_bar(a);
+                    }
+                    return Err(DeviceError::Full(format!(
+                        "PCI segment {} slot {slot} is taken; try again",
+                        self.layout.id
+                    )));
+                }
+            }
+        }
         self.remap();
+        Ok(())
     }
 
-    /// The devices, by slot.
-    pub fn devices(&self) -> impl Iterator<Item = (usize, &SharedDevice)> {
-        self.slots
+    /// Takes the function out of `slot` (slot 0, the host bridge, stays)
+    /// and frees its BAR space; returns it, or `None` if the slot was
+    /// empty. Its accesses stop at once; dropping the last handle resets
+    /// it (a virtio device stops its threads).
+    pub fn remove(&self, slot: usize) -> Option<SharedDevice> {
+        if slot == 0 {
+            return None;
+        }
+        let gone = self
+            .slots
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(slot)?
+            .take()?;
+        self.remap();
+        if let Some(a) = gone.allocated {
+            self.free_bar(a);
+        }
+        Some(gone.dev)
+    }
+
+    /// The functions, by slot: (slot, name, function).
+    pub fn devices(&self) -> Vec<(usize, String, SharedDevice)> {
+        self.slots()
             .iter()
             .enumerate()
-            .filter_map(|(i, d)| d.as_ref().map(|d| (i, d)))
+            .filter_map(|(i, o)| o.as_ref().map(|o| (i, o.name.clone(), o.dev.clone())))
+            .collect()
+    }
+
+    fn device(&self, slot: usize) -> Option<SharedDevice> {
+        self.slots().get(slot)?.as_ref().map(|o| o.dev.clone())
     }
 
     fn remap(&self) {
         let mut map = Vec::new();
-        for (slot, d) in self.devices() {
-            let d = lock(d);
+        for (slot, _, d) in self.devices() {
+            let d = lock(&d);
             for bar in 0..config::NUM_BARS {
                 if let Some((start, size)) = d.config().bar(bar) {
                     map.push(BarMapping {
@@ -218,8 +307,8 @@ impl PciSegment {
     /// Reads config register `reg` of bus 0, `slot`, function `func`.
     /// An empty slot or function reads as all ones.
     pub fn read_config(&self, slot: usize, func: usize, reg: usize) -> u32 {
-        match (func, self.slots.get(slot)) {
-            (0, Some(Some(d))) => lock(d).read_config(reg),
+        match (func, self.device(slot)) {
+            (0, Some(d)) => lock(&d).read_config(reg),
             _ => u32::MAX,
         }
     }
@@ -227,10 +316,10 @@ impl PciSegment {
     /// Writes config space of bus 0, `slot`, function `func`, at byte
     /// `offset`.
     pub fn write_config(&self, slot: usize, func: usize, offset: usize, data: &[u8]) {
-        let (0, Some(Some(d))) = (func, self.slots.get(slot)) else {
+        let (0, Some(d)) = (func, self.device(slot)) else {
             return;
         };
-        let change = lock(d).write_config(offset, data);
+        let change = lock(&d).write_config(offset, data);
         if change.mapping {
             self.remap();
         }
@@ -249,7 +338,7 @@ impl PciSegment {
     fn bar_at(&self, addr: u64) -> Option<(BarMapping, SharedDevice)> {
         let map = self.bars.read().unwrap_or_else(|e| e.into_inner());
         let m = *map.iter().find(|m| (m.start..m.end).contains(&addr))?;
-        Some((m, self.slots[m.slot].clone()?))
+        Some((m, self.device(m.slot)?))
     }
 
     /// A guest MMIO read: ECAM or a BAR of this segment. `false` if the
@@ -406,7 +495,7 @@ mod tests {
     }
 
     fn segment() -> (PciSegment, Arc<Mutex<Dummy>>) {
-        let mut s = PciSegment::new(SegmentLayout {
+        let s = PciSegment::new(SegmentLayout {
             id: 0,
             ecam: 0xe000_0000,
             mmio: (0xc000_0000, 0x100_0000),
@@ -427,7 +516,8 @@ mod tests {
         let d = Arc::new(Mutex::new(Dummy(c, Vec::new())));
         let slot = s.free_slot().unwrap();
         assert_eq!(slot, 1, "slot 0 is the host bridge");
-        s.insert(slot, d.clone());
+        s.insert(slot, "dummy", d.clone(), Some((0xc000_0000, 0x1_0000)))
+            .unwrap();
         (s, d)
     }
 
@@ -491,8 +581,34 @@ mod tests {
     }
 
     #[test]
+    fn a_removed_function_is_gone_and_its_slot_and_bar_come_back() {
+        let (s, d) = segment();
+        s.mmio_write(0xe000_0000 + (1 << 15) + 4, &[2, 0]);
+        let mut b = [0u8; 4];
+        assert!(s.mmio_read(0xc000_0010, &mut b));
+        assert_eq!(s.devices().len(), 2);
+        assert!(s.remove(0).is_none(), "the host bridge stays");
+        let gone = s.remove(1).expect("slot 1 held the dummy");
+        assert!(Arc::ptr_eq(&gone, &(d.clone() as SharedDevice)));
+        assert!(s.remove(1).is_none(), "already empty");
+        // Its BAR no longer decodes, its config space reads all ones.
+        assert!(!s.mmio_read(0xc000_0010, &mut b));
+        assert!(s.mmio_read(0xe000_0000 + (1 << 15), &mut b));
+        assert_eq!(b, [0xff; 4]);
+        // The slot and the BAR space are free again.
+        assert_eq!(s.free_slot().unwrap(), 1);
+        assert_eq!(s.allocate_bar(0x1_0000).unwrap(), 0xc000_0000);
+        // A taken slot is refused.
+        let e = s
+            .insert(0, "x", Arc::new(Mutex::new(HostBridge::new())), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("slot 0 is taken"), "{e}");
+    }
+
+    #[test]
     fn a_full_segment_names_the_fix() {
-        let mut s = PciSegment::new(SegmentLayout {
+        let s = PciSegment::new(SegmentLayout {
             id: 2,
             ecam: 0xe020_0000,
             mmio: (0xc000_0000, 0x2_0000),
@@ -504,7 +620,13 @@ mod tests {
         let e = s.allocate_bar(0x1_0000).unwrap_err().to_string();
         assert!(e.contains("segment 2"), "{e}");
         for slot in 1..SLOTS {
-            s.insert(slot, Arc::new(Mutex::new(HostBridge::new())));
+            s.insert(
+                slot,
+                "bridge",
+                Arc::new(Mutex::new(HostBridge::new())),
+                None,
+            )
+            .unwrap();
         }
         let e = s.free_slot().unwrap_err().to_string();
         assert!(e.contains("another segment"), "{e}");

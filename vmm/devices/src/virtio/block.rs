@@ -58,6 +58,8 @@ pub const MAX_CHUNK: usize = 1 << 20;
 pub const QUEUE_SIZE: u16 = 256;
 /// The smallest queue size [`Block::with_queue_size`] takes.
 pub const MIN_QUEUE_SIZE: u16 = 4;
+/// The largest: Kata asks for 1024 (its hotplugged and initdata disks).
+pub const MAX_QUEUE_SIZE: u16 = 1024;
 /// Most discard / write-zeroes segments per request.
 const MAX_RANGES: u32 = 32;
 /// Most sectors per discard / write-zeroes segment.
@@ -116,10 +118,10 @@ impl Block {
     }
 
     /// The same device with queues of `size` entries (a power of two from
-    /// [`MIN_QUEUE_SIZE`] to [`QUEUE_SIZE`]; anything else keeps
+    /// [`MIN_QUEUE_SIZE`] to [`MAX_QUEUE_SIZE`]; anything else keeps
     /// [`QUEUE_SIZE`]: the caller checks what it was given).
     pub fn with_queue_size(mut self, size: u16) -> Self {
-        if size.is_power_of_two() && (MIN_QUEUE_SIZE..=QUEUE_SIZE).contains(&size) {
+        if size.is_power_of_two() && (MIN_QUEUE_SIZE..=MAX_QUEUE_SIZE).contains(&size) {
             self.queue_size = size;
         }
         self

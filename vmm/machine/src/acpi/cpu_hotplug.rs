@@ -17,8 +17,7 @@
 //!   Cnnn     ACPI0007 processor, _UID = its MADT processor UID (its
 //!            index), _STA, _MAT (its MADT entry, enabled), _PXM, and
 //!            _EJ0 (every vCPU but 0)
-//! \_SB.GED0  ACPI0013 Generic Event Device, _CRS = GED_GSI (edge, high),
-//!            _EVT calls CSCN
+//! \_SB.GED0  (see super::ged) its _EVT calls CSCN
 //! ```
 //!
 //! The design (selector register, per-CPU status, a scan method that
@@ -30,9 +29,9 @@ use acpi_tables::aml::{self, FieldAccessType, FieldEntry, FieldLockRule, FieldUp
 use acpi_tables::Aml;
 use topology::GuestTopology;
 
-use super::aml_bytes;
+use super::{aml_bytes, RawAml};
 use crate::devices::cpu_hotplug::REG_STATUS;
-use crate::layout::{CPU_HOTPLUG_PORT, CPU_HOTPLUG_PORTS, GED_GSI};
+use crate::layout::{CPU_HOTPLUG_PORT, CPU_HOTPLUG_PORTS};
 
 const CPUS: &str = "\\_SB_.CPUS";
 
@@ -196,7 +195,8 @@ fn processor(guest: &GuestTopology, i: usize) -> Vec<u8> {
 }
 
 /// The DSDT's CPU hotplug part for every vCPU of `guest`: the processor
-/// container with its devices and methods, and the GED.
+/// container with its devices and methods (the GED that calls `CSCN` is
+/// [`super::ged`]).
 pub fn dsdt_devices(guest: &GuestTopology) -> Vec<u8> {
     let n = guest.num_vcpus();
     let hid = "ACPI0010";
@@ -209,33 +209,7 @@ pub fn dsdt_devices(guest: &GuestTopology) -> Vec<u8> {
     for i in 0..n {
         body.extend(processor(guest, i));
     }
-    let raw = RawAml(body);
-    let mut out = aml_bytes(&aml::Device::new(CPUS.into(), vec![&raw]));
-    // The GED: one edge-triggered, active-high interrupt; _EVT scans.
-    let ged_hid = "ACPI0013";
-    let irq = aml::Interrupt::new(true, true, false, false, GED_GSI);
-    let crs = aml::ResourceTemplate::new(vec![&irq]);
-    let scan = aml::MethodCall::new(path("CSCN"), vec![]);
-    let evt = aml::Method::new("_EVT".into(), 1, true, vec![&scan]);
-    let (h, u, r) = (
-        aml::Name::new("_HID".into(), &ged_hid),
-        aml::Name::new("_UID".into(), &aml::ZERO),
-        aml::Name::new("_CRS".into(), &crs),
-    );
-    out.extend(aml_bytes(&aml::Device::new(
-        "\\_SB_.GED0".into(),
-        vec![&h, &u, &r, &evt],
-    )));
-    out
-}
-
-/// Bytes already encoded, as one AML object.
-struct RawAml(Vec<u8>);
-
-impl Aml for RawAml {
-    fn to_aml_bytes(&self, sink: &mut dyn acpi_tables::AmlSink) {
-        sink.vec(&self.0);
-    }
+    aml_bytes(&aml::Device::new(CPUS.into(), vec![&RawAml(body)]))
 }
 
 #[cfg(test)]
@@ -252,7 +226,6 @@ mod tests {
         }
         assert_eq!(count(b"ACPI0007"), 4);
         assert_eq!(count(b"_EJ0"), 3, "vCPU 0 cannot be ejected");
-        assert_eq!(count(b"ACPI0013"), 1);
         assert_eq!(count(b"_PXM"), 4);
         // Each _MAT is an enabled x2APIC entry with its APIC ID and UID.
         let c3 = g.cpu(3);

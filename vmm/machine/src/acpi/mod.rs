@@ -39,14 +39,15 @@ use acpi_tables::{aml, Aml};
 use topology::GuestTopology;
 
 use crate::layout::{
-    ACPI_END, ACPI_START, IOAPIC_ADDR, LAPIC_ADDR, RESET_PORT, S5_SLEEP_TYPE, SLEEP_CONTROL_PORT,
-    SLEEP_STATUS_PORT,
+    ACPI_END, ACPI_START, GED_GSI, IOAPIC_ADDR, LAPIC_ADDR, RESET_PORT, S5_SLEEP_TYPE,
+    SLEEP_CONTROL_PORT, SLEEP_STATUS_PORT,
 };
 use crate::memory::MemoryPlan;
 use vmm_devices::pci::SegmentLayout;
 
 pub mod cpu_hotplug;
 pub mod pci;
+pub mod pci_hotplug;
 
 const OEM_ID: [u8; 6] = *b"VMMRS ";
 const OEM_TABLE: [u8; 8] = *b"VMMGUEST";
@@ -105,6 +106,42 @@ fn aml_bytes(t: &dyn Aml) -> Vec<u8> {
     let mut v = Vec::new();
     t.to_aml_bytes(&mut v);
     v
+}
+
+/// Bytes already encoded, as one AML object.
+struct RawAml(Vec<u8>);
+
+impl Aml for RawAml {
+    fn to_aml_bytes(&self, sink: &mut dyn acpi_tables::AmlSink) {
+        sink.vec(&self.0);
+    }
+}
+
+/// The Generic Event Device (`ACPI0013`): one edge-triggered, active-high
+/// interrupt on [`GED_GSI`], whose `_EVT` runs the PCI hotplug scan and,
+/// with CPU hotplug, the CPU scan. Each scan reads its controller's
+/// pending events and does nothing when there are none, so one interrupt
+/// serves both.
+fn ged(cpus: bool) -> Vec<u8> {
+    let hid = "ACPI0013";
+    let irq = aml::Interrupt::new(true, true, false, false, GED_GSI);
+    let crs = aml::ResourceTemplate::new(vec![&irq]);
+    let pci = aml::MethodCall::new("\\_SB_.PHPC.PSCN".into(), vec![]);
+    let cpu = aml::MethodCall::new("\\_SB_.CPUS.CSCN".into(), vec![]);
+    let mut scans: Vec<&dyn Aml> = vec![&pci];
+    if cpus {
+        scans.push(&cpu);
+    }
+    let evt = aml::Method::new("_EVT".into(), 1, true, scans);
+    let (h, u, r) = (
+        aml::Name::new("_HID".into(), &hid),
+        aml::Name::new("_UID".into(), &aml::ZERO),
+        aml::Name::new("_CRS".into(), &crs),
+    );
+    aml_bytes(&aml::Device::new(
+        "\\_SB_.GED0".into(),
+        vec![&h, &u, &r, &evt],
+    ))
 }
 
 /// The MADT body: the first `present` vCPUs enabled, the others online
@@ -205,9 +242,11 @@ pub fn dsdt(segments: &[SegmentLayout], hotplug: Option<&GuestTopology>) -> Sdt 
     );
     t.append_slice(&aml_bytes(&s5));
     t.append_slice(&pci::dsdt_devices(segments));
+    t.append_slice(&pci_hotplug::controller(segments));
     if let Some(g) = hotplug {
         t.append_slice(&cpu_hotplug::dsdt_devices(g));
     }
+    t.append_slice(&ged(hotplug.is_some()));
     t
 }
 
@@ -406,8 +445,10 @@ mod tests {
         // motherboard-resources device that reserves the ECAM.
         let dsdt = table(&img, b"DSDT");
         let count = |needle: &[u8]| dsdt.windows(needle.len()).filter(|w| *w == needle).count();
-        assert_eq!(count(b"PC00"), 1);
-        assert_eq!(count(b"PC01"), 1);
+        // Each name twice: the device and the hotplug scan's call of its
+        // PCNT.
+        assert_eq!(count(b"PC00"), 2);
+        assert_eq!(count(b"PC01"), 2);
         assert_eq!(count(b"_SEG"), 2);
         assert_eq!(count(b"_PXM"), 2);
         assert_eq!(count(b"MBRD"), 1);
@@ -447,10 +488,13 @@ mod tests {
         let dsdt = table(&img, b"DSDT");
         let has = |n: &[u8]| dsdt.windows(n.len()).any(|w| w == n);
         assert!(has(b"ACPI0013") && has(b"C003"));
-        // Without hotplug: no GED, every vCPU enabled.
+        // Without CPU hotplug: no processor devices and no CPU scan (the
+        // GED stays, for PCI hotplug).
         let img = build(&g, &plan, &[], None).unwrap();
         let dsdt = table(&img, b"DSDT");
-        assert!(!dsdt.windows(8).any(|w| w == b"ACPI0013"));
+        let has = |n: &[u8]| dsdt.windows(n.len()).any(|w| w == n);
+        assert!(has(b"ACPI0013") && has(b"PSCN"));
+        assert!(!has(b"CSCN") && !has(b"C003"));
     }
 
     #[test]

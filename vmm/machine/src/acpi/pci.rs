@@ -5,7 +5,8 @@
 //! Each host bridge `\_SB.PCnn` is a `PNP0A08` (PCI Express root, with
 //! `PNP0A03` as its compatible ID) with `_SEG` = its segment, `_BBN` = 0,
 //! `_PXM` = its guest NUMA node and a `_CRS` of bus 0 and its BAR window;
-//! segment 0's also claims ports 0xCF8-0xCFF. Linux then prints, per
+//! segment 0's also claims ports 0xCF8-0xCFF. Inside each are its PCI
+//! hotplug slots ([`super::pci_hotplug`]). Linux then prints, per
 //! segment, `PCI host bridge to bus nnnn:00` and the node of each device
 //! (`pci_bus nnnn:00: on NUMA node N`). Linux accepts an MCFG window only
 //! if the firmware reserves it, through E820 or a `PNP0C02` device's
@@ -17,7 +18,7 @@ use acpi_tables::mcfg::MCFG;
 use acpi_tables::Aml;
 use vmm_devices::pci::{SegmentLayout, ECAM_SEGMENT_SIZE};
 
-use super::{aml_bytes, OEM_ID, OEM_REV, OEM_TABLE};
+use super::{aml_bytes, pci_hotplug, RawAml, OEM_ID, OEM_REV, OEM_TABLE};
 
 /// The MCFG: one ECAM entry (bus 0 only) per segment.
 pub fn mcfg(segments: &[SegmentLayout]) -> Vec<u8> {
@@ -60,6 +61,7 @@ fn host_bridge(s: &SegmentLayout) -> Vec<u8> {
     if s.node.is_some() {
         children.push(Box::new(aml::Name::new("_PXM".into(), &pxm)));
     }
+    children.push(Box::new(RawAml(pci_hotplug::bridge_children(s))));
     let refs: Vec<&dyn Aml> = children.iter().map(|c| c.as_ref()).collect();
     let name = format!("_SB_.PC{:02X}", s.id);
     aml_bytes(&aml::Device::new(name.as_str().into(), refs))

@@ -13,423 +13,40 @@
 //! otherwise; the DSDT gives its host bridge that `_PXM` (see
 //! [`crate::acpi`]).
 
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use kvm_ioctls::VmFd;
 use tracing::{info, trace};
-use vm_memory::GuestMemoryMmap;
-use vmm_devices::pci::{PciRoot, PciSegment, SegmentLayout, ECAM_SEGMENT_SIZE};
-use vmm_devices::tap::{Tap, TapError};
-use vmm_devices::virtio::block::{Block, Disk, DiskError};
-use vmm_devices::virtio::console::{Console, ConsoleOut};
-use vmm_devices::virtio::fs::{BackendHealth, Fs};
-use vmm_devices::virtio::net::Net;
-use vmm_devices::virtio::rng::Rng;
-use vmm_devices::virtio::transport::BAR_SIZE;
-use vmm_devices::virtio::vsock::Vsock;
-use vmm_devices::virtio::{VirtioDevice, VirtioPci};
+use vmm_devices::pci::PciRoot;
+use vmm_devices::virtio::console::ConsoleOut;
+use vmm_devices::virtio::fs::BackendHealth;
 
-use crate::layout::{CPU_HOTPLUG_PORT, CPU_HOTPLUG_PORTS, MMIO_HOLE_START, PCI_ECAM_START};
+use crate::layout::{CPU_HOTPLUG_PORT, CPU_HOTPLUG_PORTS, PCI_HOTPLUG_PORT, PCI_HOTPLUG_PORTS};
 use crate::vcpu::{IoAction, PortIo};
 
+mod build;
 pub mod cpu_hotplug;
 pub mod kvm;
 pub mod legacy;
+pub mod pci_hotplug;
 mod socket_specs;
+mod spec;
 
+pub use build::{io_cpus, BuiltPci, PciBuilder};
 pub use cpu_hotplug::{CpuHotplug, HotplugError};
 pub use kvm::{GsiRoutes, KvmMsi, KvmNotify, MsiWake, MsiWakeSlot};
 pub use legacy::{EventFdTrigger, LegacyDevices, ResetLine, SerialPort};
+pub use pci_hotplug::PciHotplug;
 pub use socket_specs::{FsSpec, VsockSpec};
+pub use spec::{
+    Backends, DeviceSpec, DiskSpec, NetSpec, SharedFds, TapSource, MAX_DISK_QUEUES, MAX_NET_PAIRS,
+    MAX_PCI_SEGMENTS,
+};
 pub use vmm_devices::virtio::block::QUEUE_SIZE as DISK_QUEUE_SIZE;
 pub use vmm_devices::virtio::block_engine::{EngineKind as BlockEngine, UnknownEngine};
 pub use vmm_devices::virtio::fs::MAX_QUEUE_SIZE as FS_QUEUE_SIZE;
 pub use vmm_devices::virtio::net::{Mac, QUEUE_SIZE as NET_QUEUE_SIZE};
 pub use vmm_devices::virtio::vsock::MIN_GUEST_CID as MIN_VSOCK_CID;
 pub use vmm_devices::DeviceError;
-
-/// The most PCI segments a guest may have.
-pub const MAX_PCI_SEGMENTS: u16 = 16;
-/// The most queues of one disk (its default is one per vCPU, up to this).
-pub const MAX_DISK_QUEUES: u16 = 64;
-/// The most queue pairs of one virtio-net.
-pub const MAX_NET_PAIRS: u16 = vmm_devices::virtio::net::MAX_PAIRS;
-
-/// A virtio-blk disk (Cloud Hypervisor's `--disk` fields).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DiskSpec {
-    /// The raw image.
-    pub path: PathBuf,
-    /// `readonly=on`.
-    pub readonly: bool,
-    /// `num_queues=N`; `None`: one per vCPU.
-    pub num_queues: Option<u16>,
-    /// Entries per queue (a power of two, 4 to [`DISK_QUEUE_SIZE`]);
-    /// `None`: [`DISK_QUEUE_SIZE`].
-    pub queue_size: Option<u16>,
-    /// `pci_segment=S`.
-    pub pci_segment: u16,
-    /// `engine=sync|pool|io_uring`: this VMM's extension (Cloud
-    /// Hypervisor has no such key); the default where not given.
-    pub engine: BlockEngine,
-}
-
-/// Descriptors of open taps that this process owns and keeps (the API
-/// server's, received over its socket with `SCM_RIGHTS`): each boot opens
-/// duplicates of them, so the VM can boot again, and they close when the
-/// last holder lets go. Equal only to itself.
-#[derive(Clone, Debug)]
-pub struct SharedFds(pub Arc<Vec<std::os::fd::OwnedFd>>);
-
-impl PartialEq for SharedFds {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl Eq for SharedFds {}
-
-impl SharedFds {
-    fn raw(&self) -> Vec<i32> {
-        use std::os::fd::AsRawFd;
-        self.0.iter().map(AsRawFd::as_raw_fd).collect()
-    }
-}
-
-/// Where a virtio-net's tap comes from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TapSource {
-    /// `tap=NAME`: an existing tap, opened once per queue pair.
-    Name(String),
-    /// `fd=N` or `fd=[N,M,..]`: descriptors of an open tap, one per
-    /// queue pair, handed to this process.
-    Fds(Vec<i32>),
-    /// Descriptors of an open tap that the caller keeps, one per queue
-    /// pair (duplicated at each open).
-    Shared(SharedFds),
-}
-
-/// A virtio-net (Cloud Hypervisor's `--net` fields).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NetSpec {
-    /// The tap.
-    pub tap: TapSource,
-    /// `mac=`; `None`: a random locally administered one.
-    pub mac: Option<Mac>,
-    /// `num_queues=N`: receive and transmit queues together (2 per pair);
-    /// `None`: 2, or 2 per passed fd.
-    pub num_queues: Option<u16>,
-    /// `pci_segment=S`.
-    pub pci_segment: u16,
-}
-
-impl NetSpec {
-    /// Queue pairs.
-    pub fn pairs(&self) -> u16 {
-        match (self.num_queues, &self.tap) {
-            (Some(n), _) => (n / 2).max(1),
-            (None, TapSource::Fds(f)) => f.len().max(1) as u16,
-            (None, TapSource::Shared(f)) => f.0.len().max(1) as u16,
-            (None, TapSource::Name(_)) => 1,
-        }
-    }
-
-    fn what(&self) -> String {
-        match &self.tap {
-            TapSource::Name(n) => format!("net tap={n}"),
-            TapSource::Fds(f) => format!("net fd={f:?}"),
-            TapSource::Shared(f) => format!("net fds {:?}", f.raw()),
-        }
-    }
-
-    fn check(&self, vcpus: usize) -> Result<(), String> {
-        let what = self.what();
-        if let Some(n) = self.num_queues {
-            if n < 2 || n % 2 != 0 {
-                return Err(format!(
-                    "{what}: num_queues={n}; give an even number, 2 or more \
-                     (a receive and a transmit queue per pair)"
-                ));
-            }
-        }
-        let pairs = self.pairs();
-        if pairs > MAX_NET_PAIRS {
-            return Err(format!(
-                "{what}: {pairs} queue pairs is more than this VMM's {MAX_NET_PAIRS}; \
-                 give num_queues={} or less",
-                2 * MAX_NET_PAIRS
-            ));
-        }
-        if usize::from(pairs) > vcpus.max(1) {
-            return Err(format!(
-                "{what}: {pairs} queue pairs is more than the guest's {vcpus} vCPUs; \
-                 give num_queues={} or less (one pair per vCPU at most)",
-                2 * vcpus.max(1)
-            ));
-        }
-        let fds = match &self.tap {
-            TapSource::Fds(f) => Some(f.len()),
-            TapSource::Shared(f) => Some(f.0.len()),
-            TapSource::Name(_) => None,
-        };
-        if let Some(n) = fds.filter(|&n| n != usize::from(pairs)) {
-            return Err(format!(
-                "{what}: {n} fds for {pairs} queue pairs; give one fd per pair \
-                 (num_queues = 2 x the number of fds)"
-            ));
-        }
-        Ok(())
-    }
-
-    /// Opens the tap's files (one per pair); nothing is created.
-    pub fn open(&self) -> Result<Vec<Tap>, TapError> {
-        match &self.tap {
-            TapSource::Name(n) => Tap::open_named(n, self.pairs()),
-            TapSource::Shared(fds) => fds
-                .0
-                .iter()
-                .map(|fd| {
-                    use std::os::fd::AsRawFd;
-                    let dup = fd.try_clone().map_err(|source| TapError::BadFd {
-                        fd: fd.as_raw_fd(),
-                        source,
-                    })?;
-                    Tap::from_fd(dup)
-                })
-                .collect(),
-            TapSource::Fds(fds) => fds
-                .iter()
-                .map(|&fd| {
-                    if fd < 3 {
-                        return Err(TapError::BadFd {
-                            fd,
-                            source: std::io::Error::other(
-                                "0, 1 and 2 are stdin, stdout and stderr",
-                            ),
-                        });
-                    }
-                    // SAFETY: F_GETFD on a number; no memory is passed.
-                    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-                        return Err(TapError::BadFd {
-                            fd,
-                            source: std::io::Error::last_os_error(),
-                        });
-                    }
-                    // SAFETY: the user handed this process descriptor `fd`
-                    // (open, checked above) for the tap (`fd=`); nothing else
-                    // here uses or closes it.
-                    unsafe { Tap::from_raw_fd(fd) }
-                })
-                .collect(),
-        }
-    }
-}
-
-/// The I/O devices a guest gets.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DeviceSpec {
-    /// PCI segments (at least 1, at most [`MAX_PCI_SEGMENTS`]).
-    pub pci_segments: u16,
-    /// A virtio-rng on this segment.
-    pub rng: Option<u16>,
-    /// virtio-blk disks, in the order the guest sees them (vda, vdb, ...).
-    pub disks: Vec<DiskSpec>,
-    /// virtio-net devices, in the order the guest sees them (eth0, ...).
-    pub nets: Vec<NetSpec>,
-    /// A virtio-console on this segment: the guest's console is `hvc0`.
-    pub console: Option<u16>,
-    /// virtio-fs devices (vhost-user), after the nets on their segments.
-    /// Any of them makes guest RAM shared (memfd): their backends map it.
-    pub fs: Vec<FsSpec>,
-    /// A virtio-vsock (at most one, as in Cloud Hypervisor); built after
-    /// the nets, so their addresses do not move.
-    pub vsock: Option<VsockSpec>,
-}
-
-/// The host side of the devices, opened before the VM is built: the
-/// disk images (locked) and the taps.
-#[derive(Default)]
-pub struct Backends {
-    /// One per [`DeviceSpec::disks`].
-    pub disks: Vec<Disk>,
-    /// One list of tap files per [`DeviceSpec::nets`].
-    pub taps: Vec<Vec<Tap>>,
-    /// The virtio-console's output and input, with [`DeviceSpec::console`].
-    pub console: Option<(Box<dyn std::io::Write + Send>, Option<std::os::fd::OwnedFd>)>,
-    /// One connected vhost-user frontend per [`DeviceSpec::fs`].
-    pub fs: Vec<Fs>,
-}
-
-impl std::fmt::Debug for Backends {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Backends")
-            .field("disks", &self.disks)
-            .field("taps", &self.taps)
-            .field("console", &self.console.is_some())
-            .field("fs", &self.fs)
-            .finish()
-    }
-}
-
-impl DeviceSpec {
-    /// One segment and no devices.
-    pub fn none() -> Self {
-        Self {
-            pci_segments: 1,
-            ..Self::default()
-        }
-    }
-
-    fn check_segment(&self, what: &str, s: u16) -> Result<(), String> {
-        if s < self.pci_segments {
-            return Ok(());
-        }
-        Err(format!(
-            "the {what}'s pci_segment={s} does not exist: the guest has {} segment(s) (0 to {}); \
-             raise num_pci_segments or pick a lower segment",
-            self.pci_segments,
-            self.pci_segments - 1
-        ))
-    }
-
-    /// Queues of disk `d` for a guest of `vcpus` vCPUs.
-    pub fn disk_queues(d: &DiskSpec, vcpus: usize) -> u16 {
-        d.num_queues
-            .unwrap_or_else(|| vcpus.clamp(1, usize::from(MAX_DISK_QUEUES)) as u16)
-    }
-
-    /// The PCI address (segment, slot) virtio-net `i` gets at build time:
-    /// [`PciBuilder::build`] fills each segment's slots from 1 (slot 0 is
-    /// the host bridge) in the order rng, disks, console, nets; keep the
-    /// two in step. `None`: no such net.
-    pub fn net_address(&self, i: usize) -> Option<(u16, usize)> {
-        let seg = self.nets.get(i)?.pci_segment;
-        let on = |s: u16| usize::from(s == seg);
-        let before = self.rng.map_or(0, on)
-            + self.disks.iter().map(|d| on(d.pci_segment)).sum::<usize>()
-            + self.console.map_or(0, on)
-            + self.nets[..i]
-                .iter()
-                .map(|n| on(n.pci_segment))
-                .sum::<usize>();
-        Some((seg, 1 + before))
-    }
-
-    /// Opens and locks every disk image, in order; nothing is created.
-    pub fn open_disks(&self) -> Result<Vec<Disk>, DiskError> {
-        self.disks
-            .iter()
-            .map(|d| Disk::open(&d.path, d.readonly))
-            .collect()
-    }
-
-    /// Opens every disk and tap and connects every fs backend, in
-    /// order; nothing is created.
-    pub fn open(&self) -> Result<Backends, crate::Error> {
-        Ok(Backends {
-            fs: self
-                .fs
-                .iter()
-                .enumerate()
-                .map(|(i, f)| f.open(&format!("virtio-fs{i}")))
-                .collect::<Result<_, _>>()?,
-            disks: self.open_disks()?,
-            taps: self
-                .nets
-                .iter()
-                .map(NetSpec::open)
-                .collect::<Result<_, _>>()?,
-            console: None,
-        })
-    }
-
-    /// Refuses what cannot be built for a guest of `vcpus` vCPUs, naming
-    /// the fix.
-    pub fn check(&self, vcpus: usize) -> Result<(), String> {
-        if self.pci_segments == 0 || self.pci_segments > MAX_PCI_SEGMENTS {
-            return Err(format!(
-                "num_pci_segments {} is out of range: give 1 to {MAX_PCI_SEGMENTS}",
-                self.pci_segments
-            ));
-        }
-        if let Some(s) = self.rng {
-            self.check_segment("rng", s)?;
-        }
-        if let Some(s) = self.console {
-            self.check_segment("virtio console", s)?;
-        }
-        for d in &self.disks {
-            let what = format!("disk {}", d.path.display());
-            self.check_segment(&what, d.pci_segment)?;
-            if let Some(q) = d.queue_size.filter(|q| {
-                !q.is_power_of_two()
-                    || !(vmm_devices::virtio::block::MIN_QUEUE_SIZE..=DISK_QUEUE_SIZE).contains(q)
-            }) {
-                return Err(format!(
-                    "{what}: queue_size={q}; give a power of two from {} to {DISK_QUEUE_SIZE}",
-                    vmm_devices::virtio::block::MIN_QUEUE_SIZE
-                ));
-            }
-            match d.num_queues {
-                Some(0) => return Err(format!("{what}: num_queues=0; give 1 or more")),
-                Some(n) if n > MAX_DISK_QUEUES => {
-                    return Err(format!(
-                    "{what}: num_queues={n} is more than this VMM's {MAX_DISK_QUEUES} per disk; \
-                         give at most {MAX_DISK_QUEUES}"
-                ))
-                }
-                Some(n) if usize::from(n) > vcpus.max(1) => {
-                    return Err(format!(
-                        "{what}: num_queues={n} is more than the guest's {vcpus} vCPUs; \
-                         give at most {vcpus} (one per vCPU is the default)"
-                    ))
-                }
-                _ => {}
-            }
-        }
-        for n in &self.nets {
-            self.check_segment(&n.what(), n.pci_segment)?;
-            n.check(vcpus)?;
-        }
-        if let Some(v) = &self.vsock {
-            self.check_segment("vsock", v.pci_segment)?;
-            v.check()?;
-        }
-        for f in &self.fs {
-            self.check_segment(&format!("fs tag={}", f.tag), f.pci_segment)?;
-            f.check()?;
-        }
-        Ok(())
-    }
-
-    /// Where each segment sits, for a guest of `nodes` NUMA nodes.
-    pub fn layouts(&self, nodes: usize) -> Vec<SegmentLayout> {
-        let n = u64::from(self.pci_segments.max(1));
-        let window = (PCI_ECAM_START - MMIO_HOLE_START) / n;
-        // A power of two, so that 64 KiB BARs pack without holes.
-        let window = 1u64 << (63 - window.leading_zeros());
-        (0..self.pci_segments.max(1))
-            .map(|s| SegmentLayout {
-                id: s,
-                ecam: PCI_ECAM_START + u64::from(s) * ECAM_SEGMENT_SIZE,
-                mmio: (MMIO_HOLE_START + u64::from(s) * window, window),
-                node: Some(u32::from(s) % nodes.max(1) as u32),
-            })
-            .collect()
-    }
-}
-
-/// What [`PciBuilder::build`] made.
-pub struct BuiltPci {
-    /// The segments and their devices.
-    pub root: PciRoot,
-    /// The virtio-console's output handle, if there is one.
-    pub console: Option<ConsoleOut>,
-    /// Each device with an external backend (virtio-fs): its name and
-    /// whether its backend still serves it.
-    pub health: Vec<(String, BackendHealth)>,
-}
 
 /// The guest's devices (see the module docs).
 pub struct Devices {
@@ -438,182 +55,37 @@ pub struct Devices {
     console: Option<ConsoleOut>,
     health: Vec<(String, BackendHealth)>,
     cpu_hotplug: Option<Arc<CpuHotplug>>,
+    pci_hotplug: Option<Arc<PciHotplug>>,
+    builder: PciBuilder,
+}
+
+/// Where a function sits on the guest's PCI buses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PciFunction {
+    /// Its segment.
+    pub segment: u16,
+    /// Its slot on bus 0.
+    pub slot: usize,
+    /// The name it was built with (`virtio-blk0`, ...).
+    pub name: String,
+}
+
+impl PciFunction {
+    /// Its address as Cloud Hypervisor's API writes it (`PciDeviceInfo`'s
+    /// `bdf`): `ssss:00:dd.0`.
+    pub fn bdf(&self) -> String {
+        bdf(self.segment, self.slot)
+    }
+}
+
+/// A PCI address as Cloud Hypervisor's API writes it: `ssss:00:dd.0`.
+pub fn bdf(segment: u16, slot: usize) -> String {
+    format!("{segment:04x}:00:{slot:02x}.0")
 }
 
 impl std::fmt::Debug for Devices {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Devices").field("pci", &self.pci).finish()
-    }
-}
-
-/// What building the PCI devices needs from the VM.
-pub struct PciBuilder {
-    /// The VM.
-    pub vm: Arc<VmFd>,
-    /// Its GSI routes.
-    pub routes: Arc<GsiRoutes>,
-    /// Guest memory.
-    pub mem: GuestMemoryMmap,
-    /// Called with an MSI's destination APIC ID after it is raised.
-    pub wake: MsiWakeSlot,
-    /// Per segment: the host CPUs (OS numbers) its devices' I/O threads
-    /// run on ([`io_cpus`]).
-    pub io_cpus: Vec<Option<Vec<usize>>>,
-}
-
-/// Per PCI segment, the host CPUs (OS numbers) for the I/O threads of its
-/// devices: those of the host node that backs the segment's guest node
-/// (the node its memory is bound to). The guest's driver puts the
-/// device's rings in memory of the device's node (the kernel allocates
-/// them on `dev_to_node`), which is bound to that host node; the thread
-/// that reads them and writes the used rings runs there too, as do the
-/// vCPUs the node's interrupts go to. `None` where that node's memory is
-/// not bound to one host node (one-node host, unpinned vCPUs, a guest
-/// node spread over host nodes): the thread then runs wherever the host
-/// kernel puts it.
-pub fn io_cpus(
-    layouts: &[SegmentLayout],
-    policies: &[crate::memory::NodePolicy],
-    host: Option<&topology::HostTopology>,
-) -> Vec<Option<Vec<usize>>> {
-    layouts
-        .iter()
-        .map(|l| {
-            let host = host?;
-            let node = l.node?;
-            let p = policies.iter().find(|p| p.node == node)?;
-            let crate::memory::HostPolicy::Bind(os_nodes) = &p.policy else {
-                return None;
-            };
-            let [os_node] = os_nodes.as_slice() else {
-                return None;
-            };
-            let dense = host.nodes().iter().position(|n| n.os_index == *os_node)?;
-            let cpus: Vec<usize> = host
-                .cpus_of_node(dense as u32)
-                .iter()
-                .map(|&c| host.os_index(c) as usize)
-                .collect();
-            (!cpus.is_empty()).then_some(cpus)
-        })
-        .collect()
-}
-
-impl PciBuilder {
-    /// Puts `device` on `segment` behind the virtio PCI transport, with
-    /// one MSI-X vector per queue and one for configuration changes.
-    pub fn add_virtio(
-        &self,
-        segment: &mut PciSegment,
-        name: &str,
-        device: Box<dyn VirtioDevice>,
-    ) -> Result<(), DeviceError> {
-        let slot = segment.free_slot()?;
-        let bar = segment.allocate_bar(u64::from(BAR_SIZE))?;
-        let count = device.queue_max_sizes().len() as u16 + 1;
-        let vectors = Arc::new(KvmMsi::new(self.routes.clone(), count, self.wake.clone())?);
-        let notify = Arc::new(KvmNotify(self.vm.clone()));
-        let cpus = self
-            .io_cpus
-            .get(usize::from(segment.layout().id))
-            .cloned()
-            .flatten();
-        let on = cpus.as_ref().map(|c| c.len());
-        let dev = VirtioPci::new(name, device, bar, vectors, notify, self.mem.clone())?
-            .with_io_cpus(cpus);
-        info!(
-            device = name,
-            segment = segment.layout().id,
-            slot,
-            bar = format_args!("{bar:#x}"),
-            node = ?segment.layout().node,
-            io_thread_cpus = ?on,
-            "virtio device"
-        );
-        segment.insert(slot, Arc::new(Mutex::new(dev)));
-        Ok(())
-    }
-
-    /// The segments of `spec` for a guest of `nodes` nodes, with its
-    /// devices.
-    pub fn build(
-        &self,
-        spec: &DeviceSpec,
-        (nodes, vcpus): (usize, usize),
-        backends: Backends,
-    ) -> Result<BuiltPci, DeviceError> {
-        let mut segments = spec
-            .layouts(nodes)
-            .into_iter()
-            .map(PciSegment::new)
-            .collect::<Result<Vec<_>, _>>()?;
-        if let Some(s) = spec.rng {
-            self.add_virtio(
-                &mut segments[usize::from(s)],
-                "virtio-rng",
-                Box::new(Rng::new()?),
-            )?;
-        }
-        for (i, (d, disk)) in spec.disks.iter().zip(backends.disks).enumerate() {
-            let name = format!("virtio-blk{i}");
-            let queues = DeviceSpec::disk_queues(d, vcpus);
-            let dev = Block::new(&name, disk, queues)
-                .with_engine(d.engine)
-                .with_queue_size(d.queue_size.unwrap_or(DISK_QUEUE_SIZE));
-            self.add_virtio(
-                &mut segments[usize::from(d.pci_segment)],
-                &name,
-                Box::new(dev),
-            )?;
-        }
-        let mut console_out = None;
-        if let (Some(s), Some((out, input))) = (spec.console, backends.console) {
-            let dev = Console::new(out, input);
-            console_out = Some(dev.output());
-            self.add_virtio(
-                &mut segments[usize::from(s)],
-                "virtio-console",
-                Box::new(dev),
-            )?;
-        }
-        for (i, (n, taps)) in spec.nets.iter().zip(backends.taps).enumerate() {
-            let name = format!("virtio-net{i}");
-            let mac = n.mac.unwrap_or_else(Mac::random);
-            info!(device = name, %mac, pairs = taps.len(), "virtio-net");
-            let dev = Net::new(&name, taps, mac);
-            self.add_virtio(
-                &mut segments[usize::from(n.pci_segment)],
-                &name,
-                Box::new(dev),
-            )?;
-        }
-        if let Some(v) = &spec.vsock {
-            let name = "virtio-vsock";
-            let dev = Vsock::new(name, v.cid, &v.socket)?;
-            info!(device = name, cid = v.cid, socket = %v.socket.display(), "virtio-vsock");
-            self.add_virtio(
-                &mut segments[usize::from(v.pci_segment)],
-                name,
-                Box::new(dev),
-            )?;
-        }
-        let mut health = Vec::new();
-        for (i, (f, dev)) in spec.fs.iter().zip(backends.fs).enumerate() {
-            let name = format!("virtio-fs{i}");
-            info!(device = name, tag = %f.tag, socket = %f.socket.display(),
-                request_queues = f.num_queues, "virtio-fs (vhost-user)");
-            health.push((name.clone(), dev.health()));
-            self.add_virtio(
-                &mut segments[usize::from(f.pci_segment)],
-                &name,
-                Box::new(dev),
-            )?;
-        }
-        Ok(BuiltPci {
-            root: PciRoot::new(segments),
-            console: console_out,
-            health,
-        })
     }
 }
 
@@ -626,7 +98,129 @@ impl Devices {
             console: pci.console,
             health: pci.health,
             cpu_hotplug: None,
+            pci_hotplug: None,
+            builder: pci.builder,
         }
+    }
+
+    /// Adds the ACPI PCI hotplug controller's ports.
+    pub fn with_pci_hotplug(mut self, hp: Arc<PciHotplug>) -> Self {
+        self.pci_hotplug = Some(hp);
+        self
+    }
+
+    /// PCI hotplug: puts `device` in a free slot of `segment` and tells
+    /// the guest. The guest's driver binds it once the guest has scanned
+    /// the slot.
+    pub fn hot_add(
+        &self,
+        segment: u16,
+        name: &str,
+        device: Box<dyn vmm_devices::virtio::VirtioDevice>,
+    ) -> Result<PciFunction, DeviceError> {
+        let hp = self.pci_hotplug.as_ref().ok_or_else(|| {
+            DeviceError::Hotplug("this VM was built without its PCI hotplug controller".into())
+        })?;
+        let slot = self.builder.hot_add(&self.pci, segment, name, device)?;
+        hp.announce_added(segment, slot);
+        info!(device = name, segment, slot, "PCI hotplug: device added");
+        Ok(PciFunction {
+            segment,
+            slot,
+            name: name.into(),
+        })
+    }
+
+    /// PCI hotplug: disk `d` (its image opened as `disk`) as a virtio-blk
+    /// device called `name`, for a guest of `vcpus` vCPUs.
+    pub fn hot_add_disk(
+        &self,
+        name: &str,
+        d: &DiskSpec,
+        disk: vmm_devices::virtio::block::Disk,
+        vcpus: usize,
+    ) -> Result<PciFunction, DeviceError> {
+        let dev = build::block_device(name, d, disk, vcpus);
+        self.hot_add(d.pci_segment, name, Box::new(dev))
+    }
+
+    /// PCI hotplug: net `n` over its opened `taps` as a virtio-net device
+    /// called `name`.
+    pub fn hot_add_net(
+        &self,
+        name: &str,
+        n: &NetSpec,
+        taps: Vec<vmm_devices::tap::Tap>,
+    ) -> Result<PciFunction, DeviceError> {
+        let dev = build::net_device(name, n, taps);
+        self.hot_add(n.pci_segment, name, Box::new(dev))
+    }
+
+    /// PCI hotplug: asks the guest to give back the function at
+    /// `segment`/`slot`; it leaves the bus when the guest ejects it.
+    pub fn request_removal(&self, segment: u16, slot: usize) -> Result<(), DeviceError> {
+        let hp = self.pci_hotplug.as_ref().ok_or_else(|| {
+            DeviceError::Hotplug("this VM was built without its PCI hotplug controller".into())
+        })?;
+        if slot == 0
+            || !self
+                .pci_functions()
+                .iter()
+                .any(|f| (f.segment, f.slot) == (segment, slot))
+        {
+            return Err(DeviceError::Hotplug(format!(
+                "no device at {}",
+                bdf(segment, slot)
+            )));
+        }
+        hp.request_removal(segment, slot);
+        info!(segment, slot, "PCI hotplug: removal asked of the guest");
+        Ok(())
+    }
+
+    /// Every function on the guest's PCI buses but the host bridges.
+    pub fn pci_functions(&self) -> Vec<PciFunction> {
+        self.pci
+            .segments()
+            .iter()
+            .flat_map(|s| {
+                let segment = s.layout().id;
+                s.devices()
+                    .into_iter()
+                    .filter(|(slot, _, _)| *slot > 0)
+                    .map(move |(slot, name, _)| PciFunction {
+                        segment,
+                        slot,
+                        name,
+                    })
+            })
+            .collect()
+    }
+
+    /// The guest ejected these slots: they leave the bus, and their
+    /// devices stop.
+    fn eject(&self, slots: Vec<(u16, usize)>) {
+        for (segment, slot) in slots {
+            let Some(seg) = self.pci.segments().get(usize::from(segment)) else {
+                continue;
+            };
+            match seg.remove(slot) {
+                Some(dev) => {
+                    drop(dev);
+                    info!(segment, slot, "PCI hotplug: the guest ejected the device");
+                }
+                None => info!(
+                    segment,
+                    slot, "PCI hotplug: the guest ejected an empty slot"
+                ),
+            }
+        }
+    }
+
+    fn pci_hotplug_port(&self, port: u16) -> Option<(&PciHotplug, u16)> {
+        let hp = self.pci_hotplug.as_deref()?;
+        let off = port.checked_sub(PCI_HOTPLUG_PORT)?;
+        (off < PCI_HOTPLUG_PORTS).then_some((hp, off))
     }
 
     /// The devices whose backend failed (a vhost-user backend that
@@ -682,6 +276,8 @@ impl PortIo for Devices {
             self.pci.pio_read(port, data);
         } else if let Some((hp, off)) = self.hotplug_port(port) {
             hp.read(off, data);
+        } else if let Some((hp, off)) = self.pci_hotplug_port(port) {
+            hp.read(off, data);
         } else {
             self.legacy.pio_read(vcpu, port, data);
         }
@@ -693,6 +289,9 @@ impl PortIo for Devices {
             IoAction::Continue
         } else if let Some((hp, off)) = self.hotplug_port(port) {
             hp.write(off, data);
+            IoAction::Continue
+        } else if let Some((hp, off)) = self.pci_hotplug_port(port) {
+            self.eject(hp.write(off, data));
             IoAction::Continue
         } else {
             self.legacy.pio_write(vcpu, port, data)

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use vmm_devices::virtio::fs::{Fs, FsError};
 
-use super::{FS_QUEUE_SIZE, MIN_VSOCK_CID};
+use vmm_devices::virtio::fs::MAX_QUEUE_SIZE as FS_QUEUE_SIZE;
+use vmm_devices::virtio::vsock::MIN_GUEST_CID as MIN_VSOCK_CID;
 
 /// A virtio-vsock (Cloud Hypervisor's `--vsock` fields): stream sockets
 /// to the guest through the Unix socket `socket` (hybrid vsock; see

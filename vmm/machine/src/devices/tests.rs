@@ -1,6 +1,8 @@
 //! The device specs' checks and the PCI addresses they give.
 
 use super::*;
+use crate::layout::{MMIO_HOLE_START, PCI_ECAM_START};
+use vmm_devices::pci::ECAM_SEGMENT_SIZE;
 
 #[test]
 fn layouts_split_the_hole_and_follow_nodes() {

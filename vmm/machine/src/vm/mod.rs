@@ -31,7 +31,7 @@ use crate::compat::CompatMode;
 use crate::console::ConsoleSink;
 use crate::cpuid::{self, CpuidCaps};
 use crate::devices::{
-    CpuHotplug, DeviceSpec, Devices, GsiRoutes, LegacyDevices, MsiWakeSlot, PciBuilder,
+    CpuHotplug, DeviceSpec, Devices, GsiRoutes, LegacyDevices, MsiWakeSlot, PciBuilder, PciHotplug,
 };
 use crate::layout::{COM1_GSI, GED_GSI};
 use crate::memory::{self, GuestRam, HumanSize, MemoryPlan};
@@ -274,14 +274,23 @@ fn create_devices(
         io_cpus,
     }
     .build(devices, shape, backends)?;
-    let mut devices = Devices::new(legacy, pci);
+    // The GED's interrupt, shared by the PCI and CPU hotplug controllers
+    // (each holds a handle on the same eventfd).
+    let ged = EventFd::new(libc::EFD_NONBLOCK)
+        .map_err(|e| Error::Other(format!("creating the GED eventfd: {e}")))?;
+    vm.register_irqfd(&ged, GED_GSI)
+        .map_err(kvm_err("KVM_IRQFD(GED)"))?;
+    let ged_handle = || {
+        ged.try_clone()
+            .map_err(|e| Error::Other(format!("duplicating the GED eventfd: {e}")))
+    };
+    let mut devices = Devices::new(legacy, pci).with_pci_hotplug(Arc::new(PciHotplug::new(
+        devices.pci_segments.max(1),
+        ged_handle()?,
+    )));
     if let Some((max, present)) = hotplug {
-        let irq = EventFd::new(libc::EFD_NONBLOCK)
-            .map_err(|e| Error::Other(format!("creating the GED eventfd: {e}")))?;
-        vm.register_irqfd(&irq, GED_GSI)
-            .map_err(kvm_err("KVM_IRQFD(GED)"))?;
         info!(max, present, "ACPI CPU hotplug");
-        devices = devices.with_cpu_hotplug(Arc::new(CpuHotplug::new(max, present, irq)));
+        devices = devices.with_cpu_hotplug(Arc::new(CpuHotplug::new(max, present, ged_handle()?)));
     }
     Ok(Arc::new(devices))
 }

@@ -1,0 +1,503 @@
+//! Devices added to and removed from a VM: `vm.add-disk`, `vm.add-net`
+//! and `vm.remove-device`, on a VM not booted (its config changes; the
+//! next boot builds it) and on a running one (ACPI PCI hotplug, see
+//! `vmm_machine::devices::pci_hotplug`).
+//!
+//! WHAT: each device of a booted VM has a Cloud Hypervisor id (the one
+//! its config gave, else `_diskN`/`_netN`, written into the config at
+//! boot as CH does) and a PCI address; [`VmRecord`]'s `pci_ids` maps one
+//! to the other. An add opens the device's host side (the image, locked;
+//! the tap) on the blocking pool, puts the device in a free slot and
+//! tells the guest, then answers CH's `PciDeviceInfo` (`{id, bdf}`); a
+//! removal asks the guest to give the device back and answers at once
+//! (as CH does): the device leaves the bus when the guest ejects it,
+//! which `vm.info`'s `x_vmm.pci_devices` shows.
+//! WHY: Kata hot-adds the disks of block-backed containers (and its
+//! network endpoints) to a running sandbox and removes them by the id
+//! `vm.add-disk` returned.
+//! HOW: the record is marked busy while the blocking part runs, so a
+//! boot, a shutdown or another add cannot interleave; its config and map
+//! change only when the device is in.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use vmm_machine::devices::{bdf, Devices, PciFunction};
+
+use super::api::{ApiError, VmConfig};
+use super::controller::{busy, not_created, Answer, Controller, Outcome};
+use super::devices::{DiskConfig, NetConfig};
+use super::fds::{Received, MAX_FDS};
+use super::vms::{VmRecord, VmState};
+
+/// Which kind of device an add is.
+enum NewDevice {
+    Disk(Box<DiskConfig>),
+    Net(Box<NetConfig>),
+}
+
+impl NewDevice {
+    fn kind(&self) -> &'static str {
+        match self {
+            NewDevice::Disk(_) => "disk",
+            NewDevice::Net(_) => "net",
+        }
+    }
+}
+
+/// Every device id of `cfg` (disks, nets, fs, vsock).
+fn ids(cfg: &VmConfig) -> Vec<String> {
+    let disks = cfg.disks.iter().flatten().filter_map(|d| d.id.clone());
+    let nets = cfg.net.iter().flatten().filter_map(|n| n.id.clone());
+    let fs = cfg.fs.iter().flatten().filter_map(|f| f.id.clone());
+    let vsock = cfg.vsock.iter().filter_map(|v| v.id.clone());
+    disks.chain(nets).chain(fs).chain(vsock).collect()
+}
+
+/// The lowest `{prefix}N` that no device of `cfg` has.
+fn fresh_id(cfg: &VmConfig, prefix: &str) -> String {
+    let taken = ids(cfg);
+    (0..)
+        .map(|n| format!("{prefix}{n}"))
+        .find(|c| !taken.contains(c))
+        .unwrap_or_default()
+}
+
+/// Gives every disk and net without an id one (`_diskN`, `_netN`), as CH
+/// does when it builds the devices.
+pub(crate) fn ensure_ids(cfg: &mut VmConfig) {
+    for i in 0..cfg.disks.as_ref().map_or(0, Vec::len) {
+        if cfg.disks.as_ref().is_some_and(|d| d[i].id.is_none()) {
+            let id = fresh_id(cfg, "_disk");
+            if let Some(d) = cfg.disks.as_mut() {
+                d[i].id = Some(id);
+            }
+        }
+    }
+    for i in 0..cfg.net.as_ref().map_or(0, Vec::len) {
+        if cfg.net.as_ref().is_some_and(|n| n[i].id.is_none()) {
+            let id = fresh_id(cfg, "_net");
+            if let Some(n) = cfg.net.as_mut() {
+                n[i].id = Some(id);
+            }
+        }
+    }
+}
+
+/// At boot: each disk's and net's id to the PCI function the boot built
+/// for it (`virtio-blkI` is `disks[I]`, `virtio-netI` is `net[I]`).
+pub(crate) fn map_ids(cfg: &VmConfig, functions: &[PciFunction]) -> BTreeMap<String, (u16, usize)> {
+    let at = |name: String| {
+        functions
+            .iter()
+            .find(|f| f.name == name)
+            .map(|f| (f.segment, f.slot))
+    };
+    let disks = cfg
+        .disks
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, d)| Some((d.id.clone()?, at(format!("virtio-blk{i}"))?)));
+    let nets = cfg
+        .net
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, n)| Some((n.id.clone()?, at(format!("virtio-net{i}"))?)));
+    disks.chain(nets).collect()
+}
+
+/// `vm.info`'s `x_vmm.pci_devices`: every function on the guest's buses
+/// now, with its id where it has one.
+pub(crate) fn pci_report(v: &VmRecord) -> serde_json::Value {
+    let Some(devs) = &v.devices else {
+        return serde_json::json!([]);
+    };
+    devs.pci_functions()
+        .iter()
+        .map(|f| {
+            let id = v
+                .pci_ids
+                .iter()
+                .find(|(_, a)| **a == (f.segment, f.slot))
+                .map(|(id, _)| id.clone());
+            serde_json::json!({ "bdf": f.bdf(), "device": f.name, "id": id })
+        })
+        .collect()
+}
+
+impl Controller {
+    /// `vm.add-net` (the descriptors that came with it, if any, as
+    /// `SCM_RIGHTS`): see [`add`](Self::add).
+    pub(crate) async fn add_net(&self, id: &str, net: NetConfig, fds: Received) -> Outcome {
+        let net = net_with_fds(net, fds)?;
+        self.add(id, NewDevice::Net(Box::new(net))).await
+    }
+
+    /// `vm.add-disk`: see [`add`](Self::add).
+    pub(crate) async fn add_disk(&self, id: &str, disk: DiskConfig) -> Outcome {
+        self.add(id, NewDevice::Disk(Box::new(disk))).await
+    }
+
+    /// Adds a device. Not booted: it joins the config (a net answers
+    /// the address it gets at boot, as `vm.add-net` always has; a disk
+    /// 204, as CH). Booted: PCI hotplug, answering `{id, bdf}`.
+    async fn add(&self, id: &str, dev: NewDevice) -> Outcome {
+        let (mut cfg, devices) = {
+            let mut t = self.table();
+            let v = t.vms.get_mut(id).ok_or_else(|| not_created(id))?;
+            if v.busy {
+                return Err(busy(id));
+            }
+            let (st, _) = v.observed_state();
+            let booted = matches!(st, VmState::Running | VmState::Paused);
+            if booted && v.devices.is_none() {
+                return Err(ApiError::status(
+                    405,
+                    format!(
+                        "VM {id} is a micro-guest, which has no PCI bus; devices go to Linux \
+                         guests"
+                    ),
+                ));
+            }
+            if st == VmState::Shutdown && v.run.is_some() {
+                return Err(ApiError::status(
+                    405,
+                    format!("VM {id}'s guest has ended; vm.shutdown it first"),
+                ));
+            }
+            if booted {
+                v.busy = true;
+            }
+            let mut cfg = v.config.clone();
+            ensure_ids(&mut cfg);
+            (cfg, booted.then(|| v.devices.clone()).flatten())
+        };
+        let booted = devices.is_some();
+        let result = self.add_to(id, &mut cfg, dev, devices).await;
+        let mut t = self.table();
+        let v = t.vms.get_mut(id).ok_or_else(|| not_created(id))?;
+        if booted {
+            v.busy = false;
+        }
+        let (dev_id, at) = result?;
+        if !booted
+            && v.config.disks.as_ref().map_or(0, Vec::len)
+                + v.config.net.as_ref().map_or(0, Vec::len)
+                != cfg.disks.as_ref().map_or(0, Vec::len) + cfg.net.as_ref().map_or(0, Vec::len) - 1
+        {
+            // Another add or removal changed the config meanwhile.
+            return Err(busy(id));
+        }
+        v.config = cfg;
+        match at {
+            Some(f) => {
+                v.pci_ids.insert(dev_id.clone(), (f.segment, f.slot));
+                tracing::info!(vm = id, device = dev_id, bdf = f.bdf(), "device hot-added");
+                Ok(Answer::Json(
+                    serde_json::json!({ "id": dev_id, "bdf": f.bdf() }),
+                ))
+            }
+            None => {
+                tracing::info!(vm = id, device = dev_id, "device added to the config");
+                let is_net = v
+                    .config
+                    .net
+                    .iter()
+                    .flatten()
+                    .any(|n| n.id.as_deref() == Some(&dev_id));
+                if !is_net {
+                    return Ok(Answer::Done);
+                }
+                // The address the net gets at boot (the config was checked).
+                let spec = v.config.device_spec()?;
+                let index = v.config.net.as_ref().map_or(0, Vec::len) - 1;
+                let (seg, slot) = spec
+                    .net_address(index)
+                    .ok_or_else(|| ApiError::status(500, "the new net has no PCI address"))?;
+                Ok(Answer::Json(
+                    serde_json::json!({ "id": dev_id, "bdf": bdf(seg, slot) }),
+                ))
+            }
+        }
+    }
+
+    /// The part of an add that may block: the config with the device is
+    /// checked (files are `stat`ed), and on a booted VM the device's host
+    /// side is opened and the device plugged in. Returns the device's id
+    /// and, booted, where it went.
+    async fn add_to(
+        &self,
+        vm: &str,
+        cfg: &mut VmConfig,
+        dev: NewDevice,
+        devices: Option<Arc<Devices>>,
+    ) -> Result<(String, Option<PciFunction>), ApiError> {
+        let kind = dev.kind();
+        let (dev_id, index) = match dev {
+            NewDevice::Disk(mut d) => {
+                let id = d.id.clone().unwrap_or_else(|| fresh_id(cfg, "_disk"));
+                d.id = Some(id.clone());
+                let list = cfg.disks.get_or_insert_with(Vec::new);
+                list.push(*d);
+                (id, list.len() - 1)
+            }
+            NewDevice::Net(mut n) => {
+                let id = n.id.clone().unwrap_or_else(|| fresh_id(cfg, "_net"));
+                n.id = Some(id.clone());
+                let list = cfg.net.get_or_insert_with(Vec::new);
+                list.push(*n);
+                (id, list.len() - 1)
+            }
+        };
+        if ids(cfg).iter().filter(|i| **i == dev_id).count() > 1 {
+            return Err(ApiError::bad(
+                "id",
+                format!("{dev_id:?}: the VM has a device of that id; give another"),
+            ));
+        }
+        let vcpus = cfg.max_vcpus() as usize;
+        let checked = cfg.clone();
+        let plug = tokio::task::spawn_blocking(move || -> Result<Option<PciFunction>, ApiError> {
+            let spec = checked.device_spec()?;
+            let Some(devices) = devices else {
+                return Ok(None);
+            };
+            let hot = |e: String| ApiError::status(500, e);
+            let f = match kind {
+                "disk" => {
+                    let d = &spec.disks[index];
+                    let disk = vmm_devices::virtio::block::Disk::open(&d.path, d.readonly)
+                        .map_err(|e| ApiError::bad("path", e.to_string()))?;
+                    devices
+                        .hot_add_disk(
+                            &format!("virtio-blk:{}", checked_id(&checked, kind, index)),
+                            d,
+                            disk,
+                            vcpus,
+                        )
+                        .map_err(|e| hot(e.to_string()))?
+                }
+                _ => {
+                    let n = &spec.nets[index];
+                    let taps = n.open().map_err(|e| ApiError::bad("tap", e.to_string()))?;
+                    devices
+                        .hot_add_net(
+                            &format!("virtio-net:{}", checked_id(&checked, kind, index)),
+                            n,
+                            taps,
+                        )
+                        .map_err(|e| hot(e.to_string()))?
+                }
+            };
+            Ok(Some(f))
+        })
+        .await
+        .map_err(|e| ApiError::status(500, format!("{vm}: device task failed: {e}")))?
+        .map_err(|e| index_free(e, kind, index))?;
+        Ok((dev_id, plug))
+    }
+
+    /// `vm.remove-device`: a disk or net, by id. Booted: the guest is
+    /// asked to give it back (it leaves when the guest ejects it, see
+    /// `x_vmm.pci_devices`); not booted, or booted: it leaves the config.
+    pub(crate) async fn remove_device(&self, id: &str, dev_id: &str) -> Outcome {
+        let mut t = self.table();
+        let v = t.vms.get_mut(id).ok_or_else(|| not_created(id))?;
+        if v.busy {
+            return Err(busy(id));
+        }
+        let (st, _) = v.observed_state();
+        let booted = matches!(st, VmState::Running | VmState::Paused);
+        ensure_ids(&mut v.config);
+        let in_disks = v
+            .config
+            .disks
+            .iter()
+            .flatten()
+            .position(|d| d.id.as_deref() == Some(dev_id));
+        let in_nets = v
+            .config
+            .net
+            .iter()
+            .flatten()
+            .position(|n| n.id.as_deref() == Some(dev_id));
+        if in_disks.is_none() && in_nets.is_none() {
+            let known = ids(&v.config);
+            let other = known.iter().any(|k| k == dev_id);
+            return Err(if other {
+                ApiError::bad(
+                    "id",
+                    format!("{dev_id:?} is not a disk or a net; only those can be removed"),
+                )
+            } else {
+                ApiError::status(
+                    404,
+                    format!("VM {id} has no device {dev_id:?}; its devices: {known:?}"),
+                )
+            });
+        }
+        if booted {
+            let (devices, at) = (v.devices.clone(), v.pci_ids.get(dev_id).copied());
+            match (devices, at) {
+                (Some(d), Some((seg, slot))) => d
+                    .request_removal(seg, slot)
+                    .map_err(|e| ApiError::status(500, format!("VM {id}: {e}")))?,
+                _ => {
+                    return Err(ApiError::status(
+                        500,
+                        format!("VM {id}: device {dev_id:?} has no PCI address"),
+                    ))
+                }
+            }
+            v.pci_ids.remove(dev_id);
+        }
+        if let (Some(i), Some(d)) = (in_disks, v.config.disks.as_mut()) {
+            d.remove(i);
+        }
+        if let (Some(i), Some(n)) = (in_nets, v.config.net.as_mut()) {
+            n.remove(i);
+        }
+        tracing::info!(vm = id, device = dev_id, booted, "device removed");
+        Ok(Answer::Done)
+    }
+}
+
+/// The id given to entry `index` of kind `kind` in `cfg`.
+fn checked_id(cfg: &VmConfig, kind: &str, index: usize) -> String {
+    let id = match kind {
+        "disk" => cfg.disks.as_ref().and_then(|d| d[index].id.clone()),
+        _ => cfg.net.as_ref().and_then(|n| n[index].id.clone()),
+    };
+    id.unwrap_or_default()
+}
+
+/// A field error of the new entry, named as the request's own field
+/// (`path`, not `disks[2].path`).
+fn index_free(mut e: ApiError, kind: &str, index: usize) -> ApiError {
+    let prefix = match kind {
+        "disk" => format!("disks[{index}]."),
+        _ => format!("net[{index}]."),
+    };
+    if let Some(f) = e.field.as_mut() {
+        if let Some(rest) = f.strip_prefix(&prefix) {
+            *f = rest.to_string();
+        }
+    }
+    e.error = e.error.replace(&prefix, "");
+    e
+}
+/// `net` with the descriptors that came with its request: each must be
+/// an open tap with the vnet header, one per queue pair (CH's rule:
+/// `num_queues` = 2 x the descriptors); the body's `fds` become their
+/// numbers here. Any error drops (closes) every descriptor.
+fn net_with_fds(mut net: NetConfig, fds: Received) -> Result<NetConfig, ApiError> {
+    use std::os::fd::{AsFd, AsRawFd};
+    if fds.too_many {
+        return Err(ApiError::bad(
+            "fds",
+            format!(
+                "more than {MAX_FDS} file descriptors came with the request; send one per queue \
+                 pair, at most {MAX_FDS} (all were closed)"
+            ),
+        ));
+    }
+    if fds.fds.is_empty() {
+        return Ok(net);
+    }
+    for (k, fd) in fds.fds.iter().enumerate() {
+        vmm_devices::tap::Tap::check_fd(fd.as_fd()).map_err(|e| {
+            ApiError::bad(
+                &format!("fds[{k}]"),
+                format!("the descriptor sent as number {k}: {e}"),
+            )
+        })?;
+    }
+    let n = fds.fds.len();
+    let q = net.num_queues.unwrap_or(2);
+    if usize::from(q) != 2 * n {
+        return Err(ApiError::bad(
+            "num_queues",
+            format!(
+                "{q} with {n} file descriptor(s): one queue pair per descriptor, so give \
+                 num_queues = {} (or send {} descriptors)",
+                2 * n,
+                q / 2
+            ),
+        ));
+    }
+    net.fds = Some(fds.fds.iter().map(|f| f.as_raw_fd()).collect());
+    net.received = Some(vmm_machine::devices::SharedFds(Arc::new(fds.fds)));
+    Ok(net)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(body: &str) -> VmConfig {
+        serde_json::from_str(body).unwrap()
+    }
+
+    #[test]
+    fn ids_are_given_as_ch_names_them_and_never_twice() {
+        let mut c = cfg(r#"{"payload": {"kernel": "/k"},
+                "disks": [{"path": "/a"}, {"path": "/b", "id": "_disk0"}, {"path": "/c"}],
+                "net": [{"tap": "t0"}, {"tap": "t1", "id": "eth"}]}"#);
+        ensure_ids(&mut c);
+        let disks: Vec<_> = c
+            .disks
+            .iter()
+            .flatten()
+            .map(|d| d.id.clone().unwrap())
+            .collect();
+        assert_eq!(disks, ["_disk1", "_disk0", "_disk2"]);
+        let nets: Vec<_> = c
+            .net
+            .iter()
+            .flatten()
+            .map(|n| n.id.clone().unwrap())
+            .collect();
+        assert_eq!(nets, ["_net0", "eth"]);
+        assert_eq!(fresh_id(&c, "_disk"), "_disk3");
+        assert_eq!(fresh_id(&c, "_net"), "_net1");
+    }
+
+    #[test]
+    fn boot_functions_map_to_ids_by_position() {
+        let mut c = cfg(r#"{"payload": {"kernel": "/k"},
+                "disks": [{"path": "/a"}, {"path": "/b", "id": "root"}],
+                "net": [{"tap": "t0"}]}"#);
+        ensure_ids(&mut c);
+        let f = |segment, slot, name: &str| PciFunction {
+            segment,
+            slot,
+            name: name.into(),
+        };
+        let m = map_ids(
+            &c,
+            &[
+                f(0, 1, "virtio-rng"),
+                f(0, 2, "virtio-blk0"),
+                f(1, 1, "virtio-blk1"),
+                f(0, 3, "virtio-net0"),
+            ],
+        );
+        assert_eq!(m.get("_disk0"), Some(&(0, 2)));
+        assert_eq!(m.get("root"), Some(&(1, 1)));
+        assert_eq!(m.get("_net0"), Some(&(0, 3)));
+        assert_eq!(m.len(), 3);
+    }
+
+    #[test]
+    fn a_new_entrys_field_errors_name_the_requests_field() {
+        let e = index_free(
+            ApiError::bad("disks[3].path", "disks[3].path: /x: no such file"),
+            "disk",
+            3,
+        );
+        assert_eq!(e.field.as_deref(), Some("path"));
+        assert!(!e.error.contains("disks[3]"), "{}", e.error);
+    }
+}
