@@ -43,7 +43,9 @@
 //! counted ([`VsockStats::malformed`]); an unknown op, a `SEQPACKET`
 //! packet or a packet for no connection is answered `OP_RST`. At most
 //! [`MAX_CONNS`] connections (handshakes included) live at once; more are
-//! refused (host side: closed; guest side: `OP_RST`).
+//! refused (host side: closed; guest side: `OP_RST`). A host connection
+//! that has not sent its `CONNECT` line within [`HANDSHAKE_TIMEOUT`] is
+//! closed when the next one arrives.
 //!
 //! Host streams, the listener and the worker's view of them: the worker
 //! watches one epoll fd of its own (edge-triggered, through
@@ -91,6 +93,10 @@ pub const MAX_PKT_DATA: u32 = 64 * 1024;
 pub const MAX_CONNS: usize = 128;
 /// The longest `CONNECT <port>\n` line.
 const MAX_LINE: usize = 32;
+/// How long a host connection may take to send its `CONNECT` line: past
+/// it, the connection is closed when the next host connection arrives
+/// (so that silent clients cannot hold the [`MAX_CONNS`] slots).
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Most `OP_RST`s for no connection waiting for receive buffers.
 const MAX_STRAY: usize = 256;
 
@@ -174,9 +180,16 @@ pub struct Vsock {
     ident: Option<(u64, u64)>,
     worker: Option<Worker>,
     stats: Arc<VsockStats>,
+    handshake_timeout: std::time::Duration,
 }
 
 impl Vsock {
+    /// The same device with another [`HANDSHAKE_TIMEOUT`].
+    pub fn with_handshake_timeout(mut self, t: std::time::Duration) -> Self {
+        self.handshake_timeout = t;
+        self
+    }
+
     /// A device for guest CID `cid`, listening on `path` (which must not
     /// exist; the device creates it and removes it when dropped).
     pub fn new(name: &str, cid: u64, path: &Path) -> Result<Self, VsockError> {
@@ -209,6 +222,7 @@ impl Vsock {
             ident,
             worker: None,
             stats: Arc::default(),
+            handshake_timeout: HANDSHAKE_TIMEOUT,
         })
     }
 
@@ -286,6 +300,7 @@ impl VirtioDevice for Vsock {
             listener: self.listener.clone(),
             epoll,
             stats: self.stats.clone(),
+            handshake_timeout: self.handshake_timeout,
         });
         h.mem = Some(a.mem.clone());
         h.interrupt = a.interrupt.clone();

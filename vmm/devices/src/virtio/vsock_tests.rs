@@ -109,9 +109,14 @@ struct Guest {
 
 impl Guest {
     fn new() -> Self {
+        Self::with(|d| d)
+    }
+
+    /// A guest whose device `tune` changed.
+    fn with(tune: impl FnOnce(Vsock) -> Vsock) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("vsock.sock");
-        let dev = Vsock::new("vsock-test", CID, &path).unwrap();
+        let dev = tune(Vsock::new("vsock-test", CID, &path).unwrap());
         let stats = dev.stats();
         let mut d = Driver::with(Box::new(dev));
         d.msix();
@@ -202,6 +207,22 @@ impl Guest {
             self.d.wait(|d| d.used_at(TX) == want),
             "the device takes the packet"
         );
+    }
+
+    /// Sends one packet whose bytes are `parts`, one buffer each.
+    fn send_parts(&mut self, parts: &[&[u8]]) {
+        let slots: Vec<u16> = (0..parts.len()).map(|_| self.slot()).collect();
+        for (k, part) in parts.iter().enumerate() {
+            let addr = BIG_BUF + 0x100 * k as u64;
+            self.d.mem.write_slice(part, GuestAddress(addr)).unwrap();
+            let (flags, next) = match slots.get(k + 1) {
+                Some(&n) => (F_NEXT, n),
+                None => (0, 0),
+            };
+            self.d
+                .desc(TX, slots[k], addr, part.len() as u32, flags, next);
+        }
+        self.send_head(slots[0]);
     }
 
     /// A free transmit descriptor.
@@ -626,6 +647,29 @@ fn connections_past_the_cap_are_refused() {
     drop(conns);
 }
 
+#[test]
+fn silent_host_connections_give_their_slots_back() {
+    // Every slot taken by clients that never send their CONNECT line:
+    // once they are past the handshake timeout, the next client closes
+    // them, takes a slot and gets through.
+    let mut g = Guest::with(|d| d.with_handshake_timeout(Duration::from_millis(200)));
+    let mut silent: Vec<UnixStream> = (0..MAX_CONNS)
+        .map(|_| UnixStream::connect(&g.path).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(400));
+    let (mut s, local) = g.host_connect(50);
+    s.write_all(b"late").unwrap();
+    assert_eq!(g.recv().data, b"late");
+    let _ = local;
+    // The silent ones were closed.
+    for c in silent.iter_mut().take(3) {
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = Vec::new();
+        assert_eq!(c.read_to_end(&mut b).unwrap(), 0, "closed");
+    }
+    assert!(g.stats.refused.load(Ordering::Relaxed) >= MAX_CONNS as u64);
+}
+
 /// A host listener that accepts nothing, its backlog full: the guest's
 /// connection is reset at once, and the device goes on serving (before,
 /// a blocking `connect` stalled the worker, and every connection of the
@@ -662,4 +706,26 @@ fn a_full_backlog_resets_the_guests_connection_without_stalling() {
     g.send(&Pkt::guest(OP_REQUEST, 780, 6001));
     assert_eq!(g.recv().op, OP_RESPONSE);
     l2.accept().unwrap();
+}
+
+#[test]
+fn a_packet_split_over_many_buffers_arrives_whole() {
+    // The header over two buffers, the payload over three (a zero-copy
+    // send gives one buffer per page): the host reads every byte, in
+    // order.
+    let mut g = Guest::new();
+    let (mut s, local) = g.host_connect(40);
+    let h = Pkt::guest(OP_RW, 40, local).header(10);
+    let parts: [&[u8]; 5] = [&h[..20], &h[20..], b"hello", b"wor", b"ld"];
+    g.send_parts(&parts);
+    let mut got = [0u8; 10];
+    s.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"helloworld");
+    assert_eq!(g.stats.malformed.load(Ordering::Relaxed), 0);
+    // A payload shorter than its length, split the same way: dropped.
+    let h = Pkt::guest(OP_RW, 40, local).header(64);
+    let parts: [&[u8]; 3] = [&h[..30], &h[30..], b"short"];
+    g.send_parts(&parts);
+    assert_eq!(g.stats.malformed.load(Ordering::Relaxed), 1);
+    assert_eq!(g.d.status() & status::NEEDS_RESET, 0);
 }

@@ -19,18 +19,24 @@ pub(super) struct Hdr {
 }
 
 impl Hdr {
-    pub(super) fn of(p: &VsockPacket<'_, ()>) -> Self {
+    /// The header's fields from its 44 bytes (virtio 1.2, 5.10.6:
+    /// little-endian `src_cid`, `dst_cid`, `src_port`, `dst_port`, `len`,
+    /// `type`, `op`, `flags`, `buf_alloc`, `fwd_cnt`).
+    pub(super) fn parse(b: &[u8; PKT_HEADER_SIZE]) -> Self {
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or_default());
+        let u16_at = |o: usize| u16::from_le_bytes(b[o..o + 2].try_into().unwrap_or_default());
         Self {
-            src_cid: p.src_cid(),
-            dst_cid: p.dst_cid(),
-            src_port: p.src_port(),
-            dst_port: p.dst_port(),
-            len: p.len(),
-            type_: p.type_(),
-            op: p.op(),
-            flags: p.flags(),
-            buf_alloc: p.buf_alloc(),
-            fwd_cnt: p.fwd_cnt(),
+            src_cid: u64_at(0),
+            dst_cid: u64_at(8),
+            src_port: u32_at(16),
+            dst_port: u32_at(20),
+            len: u32_at(24),
+            type_: u16_at(28),
+            op: u16_at(30),
+            flags: u32_at(32),
+            buf_alloc: u32_at(36),
+            fwd_cnt: u32_at(40),
         }
     }
 }
@@ -90,6 +96,8 @@ pub(super) struct Conn {
     pub(super) hung_up: bool,
     /// The epoll interest registered now (0: not registered).
     pub(super) interest: u32,
+    /// When the connection was made (a handshake's deadline).
+    pub(super) born: std::time::Instant,
 }
 
 impl Conn {
@@ -121,6 +129,7 @@ impl Conn {
             guest_shut: 0,
             hung_up: false,
             interest: 0,
+            born: std::time::Instant::now(),
         }
     }
 

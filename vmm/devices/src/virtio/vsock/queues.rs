@@ -20,6 +20,7 @@ pub(super) struct Backend {
     pub(super) listener: Arc<UnixListener>,
     pub(super) epoll: Epoll,
     pub(super) stats: Arc<VsockStats>,
+    pub(super) handshake_timeout: std::time::Duration,
 }
 
 /// The device's queues and connections, on its I/O thread.
@@ -214,6 +215,7 @@ impl VsockQueues {
                 }
             };
             moved = true;
+            self.expire_handshakes();
             if self.conns.len() >= MAX_CONNS {
                 warn!("vsock: {MAX_CONNS} connections already; refusing a host connection");
                 self.be.stats.refused.fetch_add(1, Ordering::Relaxed);
@@ -227,6 +229,23 @@ impl VsockQueues {
             self.next_token += 1;
             self.conns
                 .insert(t, Conn::new(stream, State::Handshake, 0, 0));
+        }
+    }
+
+    /// Closes the host connections that have not sent their `CONNECT`
+    /// line in time.
+    fn expire_handshakes(&mut self) {
+        let limit = self.be.handshake_timeout;
+        let stale: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.state == State::Handshake && c.born.elapsed() > limit)
+            .map(|(t, _)| *t)
+            .collect();
+        for t in stale {
+            debug!("vsock: a host connection sent no CONNECT line in {limit:?}; closed");
+            self.be.stats.refused.fetch_add(1, Ordering::Relaxed);
+            self.forget(t);
         }
     }
 
@@ -256,17 +275,11 @@ impl VsockQueues {
         loop {
             while let Some(head) = pop_checked(&mut tx.queue, mem)? {
                 let index = head.head_index();
-                let mut c = head.clone();
-                match VsockPacket::from_tx_virtq_chain(mem, &mut c, MAX_PKT_DATA) {
-                    Ok(pkt) => {
-                        let hdr = Hdr::of(&pkt);
-                        self.buf.clear();
-                        if let Some(d) = pkt.data_slice() {
-                            self.buf.resize(hdr.len as usize, 0);
-                            d.copy_to(&mut self.buf[..]);
-                        }
-                        self.guest_packet(hdr);
-                    }
+                let read = chain::walk(head, mem)
+                    .map_err(|e| e.to_string())
+                    .and_then(|c| read_tx(mem, &c, &mut self.buf));
+                match read {
+                    Ok(hdr) => self.guest_packet(hdr),
                     Err(e) => {
                         debug!("vsock: a malformed guest packet: {e}");
                         self.be.stats.malformed.fetch_add(1, Ordering::Relaxed);
@@ -574,6 +587,62 @@ pub(super) fn add_fd(epoll: &Epoll, fd: RawFd, interest: u32, token: u64) -> std
         fd,
         EpollEvent::new(EventSet::from_bits_truncate(interest), token),
     )
+}
+
+/// A guest packet from a transmit chain: its header, its payload into
+/// `buf`. Header and payload may be split over any number of
+/// device-readable buffers (virtio 1.2 leaves the split to the driver:
+/// Linux 6.1 sends the header and the payload apart, 6.2 and later may
+/// send both in one buffer, and a zero-copy send one buffer per page).
+/// Refused: a device-writable buffer, fewer bytes than a header, a
+/// length over [`MAX_PKT_DATA`], or fewer bytes than the length says.
+pub(super) fn read_tx(mem: &Memory, c: &chain::Chain, buf: &mut Vec<u8>) -> Result<Hdr, String> {
+    if !c.writable.is_empty() {
+        return Err("a device-writable buffer in a transmit chain".into());
+    }
+    let total = c.readable_len();
+    if total < PKT_HEADER_SIZE as u64 {
+        return Err(format!("{total} bytes, less than a header"));
+    }
+    let mut head = [0u8; PKT_HEADER_SIZE];
+    buf.clear();
+    let mut at = 0usize;
+    let mut want = PKT_HEADER_SIZE;
+    let mut hdr = None;
+    for b in &c.readable {
+        let mut off = 0u64;
+        while off < u64::from(b.len) && at < want {
+            let n = ((u64::from(b.len) - off) as usize).min(want - at);
+            let addr = vm_memory::GuestAddress(b.addr.0 + off);
+            if at < PKT_HEADER_SIZE {
+                mem.read_slice(&mut head[at..at + n], addr)
+            } else {
+                let from = buf.len();
+                buf.resize(from + n, 0);
+                mem.read_slice(&mut buf[from..], addr)
+            }
+            .map_err(|e| e.to_string())?;
+            at += n;
+            off += n as u64;
+            if at == PKT_HEADER_SIZE && hdr.is_none() {
+                let h = Hdr::parse(&head);
+                if h.len > MAX_PKT_DATA {
+                    return Err(format!("length {} over {MAX_PKT_DATA}", h.len));
+                }
+                want += h.len as usize;
+                hdr = Some(h);
+            }
+        }
+    }
+    match hdr {
+        Some(h) if at == want => Ok(h),
+        Some(h) => Err(format!(
+            "length {} with {} payload bytes",
+            h.len,
+            at - PKT_HEADER_SIZE
+        )),
+        None => Err("no header".into()),
+    }
 }
 
 /// The next chain of `queue`, checked strictly by [`chain::walk`] (a
