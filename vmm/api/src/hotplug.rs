@@ -235,20 +235,26 @@ impl Controller {
         devices: Option<Arc<Devices>>,
     ) -> Result<(String, Option<PciFunction>), ApiError> {
         let kind = dev.kind();
-        let (dev_id, index) = match dev {
+        // The new device alone is checked (with the VM's segments and
+        // vCPUs): the others were checked at vm.create, and some of their
+        // create-time rules (a vsock socket that must not exist yet) no
+        // longer hold once the VM has booted.
+        let mut alone = cfg.clone();
+        (alone.vsock, alone.fs, alone.rng, alone.disks, alone.net) = (None, None, None, None, None);
+        let dev_id = match dev {
             NewDevice::Disk(mut d) => {
                 let id = d.id.clone().unwrap_or_else(|| fresh_id(cfg, "_disk"));
                 d.id = Some(id.clone());
-                let list = cfg.disks.get_or_insert_with(Vec::new);
-                list.push(*d);
-                (id, list.len() - 1)
+                alone.disks = Some(vec![(*d).clone()]);
+                cfg.disks.get_or_insert_with(Vec::new).push(*d);
+                id
             }
             NewDevice::Net(mut n) => {
                 let id = n.id.clone().unwrap_or_else(|| fresh_id(cfg, "_net"));
                 n.id = Some(id.clone());
-                let list = cfg.net.get_or_insert_with(Vec::new);
-                list.push(*n);
-                (id, list.len() - 1)
+                alone.net = Some(vec![(*n).clone()]);
+                cfg.net.get_or_insert_with(Vec::new).push(*n);
+                id
             }
         };
         if ids(cfg).iter().filter(|i| **i == dev_id).count() > 1 {
@@ -258,44 +264,33 @@ impl Controller {
             ));
         }
         let vcpus = cfg.max_vcpus() as usize;
-        let checked = cfg.clone();
+        let name = match kind {
+            "disk" => format!("virtio-blk:{dev_id}"),
+            _ => format!("virtio-net:{dev_id}"),
+        };
         let plug = tokio::task::spawn_blocking(move || -> Result<Option<PciFunction>, ApiError> {
-            let spec = checked.device_spec()?;
+            let spec = alone.device_spec()?;
             let Some(devices) = devices else {
                 return Ok(None);
             };
-            let hot = |e: String| ApiError::status(500, e);
-            let f = match kind {
-                "disk" => {
-                    let d = &spec.disks[index];
+            let hot = |e: vmm_machine::devices::DeviceError| ApiError::status(500, e.to_string());
+            let f = match (spec.disks.first(), spec.nets.first()) {
+                (Some(d), _) => {
                     let disk = vmm_devices::virtio::block::Disk::open(&d.path, d.readonly)
                         .map_err(|e| ApiError::bad("path", e.to_string()))?;
-                    devices
-                        .hot_add_disk(
-                            &format!("virtio-blk:{}", checked_id(&checked, kind, index)),
-                            d,
-                            disk,
-                            vcpus,
-                        )
-                        .map_err(|e| hot(e.to_string()))?
+                    devices.hot_add_disk(&name, d, disk, vcpus).map_err(hot)?
                 }
-                _ => {
-                    let n = &spec.nets[index];
+                (None, Some(n)) => {
                     let taps = n.open().map_err(|e| ApiError::bad("tap", e.to_string()))?;
-                    devices
-                        .hot_add_net(
-                            &format!("virtio-net:{}", checked_id(&checked, kind, index)),
-                            n,
-                            taps,
-                        )
-                        .map_err(|e| hot(e.to_string()))?
+                    devices.hot_add_net(&name, n, taps).map_err(hot)?
                 }
+                (None, None) => return Err(ApiError::status(500, "no device to add")),
             };
             Ok(Some(f))
         })
         .await
         .map_err(|e| ApiError::status(500, format!("{vm}: device task failed: {e}")))?
-        .map_err(|e| index_free(e, kind, index))?;
+        .map_err(|e| index_free(e, kind))?;
         Ok((dev_id, plug))
     }
 
@@ -364,28 +359,19 @@ impl Controller {
     }
 }
 
-/// The id given to entry `index` of kind `kind` in `cfg`.
-fn checked_id(cfg: &VmConfig, kind: &str, index: usize) -> String {
-    let id = match kind {
-        "disk" => cfg.disks.as_ref().and_then(|d| d[index].id.clone()),
-        _ => cfg.net.as_ref().and_then(|n| n[index].id.clone()),
-    };
-    id.unwrap_or_default()
-}
-
 /// A field error of the new entry, named as the request's own field
 /// (`path`, not `disks[2].path`).
-fn index_free(mut e: ApiError, kind: &str, index: usize) -> ApiError {
+fn index_free(mut e: ApiError, kind: &str) -> ApiError {
     let prefix = match kind {
-        "disk" => format!("disks[{index}]."),
-        _ => format!("net[{index}]."),
+        "disk" => "disks[0].",
+        _ => "net[0].",
     };
     if let Some(f) = e.field.as_mut() {
         if let Some(rest) = f.strip_prefix(&prefix) {
             *f = rest.to_string();
         }
     }
-    e.error = e.error.replace(&prefix, "");
+    e.error = e.error.replace(prefix, "");
     e
 }
 /// `net` with the descriptors that came with its request: each must be
@@ -493,11 +479,10 @@ mod tests {
     #[test]
     fn a_new_entrys_field_errors_name_the_requests_field() {
         let e = index_free(
-            ApiError::bad("disks[3].path", "disks[3].path: /x: no such file"),
+            ApiError::bad("disks[0].path", "disks[0].path: /x: no such file"),
             "disk",
-            3,
         );
         assert_eq!(e.field.as_deref(), Some("path"));
-        assert!(!e.error.contains("disks[3]"), "{}", e.error);
+        assert!(!e.error.contains("disks[0]"), "{}", e.error);
     }
 }
