@@ -150,6 +150,27 @@ pub async fn wait_for_log(sock: &Path, file: &Path, needle: &str, limit: Duratio
     }
 }
 
+/// Waits (up to `limit`) until `vm.info`'s `x_vmm.pci_devices` no longer
+/// lists the function at `bdf`: the guest ejected it (PCI hotplug).
+pub async fn wait_ejected(sock: &Path, bdf: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let (_, v) = call(sock, "GET", "/api/v1/vm.info", None).await;
+        let devs = v["x_vmm"]["pci_devices"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if !devs.iter().any(|d| d["bdf"] == bdf) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{bdf} not ejected in {limit:?}: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// A small multi-threaded tokio runtime for a test's client side.
 pub fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

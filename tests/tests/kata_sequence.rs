@@ -36,7 +36,9 @@ use std::time::{Duration, Instant};
 use integration_tests::disk::mkfs_ext4;
 use integration_tests::guest::guest_images;
 use integration_tests::netns::{Netns, GUEST_IP, HOST_IP};
-use integration_tests::serve::{call, open_fds, put_with_fds, rt, wait_for_log, Server};
+use integration_tests::serve::{
+    call, open_fds, put_with_fds, rt, wait_ejected, wait_for_log, Server,
+};
 use integration_tests::{skip_or_fail, vmm_bin, workspace_root};
 use serde_json::Value;
 
@@ -245,6 +247,30 @@ fn kata_without_what_is_missing(cfg: &mut Value) {
     cfg["memory"]["size"] = (256u64 << 20).into();
 }
 
+/// A block volume (a new image in `dir`) hot-added as Kata's
+/// `hotplugAddBlockDevice` does: the guest sizes it at the PCI path the
+/// answer gives; then removed by the answered id (`HotplugRemoveDevice`):
+/// the guest ejects it.
+async fn hot_volume(sock: &Path, serial: &Path, dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut disk = fixture("vm-add-disk.json");
+    disk["path"] = Value::from(mkfs_ext4(dir).to_str().unwrap());
+    let (s, v) = call(sock, "PUT", "/api/v1/vm.add-disk", Some(&disk.to_string())).await;
+    assert_eq!(s, 200, "{v}");
+    let (disk_id, bdf) = (v["id"].as_str().unwrap(), v["bdf"].as_str().unwrap());
+    // Kata's clhPciInfoToPath: "0000:00:DD.0", DD its PCI path
+    let slot = bdf
+        .strip_prefix("0000:00:")
+        .and_then(|r| r.strip_suffix(".0"));
+    assert!(slot.is_some_and(|d| d.len() == 2), "{v}");
+    let sized = "[vdb] 65536 512-byte logical blocks";
+    wait_for_log(sock, serial, sized, Duration::from_secs(5 * 60)).await;
+    let rm = serde_json::json!({ "id": disk_id }).to_string();
+    let (s, v) = call(sock, "PUT", "/api/v1/vm.remove-device", Some(&rm)).await;
+    assert_eq!(s, 204, "{v}");
+    wait_ejected(sock, bdf, Duration::from_secs(120)).await;
+}
+
 /// Kata's default `default_maxvcpus = 0`: `max_vcpus` is the host's CPU
 /// count, and its `topology` as many cores (what clh.go sends); the
 /// fixture keeps 1. Returns it.
@@ -420,38 +446,12 @@ fn kata_sandbox(executor: &str) {
         .await;
         assert_eq!((s, v["field"].as_str()), (400, Some("desired_ram")), "{v}");
         assert!(v["error"].as_str().unwrap().contains("memory.size"), "{v}");
-        // A block volume hot-added as hotplugAddBlockDevice does, then
-        // removed by the id the answer gave (HotplugRemoveDevice).
-        let vol_dir = work.path().join(format!("volume-{executor}"));
-        std::fs::create_dir_all(&vol_dir).unwrap();
-        let mut disk = fixture("vm-add-disk.json");
-        disk["path"] = Value::from(mkfs_ext4(&vol_dir).to_str().unwrap());
-        let (s, v) = call(&sock, "PUT", "/api/v1/vm.add-disk", Some(&disk.to_string())).await;
-        assert_eq!(s, 200, "{v}\n{}", srv.log());
-        let (disk_id, bdf) = (v["id"].as_str().unwrap(), v["bdf"].as_str().unwrap());
-        // Kata's clhPciInfoToPath: "0000:00:DD.0", DD its PCI path
-        let slot = bdf
-            .strip_prefix("0000:00:")
-            .and_then(|r| r.strip_suffix(".0"));
-        assert!(slot.is_some_and(|d| d.len() == 2), "{v}");
-        let sized = "[vdb] 65536 512-byte logical blocks";
-        wait_for_log(&sock, &serial, sized, Duration::from_secs(5 * 60)).await;
-        let rm = serde_json::json!({ "id": disk_id }).to_string();
-        let (s, v) = call(&sock, "PUT", "/api/v1/vm.remove-device", Some(&rm)).await;
-        assert_eq!(s, 204, "{v}");
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
-            let devs = v["x_vmm"]["pci_devices"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            if !devs.iter().any(|d| d["bdf"] == bdf) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{bdf} not ejected: {v}");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        hot_volume(
+            &sock,
+            &serial,
+            &work.path().join(format!("volume-{executor}")),
+        )
+        .await;
         let (s, v) = call(&sock, "PUT", "/api/v1/vm.add-device", Some("{}")).await;
         assert_eq!(s, 501, "vm.add-device: {v}");
         if executor == "workers" {

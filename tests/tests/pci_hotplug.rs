@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use integration_tests::disk::mkfs_ext4;
 use integration_tests::guest::guest_images;
 use integration_tests::netns::{Netns, GUEST_IP, HOST_IP, TAP};
-use integration_tests::serve::{call, rt, wait_for_log, Server};
+use integration_tests::serve::{call, rt, wait_ejected, wait_for_log, Server};
 use integration_tests::vmm_bin;
 use serde_json::{json, Value};
 
@@ -54,23 +54,6 @@ async fn pci_devices(sock: &Path) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-/// Waits until the guest has ejected the function at `bdf`.
-async fn wait_ejected(sock: &Path, bdf: &str, log: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let devs = pci_devices(sock).await;
-        if !devs.iter().any(|d| d["bdf"] == bdf) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{bdf} not ejected in 120 s: {devs:?}\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// Waits until `needle` appears `n` times in the file at `log`.
 async fn wait_count(log: &Path, needle: &str, n: usize) -> String {
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -85,6 +68,66 @@ async fn wait_count(log: &Path, needle: &str, n: usize) -> String {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A disk hot-added with the body Kata's hotplugAddBlockDevice sends,
+/// bad requests, then the disk removed (ejected, its image closed) and
+/// the same image added again read-write.
+async fn disk_round_trip(sock: &Path, ttys: &Path, img: &Path, work: &Path) {
+    // A disk, with the body Kata's hotplugAddBlockDevice sends.
+    let disk = json!({"path": img, "readonly": false, "image_type": "Raw",
+        "vhost_user": false, "direct": false, "num_queues": 2, "queue_size": 1024,
+        "iommu": false})
+    .to_string();
+    let (s, v) = call(sock, "PUT", "/api/v1/vm.add-disk", Some(&disk)).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v, json!({"id": "_disk0", "bdf": "0000:00:02.0"}));
+    let log = wait_count(ttys, "[vda] 65536 512-byte logical blocks", 1).await;
+    for want in [
+        "pci 0000:00:02.0: [1af4:1042] type 00 class 0x018000",
+        "pci 0000:00:02.0: BAR 0 [mem 0xc0010000-0xc001ffff]: assigned",
+    ] {
+        assert!(log.contains(want), "no {want:?} in the log:\n{log}");
+    }
+    let (_, v) = call(sock, "GET", "/api/v1/vm.info", None).await;
+    assert_eq!(v["config"]["disks"][0]["id"], "_disk0", "{v}");
+    assert_eq!(v["config"]["net"][0]["id"], "_net0", "{v}");
+
+    // Bad removals and adds name what is wrong.
+    let (s, v) = call(
+        sock,
+        "PUT",
+        "/api/v1/vm.remove-device",
+        Some(r#"{"id":"nope"}"#),
+    )
+    .await;
+    assert_eq!(s, 404, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("_disk0"), "{v}");
+    let missing = json!({"path": work.join("absent.img")}).to_string();
+    let (s, v) = call(sock, "PUT", "/api/v1/vm.add-disk", Some(&missing)).await;
+    assert_eq!((s, v["field"].as_str()), (400, Some("path")), "{v}");
+
+    // The disk goes back: the guest ejects it, which closes the image.
+    let (s, v) = call(
+        sock,
+        "PUT",
+        "/api/v1/vm.remove-device",
+        Some(r#"{"id":"_disk0"}"#),
+    )
+    .await;
+    assert_eq!(s, 204, "{v}");
+    wait_ejected(sock, "0000:00:02.0", Duration::from_secs(120)).await;
+    let (_, v) = call(sock, "GET", "/api/v1/vm.info", None).await;
+    assert!(
+        v["config"]["disks"].as_array().is_none_or(|d| d.is_empty()),
+        "{v}"
+    );
+    // Closed: the same image, read-write, goes in again, and the
+    // guest sizes it again.
+    let (s, v) = call(sock, "PUT", "/api/v1/vm.add-disk", Some(&disk)).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["bdf"], "0000:00:02.0", "{v}");
+    wait_count(ttys, "512-byte logical blocks", 2).await;
 }
 
 #[test]
@@ -142,60 +185,7 @@ fn a_running_guest_gets_a_net_and_a_disk_and_gives_them_back() {
         let (rtts, summary) = ns.ping(20, "0.05");
         assert_eq!(rtts.len(), 20, "{summary}");
 
-        // A disk, with the body Kata's hotplugAddBlockDevice sends.
-        let disk = json!({"path": img, "readonly": false, "image_type": "Raw",
-            "vhost_user": false, "direct": false, "num_queues": 2, "queue_size": 1024,
-            "iommu": false})
-        .to_string();
-        let (s, v) = call(&sock, "PUT", "/api/v1/vm.add-disk", Some(&disk)).await;
-        assert_eq!(s, 200, "{v}\n{}", srv.log());
-        assert_eq!(v, json!({"id": "_disk0", "bdf": "0000:00:02.0"}));
-        let log = wait_count(&ttys, "[vda] 65536 512-byte logical blocks", 1).await;
-        for want in [
-            "pci 0000:00:02.0: [1af4:1042] type 00 class 0x018000",
-            "pci 0000:00:02.0: BAR 0 [mem 0xc0010000-0xc001ffff]: assigned",
-        ] {
-            assert!(log.contains(want), "no {want:?} in the log:\n{log}");
-        }
-        let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
-        assert_eq!(v["config"]["disks"][0]["id"], "_disk0", "{v}");
-        assert_eq!(v["config"]["net"][0]["id"], "_net0", "{v}");
-
-        // Bad removals and adds name what is wrong.
-        let (s, v) = call(
-            &sock,
-            "PUT",
-            "/api/v1/vm.remove-device",
-            Some(r#"{"id":"nope"}"#),
-        )
-        .await;
-        assert_eq!(s, 404, "{v}");
-        assert!(v["error"].as_str().unwrap().contains("_disk0"), "{v}");
-        let missing = json!({"path": work.path().join("absent.img")}).to_string();
-        let (s, v) = call(&sock, "PUT", "/api/v1/vm.add-disk", Some(&missing)).await;
-        assert_eq!((s, v["field"].as_str()), (400, Some("path")), "{v}");
-
-        // The disk goes back: the guest ejects it, which closes the image.
-        let (s, v) = call(
-            &sock,
-            "PUT",
-            "/api/v1/vm.remove-device",
-            Some(r#"{"id":"_disk0"}"#),
-        )
-        .await;
-        assert_eq!(s, 204, "{v}");
-        wait_ejected(&sock, "0000:00:02.0", &ttys).await;
-        let (_, v) = call(&sock, "GET", "/api/v1/vm.info", None).await;
-        assert!(
-            v["config"]["disks"].as_array().is_none_or(|d| d.is_empty()),
-            "{v}"
-        );
-        // Closed: the same image, read-write, goes in again, and the
-        // guest sizes it again.
-        let (s, v) = call(&sock, "PUT", "/api/v1/vm.add-disk", Some(&disk)).await;
-        assert_eq!(s, 200, "{v}\n{}", srv.log());
-        assert_eq!(v["bdf"], "0000:00:02.0", "{v}");
-        wait_count(&ttys, "512-byte logical blocks", 2).await;
+        disk_round_trip(&sock, &ttys, &img, work.path()).await;
 
         // The net goes back: ejected, and the guest no longer answers.
         let (s, v) = call(
@@ -206,7 +196,7 @@ fn a_running_guest_gets_a_net_and_a_disk_and_gives_them_back() {
         )
         .await;
         assert_eq!(s, 204, "{v}");
-        wait_ejected(&sock, "0000:00:01.0", &ttys).await;
+        wait_ejected(&sock, "0000:00:01.0", Duration::from_secs(120)).await;
         let (rtts, _) = ns.ping(3, "0.2");
         assert!(rtts.is_empty(), "an ejected card answered: {rtts:?}");
         let (s, _) = call(&sock, "PUT", "/api/v1/vmm.shutdown", None).await;
