@@ -409,6 +409,7 @@ fn build_linux(job: &BootJob) -> Result<BuiltLinux, String> {
         console_input: input,
         serial,
         boot_vcpus: Some(cfg.cpus.boot_vcpus as usize),
+        pci_hotplug: true,
     };
     let vm = vmm_machine::vm::LinuxVm::build(&kvm, spec).map_err(|e| e.to_string())?;
     Ok((vm, (made, vmade), guard))

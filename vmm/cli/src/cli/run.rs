@@ -199,6 +199,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         console_input: console.input,
         serial: None,
         boot_vcpus: None,
+        // no API to add a device through
+        pci_hotplug: false,
     };
     phase("building the VM (guest memory, kernel, ACPI)");
     let vm = vmm_machine::vm::LinuxVm::build(&kvm, spec)?;

@@ -254,7 +254,7 @@ mod tests {
         let g = GuestTopology::from_spec("package:1 core:3 pu:1").unwrap();
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("dsdt.aml");
-        std::fs::write(&f, super::super::dsdt(&[], Some(&g)).as_slice()).unwrap();
+        std::fs::write(&f, super::super::dsdt(&[], Some(&g), false).as_slice()).unwrap();
         let out = std::process::Command::new("iasl")
             .arg("-d")
             .arg(&f)

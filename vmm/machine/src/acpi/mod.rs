@@ -118,17 +118,20 @@ impl Aml for RawAml {
 }
 
 /// The Generic Event Device (`ACPI0013`): one edge-triggered, active-high
-/// interrupt on [`GED_GSI`], whose `_EVT` runs the PCI hotplug scan and,
-/// with CPU hotplug, the CPU scan. Each scan reads its controller's
+/// interrupt on [`GED_GSI`], whose `_EVT` runs the PCI hotplug scan and
+/// the CPU scan, of those the guest has. Each scan reads its controller's
 /// pending events and does nothing when there are none, so one interrupt
 /// serves both.
-fn ged(cpus: bool) -> Vec<u8> {
+fn ged(pci_hotplug: bool, cpus: bool) -> Vec<u8> {
     let hid = "ACPI0013";
     let irq = aml::Interrupt::new(true, true, false, false, GED_GSI);
     let crs = aml::ResourceTemplate::new(vec![&irq]);
     let pci = aml::MethodCall::new("\\_SB_.PHPC.PSCN".into(), vec![]);
     let cpu = aml::MethodCall::new("\\_SB_.CPUS.CSCN".into(), vec![]);
-    let mut scans: Vec<&dyn Aml> = vec![&pci];
+    let mut scans: Vec<&dyn Aml> = Vec::new();
+    if pci_hotplug {
+        scans.push(&pci);
+    }
     if cpus {
         scans.push(&cpu);
     }
@@ -234,19 +237,23 @@ pub fn slit(guest: &GuestTopology) -> Vec<u8> {
 
 /// The DSDT: `Name(\_S5, Package() { 5, 0 })`, the PCI host bridges
 /// of `segments` and, given a `hotplug` guest, its CPU hotplug devices.
-pub fn dsdt(segments: &[SegmentLayout], hotplug: Option<&GuestTopology>) -> Sdt {
+pub fn dsdt(segments: &[SegmentLayout], hotplug: Option<&GuestTopology>, pci_hotplug: bool) -> Sdt {
     let mut t = Sdt::new(*b"DSDT", 36, 6, OEM_ID, OEM_TABLE, OEM_REV);
     let s5 = aml::Name::new(
         "_S5_".into(),
         &aml::Package::new(vec![&S5_SLEEP_TYPE, &0u8]),
     );
     t.append_slice(&aml_bytes(&s5));
-    t.append_slice(&pci::dsdt_devices(segments));
-    t.append_slice(&pci_hotplug::controller(segments));
+    t.append_slice(&pci::dsdt_devices(segments, pci_hotplug));
+    if pci_hotplug {
+        t.append_slice(&pci_hotplug::controller(segments));
+    }
     if let Some(g) = hotplug {
         t.append_slice(&cpu_hotplug::dsdt_devices(g));
     }
-    t.append_slice(&ged(hotplug.is_some()));
+    if pci_hotplug || hotplug.is_some() {
+        t.append_slice(&ged(pci_hotplug, hotplug.is_some()));
+    }
     t
 }
 
@@ -279,12 +286,13 @@ pub fn fadt(dsdt_addr: u64) -> Vec<u8> {
 
 /// Builds every table for `guest`, `plan` and the PCI `segments`, laid
 /// out from [`ACPI_START`]. `present`: with CPU hotplug, how many of the
-/// guest's vCPUs are there at boot (`None`: all, and no hotplug).
+/// guest's vCPUs are there at boot (`None`: all, and no hotplug);
+/// `pci_hotplug`: the PCI hotplug slots and controller.
 pub fn build(
     guest: &GuestTopology,
     plan: &MemoryPlan,
     segments: &[SegmentLayout],
-    present: Option<usize>,
+    (present, pci_hotplug): (Option<usize>, bool),
 ) -> Result<AcpiImage, AcpiError> {
     let n = guest.num_vcpus();
     let hotplug = present.map(|_| guest);
@@ -297,7 +305,7 @@ pub fn build(
     // 0xe0000..0x100000 would find it too. Its contents come last, once the
     // XSDT's address is known.
     blob.bytes.resize(Rsdp::len(), 0);
-    let dsdt_addr = blob.place(*b"DSDT", dsdt(segments, hotplug).as_slice());
+    let dsdt_addr = blob.place(*b"DSDT", dsdt(segments, hotplug, pci_hotplug).as_slice());
     let fadt_addr = blob.place(*b"FACP", &fadt(dsdt_addr));
     let madt_addr = blob.place(*b"APIC", madt(guest, present.unwrap_or(n)).as_slice());
     let srat_addr = blob.place(*b"SRAT", srat(guest, plan).as_slice());
@@ -368,7 +376,7 @@ mod tests {
     fn tables_are_consistent() {
         let g = GuestTopology::from_spec("package:2 [numa] l3:1 l2:2 core:1 pu:2").unwrap();
         let plan = MemoryPlan::new(GIB, 2).unwrap();
-        let img = build(&g, &plan, &[], None).unwrap();
+        let img = build(&g, &plan, &[], (None, false)).unwrap();
         // RSDP: both checksums, rev 2, XSDT pointer.
         let rsdp = &img.bytes[..36];
         assert_eq!(&rsdp[..8], b"RSD PTR ");
@@ -431,7 +439,7 @@ mod tests {
             ..DeviceSpec::default()
         };
         let segs = spec.layouts(2);
-        let img = build(&g, &plan, &segs, None).unwrap();
+        let img = build(&g, &plan, &segs, (None, true)).unwrap();
         // MCFG: header (36) + 8 reserved, then 16 bytes per segment.
         let mcfg = table(&img, b"MCFG");
         assert_eq!(mcfg.len(), 44 + 2 * 16);
@@ -452,6 +460,13 @@ mod tests {
         assert_eq!(count(b"_SEG"), 2);
         assert_eq!(count(b"_PXM"), 2);
         assert_eq!(count(b"MBRD"), 1);
+        assert_eq!(count(b"_EJ0"), 2 * 31, "a hotplug slot per slot but 0");
+        // Without PCI hotplug: the bridges alone, no slots, no GED.
+        let img = build(&g, &plan, &segs, (None, false)).unwrap();
+        let dsdt = table(&img, b"DSDT");
+        let count = |needle: &[u8]| dsdt.windows(needle.len()).filter(|w| *w == needle).count();
+        assert_eq!(count(b"PC01"), 1);
+        assert_eq!(count(b"_EJ0") + count(b"ACPI0013") + count(b"PSCN"), 0);
     }
 
     #[test]
@@ -476,7 +491,7 @@ mod tests {
     fn hotplug_marks_absent_vcpus_online_capable_and_adds_the_aml() {
         let g = GuestTopology::from_spec("package:1 l3:1 l2:4 core:1 pu:1").unwrap();
         let plan = MemoryPlan::new(GIB, 1).unwrap();
-        let img = build(&g, &plan, &[], Some(1)).unwrap();
+        let img = build(&g, &plan, &[], (Some(1), false)).unwrap();
         let m = table(&img, b"APIC");
         assert_eq!(m[8], 5, "MADT revision 5: online capable is honoured");
         let flags: Vec<u32> = entries(m, 44)
@@ -488,9 +503,10 @@ mod tests {
         let dsdt = table(&img, b"DSDT");
         let has = |n: &[u8]| dsdt.windows(n.len()).any(|w| w == n);
         assert!(has(b"ACPI0013") && has(b"C003"));
+        assert!(!has(b"PSCN"), "no PCI hotplug asked for");
         // Without CPU hotplug: no processor devices and no CPU scan (the
         // GED stays, for PCI hotplug).
-        let img = build(&g, &plan, &[], None).unwrap();
+        let img = build(&g, &plan, &[], (None, true)).unwrap();
         let dsdt = table(&img, b"DSDT");
         let has = |n: &[u8]| dsdt.windows(n.len()).any(|w| w == n);
         assert!(has(b"ACPI0013") && has(b"PSCN"));
@@ -536,7 +552,7 @@ mod tests {
             .collect();
         assert_eq!(x2.len(), 129);
         assert_eq!(x2[0], (256, 1));
-        let img = build(&g, &plan, &[], None).unwrap();
+        let img = build(&g, &plan, &[], (None, false)).unwrap();
         assert!(img.bytes.len() < (ACPI_END - ACPI_START) as usize);
     }
 

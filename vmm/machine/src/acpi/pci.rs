@@ -5,8 +5,8 @@
 //! Each host bridge `\_SB.PCnn` is a `PNP0A08` (PCI Express root, with
 //! `PNP0A03` as its compatible ID) with `_SEG` = its segment, `_BBN` = 0,
 //! `_PXM` = its guest NUMA node and a `_CRS` of bus 0 and its BAR window;
-//! segment 0's also claims ports 0xCF8-0xCFF. Inside each are its PCI
-//! hotplug slots ([`super::pci_hotplug`]). Linux then prints, per
+//! segment 0's also claims ports 0xCF8-0xCFF. With PCI hotplug, inside
+//! each are its slots ([`super::pci_hotplug`]). Linux then prints, per
 //! segment, `PCI host bridge to bus nnnn:00` and the node of each device
 //! (`pci_bus nnnn:00: on NUMA node N`). Linux accepts an MCFG window only
 //! if the firmware reserves it, through E820 or a `PNP0C02` device's
@@ -29,7 +29,7 @@ pub fn mcfg(segments: &[SegmentLayout]) -> Vec<u8> {
     aml_bytes(&t)
 }
 
-fn host_bridge(s: &SegmentLayout) -> Vec<u8> {
+fn host_bridge(s: &SegmentLayout, hotplug: bool) -> Vec<u8> {
     let (start, size) = s.mmio;
     let bus = AddressSpace::<u16>::new_bus_number(0, 0);
     let mem = AddressSpace::<u32>::new_memory(
@@ -61,17 +61,20 @@ fn host_bridge(s: &SegmentLayout) -> Vec<u8> {
     if s.node.is_some() {
         children.push(Box::new(aml::Name::new("_PXM".into(), &pxm)));
     }
-    children.push(Box::new(RawAml(pci_hotplug::bridge_children(s))));
+    if hotplug {
+        children.push(Box::new(RawAml(pci_hotplug::bridge_children(s))));
+    }
     let refs: Vec<&dyn Aml> = children.iter().map(|c| c.as_ref()).collect();
     let name = format!("_SB_.PC{:02X}", s.id);
     aml_bytes(&aml::Device::new(name.as_str().into(), refs))
 }
 
-/// The DSDT's PCI part: the host bridges and the ECAM reservation.
-pub fn dsdt_devices(segments: &[SegmentLayout]) -> Vec<u8> {
+/// The DSDT's PCI part: the host bridges (with their hotplug slots if
+/// `hotplug`) and the ECAM reservation.
+pub fn dsdt_devices(segments: &[SegmentLayout], hotplug: bool) -> Vec<u8> {
     let mut out = Vec::new();
     for s in segments {
-        out.extend(host_bridge(s));
+        out.extend(host_bridge(s, hotplug));
     }
     if let (Some(first), Some(last)) = (segments.first(), segments.last()) {
         let len = (last.ecam + ECAM_SEGMENT_SIZE - first.ecam) as u32;

@@ -205,7 +205,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("dsdt.aml");
         let segs = [layout(0), layout(1)];
-        std::fs::write(&f, super::super::dsdt(&segs, None).as_slice()).unwrap();
+        std::fs::write(&f, super::super::dsdt(&segs, None, true).as_slice()).unwrap();
         let out = std::process::Command::new("iasl")
             .arg("-d")
             .arg(&f)

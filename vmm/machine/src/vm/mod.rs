@@ -88,6 +88,13 @@ pub struct LinuxVmSpec {
     /// [`crate::devices::cpu_hotplug`]). `None`, or all of them: no
     /// hotplug controller.
     pub boot_vcpus: Option<usize>,
+    /// ACPI PCI hotplug: a slot device per PCI slot and the controller
+    /// ([`crate::devices::pci_hotplug`]), for devices added while the
+    /// guest runs (`vmm serve`'s `vm.add-disk`, `vm.add-net`). Without an
+    /// API nothing can be added, and each slot costs the guest's boot
+    /// some ACPI work (about 60 ms per slot under kvm_pvm), so `vmm run`
+    /// leaves it off.
+    pub pci_hotplug: bool,
 }
 
 impl fmt::Debug for LinuxVmSpec {
@@ -245,9 +252,10 @@ fn create_devices(
     (backends, io_cpus): (crate::devices::Backends, Vec<Option<Vec<usize>>>),
     control: &Arc<VmControl>,
     wake: &MsiWakeSlot,
-    hotplug: Option<(usize, usize)>,
+    (hotplug, pci_hotplug): (Option<(usize, usize)>, bool),
 ) -> Result<Arc<Devices>, Error> {
     let (console, until, devices, shape) = spec;
+    let pci_segments = devices.pci_segments.max(1);
     let mut backends = backends;
     let serial_irq = EventFd::new(libc::EFD_NONBLOCK)
         .map_err(|e| Error::Other(format!("creating the serial eventfd: {e}")))?;
@@ -274,6 +282,10 @@ fn create_devices(
         io_cpus,
     }
     .build(devices, shape, backends)?;
+    let mut devices = Devices::new(legacy, pci);
+    if hotplug.is_none() && !pci_hotplug {
+        return Ok(Arc::new(devices));
+    }
     // The GED's interrupt, shared by the PCI and CPU hotplug controllers
     // (each holds a handle on the same eventfd).
     let ged = EventFd::new(libc::EFD_NONBLOCK)
@@ -284,10 +296,9 @@ fn create_devices(
         ged.try_clone()
             .map_err(|e| Error::Other(format!("duplicating the GED eventfd: {e}")))
     };
-    let mut devices = Devices::new(legacy, pci).with_pci_hotplug(Arc::new(PciHotplug::new(
-        devices.pci_segments.max(1),
-        ged_handle()?,
-    )));
+    if pci_hotplug {
+        devices = devices.with_pci_hotplug(Arc::new(PciHotplug::new(pci_segments, ged_handle()?)));
+    }
     if let Some((max, present)) = hotplug {
         info!(max, present, "ACPI CPU hotplug");
         devices = devices.with_cpu_hotplug(Arc::new(CpuHotplug::new(max, present, ged_handle()?)));
@@ -386,7 +397,7 @@ impl LinuxVm {
         }
         let segments = spec.devices.layouts(guest.num_nodes());
         let hotplug = spec.boot_vcpus.filter(|&b| b < n).map(|b| b.max(1));
-        let acpi = acpi::build(&guest, &plan, &segments, hotplug)?;
+        let acpi = acpi::build(&guest, &plan, &segments, (hotplug, spec.pci_hotplug))?;
 
         let vm = Arc::new(create_vm_with_irqchip(kvm)?);
         let x2apic_boot = max_apic > 254;
@@ -417,7 +428,7 @@ impl LinuxVm {
             (backends, io_cpus),
             &control,
             &msi_wake,
-            hotplug.map(|b| (n, b)),
+            (hotplug.map(|b| (n, b)), spec.pci_hotplug),
         )?;
 
         write_acpi(&ram, &acpi)?;
