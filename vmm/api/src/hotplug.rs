@@ -367,7 +367,7 @@ fn index_free(mut e: ApiError, kind: &str) -> ApiError {
         _ => "net[0].",
     };
     if let Some(f) = e.field.as_mut() {
-        if let Some(rest) = f.strip_prefix(&prefix) {
+        if let Some(rest) = f.strip_prefix(prefix) {
             *f = rest.to_string();
         }
     }
