@@ -196,7 +196,7 @@ fn processor(guest: &GuestTopology, i: usize) -> Vec<u8> {
 
 /// The DSDT's CPU hotplug part for every vCPU of `guest`: the processor
 /// container with its devices and methods (the GED that calls `CSCN` is
-/// [`super::ged`]).
+/// the DSDT's Generic Event Device).
 pub fn dsdt_devices(guest: &GuestTopology) -> Vec<u8> {
     let n = guest.num_vcpus();
     let hid = "ACPI0010";

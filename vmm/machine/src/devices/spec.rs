@@ -267,7 +267,7 @@ impl DeviceSpec {
     }
 
     /// The PCI address (segment, slot) virtio-net `i` gets at build time:
-    /// [`PciBuilder::build`] fills each segment's slots from 1 (slot 0 is
+    /// [`super::PciBuilder::build`] fills each segment's slots from 1 (slot 0 is
     /// the host bridge) in the order rng, disks, console, nets; keep the
     /// two in step. `None`: no such net.
     pub fn net_address(&self, i: usize) -> Option<(u16, usize)> {
