@@ -227,10 +227,10 @@ fn entries(t: &[u8], start: usize) -> Vec<&[u8]> {
 pub fn check_acpi(g: &GuestTopology) {
     let nodes = g.num_nodes().max(1);
     let plan = MemoryPlan::new(MemoryPlan::minimum(nodes), nodes).expect("minimum plan");
-    // with CPU hotplug (1 vCPU present at boot, the rest hot-pluggable):
-    // builds or refuses cleanly, never panics
-    let _ = acpi::build(g, &plan, &[], Some(1));
-    let image = match acpi::build(g, &plan, &[], None) {
+    // with CPU hotplug (1 vCPU present at boot, the rest hot-pluggable)
+    // and PCI hotplug: builds or refuses cleanly, never panics
+    let _ = acpi::build(g, &plan, &[], (Some(1), true));
+    let image = match acpi::build(g, &plan, &[], (None, false)) {
         Ok(i) => i,
         // too many vCPUs for the reserved area: a clean error, not a table
         Err(acpi::AcpiError::TooLarge { .. }) => return,
