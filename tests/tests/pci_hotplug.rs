@@ -18,6 +18,10 @@
 //!   (`x_vmm.pci_devices` no longer lists it), which closes the image: the
 //!   same image is hot-added again, read-write (an exclusive lock, which a
 //!   still-open image would refuse), and the guest sizes it again;
+//! * a vsock hot-added (its socket made; one per VM) and removed (the
+//!   socket goes with the device), and a virtio-fs hot-added on a
+//!   virtiofsd the test starts (the guest's driver hands it the rings) and
+//!   removed;
 //! * removing the net ejects it too, and the guest stops answering pings;
 //! * bad requests name their field (an unknown id, a missing image).
 
@@ -36,7 +40,8 @@ const MAC: &str = "52:54:00:ab:cd:42";
 fn config(kernel: &Path, cmdline: &str, console: &Path) -> String {
     json!({
         "cpus": {"boot_vcpus": 2, "max_vcpus": 2},
-        "memory": {"size": 256u64 << 20},
+        // shared: virtiofsd maps guest RAM (vm.add-fs)
+        "memory": {"size": 256u64 << 20, "shared": true},
         "payload": {"kernel": kernel, "cmdline": cmdline},
         "serial": {"mode": "File", "file": console},
         "console": {"mode": "Off"},
@@ -130,13 +135,72 @@ async fn disk_round_trip(sock: &Path, ttys: &Path, img: &Path, work: &Path) {
     wait_count(ttys, "512-byte logical blocks", 2).await;
 }
 
+/// A vsock and a virtio-fs hot-added and removed: the vsock's socket is
+/// made at the add and removed when the guest ejects the device; the fs's
+/// virtiofsd serves the guest's driver (`DRIVER_OK` hands it the rings).
+async fn vsock_and_fs(sock: &Path, ttys: &Path, work: &Path, srv: &Server) {
+    let vsock = work.join("vsock.sock");
+    let body = json!({"cid": 3, "socket": vsock}).to_string();
+    let (s, v) = call(sock, "PUT", "/api/v1/vm.add-vsock", Some(&body)).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v, json!({"id": "_vsock0", "bdf": "0000:00:03.0"}));
+    assert!(vsock.exists(), "the vsock socket is made at the add");
+    wait_count(ttys, "pci 0000:00:03.0: [1af4:1053]", 1).await;
+    // One vsock per VM.
+    let (s, v) = call(sock, "PUT", "/api/v1/vm.add-vsock", Some(&body)).await;
+    assert_eq!((s, v["field"].as_str()), (400, Some("cid")), "{v}");
+    let rm = r#"{"id":"_vsock0"}"#;
+    let (s, v) = call(sock, "PUT", "/api/v1/vm.remove-device", Some(rm)).await;
+    assert_eq!(s, 204, "{v}");
+    wait_ejected(sock, "0000:00:03.0", Duration::from_secs(120)).await;
+    assert!(!vsock.exists(), "the socket goes with the device");
+
+    let Some(bin) = integration_tests::virtiofsd::virtiofsd() else {
+        integration_tests::skip_or_fail(
+            "virtiofsd is not installed (apt-get install qemu-system-common, which \
+             scripts/setup.sh does): vm.add-fs not tried",
+        );
+        return;
+    };
+    let root = integration_tests::virtiofsd::shared_root(work);
+    let fs_sock = work.join("virtiofsd.sock");
+    let _backend =
+        integration_tests::virtiofsd::Backend::start(&bin, &root, &fs_sock, &work.join("fsd.log"));
+    let body =
+        json!({"tag": "hot", "socket": fs_sock, "num_queues": 1, "queue_size": 1024}).to_string();
+    let (s, v) = call(sock, "PUT", "/api/v1/vm.add-fs", Some(&body)).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v, json!({"id": "_fs0", "bdf": "0000:00:03.0"}));
+    wait_count(ttys, "pci 0000:00:03.0: [1af4:105a]", 1).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !srv
+        .log()
+        .contains("virtio device activated device=virtio-fs:_fs0")
+    {
+        assert!(std::time::Instant::now() < deadline, "{}", srv.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, v) = call(sock, "GET", "/api/v1/vm.info", None).await;
+    assert_eq!(
+        v["x_vmm"]["device_backends"],
+        json!([{"device": "virtio-fs:_fs0", "state": "Ok"}]),
+        "{v}"
+    );
+    let rm = r#"{"id":"_fs0"}"#;
+    let (s, v) = call(sock, "PUT", "/api/v1/vm.remove-device", Some(rm)).await;
+    assert_eq!(s, 204, "{v}");
+    wait_ejected(sock, "0000:00:03.0", Duration::from_secs(120)).await;
+    let (_, v) = call(sock, "GET", "/api/v1/vm.info", None).await;
+    assert_eq!(v["x_vmm"]["device_backends"], json!([]), "{v}");
+}
+
 #[test]
 fn a_running_guest_gets_a_net_and_a_disk_and_gives_them_back() {
     let g = guest_images();
     let work = tempfile::tempdir().unwrap();
     let img = mkfs_ext4(work.path());
     let ns = Netns::new("hotplug");
-    let mut srv = Server::spawn(ns.exec(vmm_bin().to_str().unwrap()), "host", &[]);
+    let mut srv = Server::spawn(ns.exec(vmm_bin().to_str().unwrap()), "host", &["-v"]);
     let sock = srv.sock.clone();
     let ttys = work.path().join("ttyS0.log");
     // root= names a device that never appears: the kernel keeps waiting,
@@ -186,6 +250,8 @@ fn a_running_guest_gets_a_net_and_a_disk_and_gives_them_back() {
         assert_eq!(rtts.len(), 20, "{summary}");
 
         disk_round_trip(&sock, &ttys, &img, work.path()).await;
+
+        vsock_and_fs(&sock, &ttys, work.path(), &srv).await;
 
         // The net goes back: ejected, and the guest no longer answers.
         let (s, v) = call(

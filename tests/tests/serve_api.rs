@@ -267,7 +267,7 @@ fn errors_are_4xx_json_naming_the_field_and_the_server_keeps_serving() {
             ("GET", "/api/v1/vm.create", None, 405, None, "takes PUT"),
             ("GET", "/api/v1/vm.nothing", None, 404, None, "no such endpoint"),
             // CH's endpoints not implemented: 501 with what is missing
-            ("PUT", "/api/v1/vm.add-fs", Some("{}"), 501, None, "give fs in vm.create"),
+            ("PUT", "/api/v1/vm.add-pmem", Some("{}"), 501, None, "virtio-pmem"),
             ("PUT", "/api/v1/vms/nope/vm.add-disk", Some(r#"{"path":"/x"}"#), 404, None, "not created"),
             ("PUT", "/api/v1/vms/nope/vm.remove-device", Some(r#"{"id":"_disk0"}"#), 404, None, "not created"),
             ("PUT", "/api/v1/vm.remove-device", Some(r#"{"id":"_disk0","x":1}"#), 400, Some("x"), "unknown field"),

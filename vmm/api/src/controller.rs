@@ -30,7 +30,7 @@ use vmm_machine::vcpu_body::{ExecOptions, ExecutorKind, Running, VcpuPool};
 
 use super::admission::{admit, placement_name};
 use super::api::{ApiError, VmConfig, VmResize};
-use super::devices::{DiskConfig, NetConfig};
+use super::devices::{DiskConfig, FsConfig, NetConfig, VsockConfig};
 use super::fds::Received;
 use super::files;
 use super::guests::{self, BootJob, Booted};
@@ -112,6 +112,20 @@ pub enum ApiRequest {
         id: String,
         /// The disk.
         disk: Box<DiskConfig>,
+    },
+    /// `PUT vm.add-fs`.
+    AddFs {
+        /// The VM.
+        id: String,
+        /// The fs.
+        fs: Box<FsConfig>,
+    },
+    /// `PUT vm.add-vsock`.
+    AddVsock {
+        /// The VM.
+        id: String,
+        /// The vsock.
+        vsock: Box<VsockConfig>,
     },
     /// `PUT vm.remove-device`.
     RemoveDevice {
@@ -257,6 +271,8 @@ impl Controller {
             ApiRequest::Resize { id, resize } => self.resize(&id, &resize),
             ApiRequest::AddNet { id, net, fds } => self.add_net(&id, *net, fds).await,
             ApiRequest::AddDisk { id, disk } => self.add_disk(&id, *disk).await,
+            ApiRequest::AddFs { id, fs } => self.add_fs(&id, *fs).await,
+            ApiRequest::AddVsock { id, vsock } => self.add_vsock(&id, *vsock).await,
             ApiRequest::RemoveDevice { id, device } => self.remove_device(&id, &device).await,
             ApiRequest::Shutdown { id } => self.shutdown_vm(&id, false).await,
             ApiRequest::Reboot { id } => {

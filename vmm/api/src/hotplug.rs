@@ -1,11 +1,11 @@
-//! Devices added to and removed from a VM: `vm.add-disk`, `vm.add-net`
-//! and `vm.remove-device`, on a VM not booted (its config changes; the
+//! Devices added to and removed from a VM: `vm.add-disk`, `vm.add-net`,
+//! `vm.add-fs`, `vm.add-vsock` and `vm.remove-device`, on a VM not booted (its config changes; the
 //! next boot builds it) and on a running one (ACPI PCI hotplug, see
 //! `vmm_machine::devices::pci_hotplug`).
 //!
 //! WHAT: each device of a booted VM has a Cloud Hypervisor id (the one
-//! its config gave, else `_diskN`/`_netN`, written into the config at
-//! boot as CH does) and a PCI address; [`VmRecord`]'s `pci_ids` maps one
+//! its config gave, else `_diskN`/`_netN`/`_fsN`/`_vsockN`, written into
+//! the config at boot as CH does) and a PCI address; [`VmRecord`]'s `pci_ids` maps one
 //! to the other. An add opens the device's host side (the image, locked;
 //! the tap) on the blocking pool, puts the device in a free slot and
 //! tells the guest, then answers CH's `PciDeviceInfo` (`{id, bdf}`); a
@@ -26,7 +26,7 @@ use vmm_machine::devices::{bdf, Devices, PciFunction};
 
 use super::api::{ApiError, VmConfig};
 use super::controller::{busy, not_created, Answer, Controller, Outcome};
-use super::devices::{DiskConfig, NetConfig};
+use super::devices::{DiskConfig, FsConfig, NetConfig, VsockConfig};
 use super::fds::{Received, MAX_FDS};
 use super::vms::{VmRecord, VmState};
 
@@ -34,6 +34,8 @@ use super::vms::{VmRecord, VmState};
 enum NewDevice {
     Disk(Box<DiskConfig>),
     Net(Box<NetConfig>),
+    Fs(Box<FsConfig>),
+    Vsock(Box<VsockConfig>),
 }
 
 impl NewDevice {
@@ -41,6 +43,8 @@ impl NewDevice {
         match self {
             NewDevice::Disk(_) => "disk",
             NewDevice::Net(_) => "net",
+            NewDevice::Fs(_) => "fs",
+            NewDevice::Vsock(_) => "vsock",
         }
     }
 }
@@ -63,8 +67,8 @@ fn fresh_id(cfg: &VmConfig, prefix: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Gives every disk and net without an id one (`_diskN`, `_netN`), as CH
-/// does when it builds the devices.
+/// Gives every disk, net, fs and vsock without an id one (`_diskN`,
+/// `_netN`, `_fsN`, `_vsockN`), as CH does when it builds the devices.
 pub(crate) fn ensure_ids(cfg: &mut VmConfig) {
     for i in 0..cfg.disks.as_ref().map_or(0, Vec::len) {
         if cfg.disks.as_ref().is_some_and(|d| d[i].id.is_none()) {
@@ -82,10 +86,25 @@ pub(crate) fn ensure_ids(cfg: &mut VmConfig) {
             }
         }
     }
+    for i in 0..cfg.fs.as_ref().map_or(0, Vec::len) {
+        if cfg.fs.as_ref().is_some_and(|f| f[i].id.is_none()) {
+            let id = fresh_id(cfg, "_fs");
+            if let Some(f) = cfg.fs.as_mut() {
+                f[i].id = Some(id);
+            }
+        }
+    }
+    if cfg.vsock.as_ref().is_some_and(|v| v.id.is_none()) {
+        let id = fresh_id(cfg, "_vsock");
+        if let Some(v) = cfg.vsock.as_mut() {
+            v.id = Some(id);
+        }
+    }
 }
 
-/// At boot: each disk's and net's id to the PCI function the boot built
-/// for it (`virtio-blkI` is `disks[I]`, `virtio-netI` is `net[I]`).
+/// At boot: each device's id to the PCI function the boot built for it
+/// (`virtio-blkI` is `disks[I]`, `virtio-netI` is `net[I]`, `virtio-fsI`
+/// is `fs[I]`, `virtio-vsock` the vsock).
 pub(crate) fn map_ids(cfg: &VmConfig, functions: &[PciFunction]) -> BTreeMap<String, (u16, usize)> {
     let at = |name: String| {
         functions
@@ -140,9 +159,21 @@ impl Controller {
         self.add(id, NewDevice::Disk(Box::new(disk))).await
     }
 
+    /// `vm.add-fs`: see [`add`](Self::add). Its virtiofsd must be
+    /// listening, and guest RAM shared (`memory.shared`, or an fs at
+    /// `vm.create`).
+    pub(crate) async fn add_fs(&self, id: &str, fs: FsConfig) -> Outcome {
+        self.add(id, NewDevice::Fs(Box::new(fs))).await
+    }
+
+    /// `vm.add-vsock`: see [`add`](Self::add). A VM has one vsock at most.
+    pub(crate) async fn add_vsock(&self, id: &str, vsock: VsockConfig) -> Outcome {
+        self.add(id, NewDevice::Vsock(Box::new(vsock))).await
+    }
+
     /// Adds a device. Not booted: it joins the config (a net answers
-    /// the address it gets at boot, as `vm.add-net` always has; a disk
-    /// 204, as CH). Booted: PCI hotplug, answering `{id, bdf}`.
+    /// the address it gets at boot, as `vm.add-net` always has; the
+    /// others 204, as CH). Booted: PCI hotplug, answering `{id, bdf}`.
     async fn add(&self, id: &str, dev: NewDevice) -> Outcome {
         let (mut cfg, devices) = {
             let mut t = self.table();
@@ -182,11 +213,7 @@ impl Controller {
             v.busy = false;
         }
         let (dev_id, at) = result?;
-        if !booted
-            && v.config.disks.as_ref().map_or(0, Vec::len)
-                + v.config.net.as_ref().map_or(0, Vec::len)
-                != cfg.disks.as_ref().map_or(0, Vec::len) + cfg.net.as_ref().map_or(0, Vec::len) - 1
-        {
+        if !booted && ids(&v.config).len() + 1 != ids(&cfg).len() {
             // Another add or removal changed the config meanwhile.
             return Err(busy(id));
         }
@@ -256,6 +283,26 @@ impl Controller {
                 cfg.net.get_or_insert_with(Vec::new).push(*n);
                 id
             }
+            NewDevice::Fs(mut f) => {
+                let id = f.id.clone().unwrap_or_else(|| fresh_id(cfg, "_fs"));
+                f.id = Some(id.clone());
+                alone.fs = Some(vec![(*f).clone()]);
+                cfg.fs.get_or_insert_with(Vec::new).push(*f);
+                id
+            }
+            NewDevice::Vsock(mut v) => {
+                if cfg.vsock.is_some() {
+                    return Err(ApiError::bad(
+                        "cid",
+                        "the VM has a vsock already (one per VM, as in CH); vm.remove-device it first",
+                    ));
+                }
+                let id = v.id.clone().unwrap_or_else(|| fresh_id(cfg, "_vsock"));
+                v.id = Some(id.clone());
+                alone.vsock = Some((*v).clone());
+                cfg.vsock = Some(*v);
+                id
+            }
         };
         if ids(cfg).iter().filter(|i| **i == dev_id).count() > 1 {
             return Err(ApiError::bad(
@@ -266,7 +313,8 @@ impl Controller {
         let vcpus = cfg.max_vcpus() as usize;
         let name = match kind {
             "disk" => format!("virtio-blk:{dev_id}"),
-            _ => format!("virtio-net:{dev_id}"),
+            "net" => format!("virtio-net:{dev_id}"),
+            other => format!("virtio-{other}:{dev_id}"),
         };
         let plug = tokio::task::spawn_blocking(move || -> Result<Option<PciFunction>, ApiError> {
             let spec = alone.device_spec()?;
@@ -274,17 +322,25 @@ impl Controller {
                 return Ok(None);
             };
             let hot = |e: vmm_machine::devices::DeviceError| ApiError::status(500, e.to_string());
-            let f = match (spec.disks.first(), spec.nets.first()) {
-                (Some(d), _) => {
-                    let disk = vmm_devices::virtio::block::Disk::open(&d.path, d.readonly)
-                        .map_err(|e| ApiError::bad("path", e.to_string()))?;
-                    devices.hot_add_disk(&name, d, disk, vcpus).map_err(hot)?
-                }
-                (None, Some(n)) => {
-                    let taps = n.open().map_err(|e| ApiError::bad("tap", e.to_string()))?;
-                    devices.hot_add_net(&name, n, taps).map_err(hot)?
-                }
-                (None, None) => return Err(ApiError::status(500, "no device to add")),
+            let f = if let Some(d) = spec.disks.first() {
+                let disk = vmm_devices::virtio::block::Disk::open(&d.path, d.readonly)
+                    .map_err(|e| ApiError::bad("path", e.to_string()))?;
+                devices.hot_add_disk(&name, d, disk, vcpus).map_err(hot)?
+            } else if let Some(n) = spec.nets.first() {
+                let taps = n.open().map_err(|e| ApiError::bad("tap", e.to_string()))?;
+                devices.hot_add_net(&name, n, taps).map_err(hot)?
+            } else if let Some(f) = spec.fs.first() {
+                devices.hot_add_fs(&name, f).map_err(|e| match e {
+                    vmm_machine::devices::DeviceError::Backend(m) => ApiError::bad("socket", m),
+                    vmm_machine::devices::DeviceError::Hotplug(m) => ApiError::status(409, m),
+                    other => hot(other),
+                })?
+            } else if let Some(v) = &spec.vsock {
+                devices
+                    .hot_add_vsock(&name, v)
+                    .map_err(|e| ApiError::bad("socket", e.to_string()))?
+            } else {
+                return Err(ApiError::status(500, "no device to add"));
             };
             Ok(Some(f))
         })
@@ -294,7 +350,7 @@ impl Controller {
         Ok((dev_id, plug))
     }
 
-    /// `vm.remove-device`: a disk or net, by id. Booted: the guest is
+    /// `vm.remove-device`: a disk, net, fs or vsock, by id. Booted: the guest is
     /// asked to give it back (it leaves when the guest ejects it, see
     /// `x_vmm.pci_devices`); not booted, or booted: it leaves the config.
     pub(crate) async fn remove_device(&self, id: &str, dev_id: &str) -> Outcome {
@@ -306,25 +362,20 @@ impl Controller {
         let (st, _) = v.observed_state();
         let booted = matches!(st, VmState::Running | VmState::Paused);
         ensure_ids(&mut v.config);
-        let in_disks = v
-            .config
-            .disks
-            .iter()
-            .flatten()
-            .position(|d| d.id.as_deref() == Some(dev_id));
-        let in_nets = v
-            .config
-            .net
-            .iter()
-            .flatten()
-            .position(|n| n.id.as_deref() == Some(dev_id));
-        if in_disks.is_none() && in_nets.is_none() {
+        let same = |d: &Option<String>| d.as_deref() == Some(dev_id);
+        let in_disks = v.config.disks.iter().flatten().position(|d| same(&d.id));
+        let in_nets = v.config.net.iter().flatten().position(|n| same(&n.id));
+        let in_fs = v.config.fs.iter().flatten().position(|f| same(&f.id));
+        let is_vsock = v.config.vsock.as_ref().is_some_and(|x| same(&x.id));
+        if in_disks.is_none() && in_nets.is_none() && in_fs.is_none() && !is_vsock {
             let known = ids(&v.config);
             let other = known.iter().any(|k| k == dev_id);
             return Err(if other {
                 ApiError::bad(
                     "id",
-                    format!("{dev_id:?} is not a disk or a net; only those can be removed"),
+                    format!(
+                        "{dev_id:?} is not a disk, net, fs or vsock; only those can be removed"
+                    ),
                 )
             } else {
                 ApiError::status(
@@ -354,6 +405,12 @@ impl Controller {
         if let (Some(i), Some(n)) = (in_nets, v.config.net.as_mut()) {
             n.remove(i);
         }
+        if let (Some(i), Some(f)) = (in_fs, v.config.fs.as_mut()) {
+            f.remove(i);
+        }
+        if is_vsock {
+            v.config.vsock = None;
+        }
         tracing::info!(vm = id, device = dev_id, booted, "device removed");
         Ok(Answer::Done)
     }
@@ -364,7 +421,9 @@ impl Controller {
 fn index_free(mut e: ApiError, kind: &str) -> ApiError {
     let prefix = match kind {
         "disk" => "disks[0].",
-        _ => "net[0].",
+        "net" => "net[0].",
+        "fs" => "fs[0].",
+        _ => "vsock.",
     };
     if let Some(f) = e.field.as_mut() {
         if let Some(rest) = f.strip_prefix(prefix) {

@@ -48,6 +48,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("PUT", "/api/v1/vm.resize"),
     ("PUT", "/api/v1/vm.add-net"),
     ("PUT", "/api/v1/vm.add-disk"),
+    ("PUT", "/api/v1/vm.add-fs"),
+    ("PUT", "/api/v1/vm.add-vsock"),
     ("PUT", "/api/v1/vm.remove-device"),
     ("GET", "/api/v1/vms"),
     ("GET", "/metrics"),
@@ -68,18 +70,10 @@ pub const CH_ABSENT: &[(&str, &str)] = &[
     ("vm.resize-zone", "there are no memory zones"),
     ("vm.add-device", "VFIO passthrough is not implemented"),
     (
-        "vm.add-fs",
-        "hot-adding virtio-fs is not implemented; give fs in vm.create",
-    ),
-    (
         "vm.add-generic-vhost-user",
         "vhost-user devices are not implemented",
     ),
     ("vm.add-pmem", "virtio-pmem is not implemented"),
-    (
-        "vm.add-vsock",
-        "hot-adding vsock is not implemented; give vsock in vm.create",
-    ),
     ("vm.add-vdpa", "vDPA is not implemented"),
     (
         "vm.add-user-device",
@@ -279,6 +273,16 @@ pub async fn parse(req: Request<Incoming>) -> Result<ApiRequest, ApiError> {
             want(put)?;
             let disk = Box::new(body_json(req).await?);
             ApiRequest::AddDisk { id, disk }
+        }
+        "vm.add-fs" => {
+            want(put)?;
+            let fs = Box::new(body_json(req).await?);
+            ApiRequest::AddFs { id, fs }
+        }
+        "vm.add-vsock" => {
+            want(put)?;
+            let vsock = Box::new(body_json(req).await?);
+            ApiRequest::AddVsock { id, vsock }
         }
         "vm.remove-device" => {
             want(put)?;

@@ -97,7 +97,10 @@ impl VmRecord {
     /// `vm.info`'s `x_vmm.device_backends`: per device with an external
     /// backend, whether it still serves the device, and why not.
     pub fn backend_report(&self) -> serde_json::Value {
-        self.backends
+        // The running guest's devices know the hot-added ones too.
+        let live = self.devices.as_ref().map(|d| d.backend_health());
+        live.as_ref()
+            .unwrap_or(&self.backends)
             .iter()
             .map(|(name, h)| match h.failure() {
                 None => serde_json::json!({ "device": name, "state": "Ok" }),

@@ -53,7 +53,7 @@ pub struct Devices {
     legacy: LegacyDevices,
     pci: PciRoot,
     console: Option<ConsoleOut>,
-    health: Vec<(String, BackendHealth)>,
+    health: std::sync::Mutex<Vec<(String, BackendHealth)>>,
     cpu_hotplug: Option<Arc<CpuHotplug>>,
     pci_hotplug: Option<Arc<PciHotplug>>,
     builder: PciBuilder,
@@ -96,7 +96,7 @@ impl Devices {
             legacy,
             pci: pci.root,
             console: pci.console,
-            health: pci.health,
+            health: std::sync::Mutex::new(pci.health),
             cpu_hotplug: None,
             pci_hotplug: None,
             builder: pci.builder,
@@ -156,6 +156,39 @@ impl Devices {
         self.hot_add(n.pci_segment, name, Box::new(dev))
     }
 
+    /// PCI hotplug: a virtio-fs device called `name` on a vhost-user
+    /// backend `f` connects to now. Guest RAM must be shared (memfds,
+    /// `memory.shared`): the backend maps it.
+    pub fn hot_add_fs(&self, name: &str, f: &FsSpec) -> Result<PciFunction, DeviceError> {
+        use vm_memory::{GuestMemoryBackend, GuestMemoryRegion};
+        let shared = self.builder.mem.iter().all(|r| r.file_offset().is_some());
+        if !shared {
+            return Err(DeviceError::Hotplug(
+                "guest RAM is private: virtiofsd cannot map it; create the VM with \
+                 memory.shared: true (or an fs) to add one later"
+                    .into(),
+            ));
+        }
+        let dev = f
+            .open(name)
+            .map_err(|e| DeviceError::Backend(e.to_string()))?;
+        let health = dev.health();
+        let at = self.hot_add(f.pci_segment, name, Box::new(dev))?;
+        self.health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name.to_string(), health));
+        Ok(at)
+    }
+
+    /// PCI hotplug: the virtio-vsock device of `v`, called `name`; its
+    /// socket is made now.
+    pub fn hot_add_vsock(&self, name: &str, v: &VsockSpec) -> Result<PciFunction, DeviceError> {
+        let dev = vmm_devices::virtio::vsock::Vsock::new(name, v.cid, &v.socket)
+            .map_err(|e| DeviceError::Hotplug(e.to_string()))?;
+        self.hot_add(v.pci_segment, name, Box::new(dev))
+    }
+
     /// PCI hotplug: asks the guest to give back the function at
     /// `segment`/`slot`; it leaves the bus when the guest ejects it.
     pub fn request_removal(&self, segment: u16, slot: usize) -> Result<(), DeviceError> {
@@ -204,9 +237,20 @@ impl Devices {
             let Some(seg) = self.pci.segments().get(usize::from(segment)) else {
                 continue;
             };
+            let name = seg
+                .devices()
+                .into_iter()
+                .find(|(s, _, _)| *s == slot)
+                .map(|(_, n, _)| n);
             match seg.remove(slot) {
                 Some(dev) => {
                     drop(dev);
+                    if let Some(n) = name {
+                        self.health
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .retain(|(h, _)| *h != n);
+                    }
                     info!(segment, slot, "PCI hotplug: the guest ejected the device");
                 }
                 None => info!(
@@ -226,7 +270,7 @@ impl Devices {
     /// The devices whose backend failed (a vhost-user backend that
     /// exited): each one's name and why.
     pub fn backend_failures(&self) -> Vec<(String, String)> {
-        self.health
+        self.backend_health()
             .iter()
             .filter_map(|(n, h)| h.failure().map(|w| (n.clone(), w)))
             .collect()
@@ -234,7 +278,10 @@ impl Devices {
 
     /// Handles on the health of every device with an external backend.
     pub fn backend_health(&self) -> Vec<(String, BackendHealth)> {
-        self.health.clone()
+        self.health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Adds the ACPI CPU hotplug controller's ports.
