@@ -15,8 +15,9 @@
 //! WHY the re-raise: the interrupt is an edge on an IOAPIC pin, and an
 //! edge that arrives while the guest has not yet bound the GED driver (a
 //! device added during boot) is lost. So while an event is unread the
-//! controller raises the interrupt again every [`RERAISE_EVERY`], up to
-//! [`RERAISE_FOR`]; reading a bitmap is the guest's acknowledgement.
+//! controller raises the interrupt again every [`RERAISE_EVERY`] (after
+//! [`RERAISE_FOR`], once a second: a paused guest reads it when it
+//! resumes); reading a bitmap is the guest's acknowledgement.
 //!
 //! HOW (the registers, at [`PCI_HOTPLUG_PORT`](crate::layout::PCI_HOTPLUG_PORT), dwords):
 //!
@@ -38,7 +39,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tracing::{info, warn};
+use tracing::{debug, warn};
 use vmm_sys_util::eventfd::EventFd;
 
 /// Offset of the segment selector.
@@ -51,7 +52,7 @@ pub const REG_DOWN: u16 = 8;
 pub const REG_EJECT: u16 = 12;
 /// How often an unread event raises the interrupt again.
 pub const RERAISE_EVERY: Duration = Duration::from_millis(100);
-/// How long an unread event keeps raising it.
+/// How long an unread event raises it that often (then once a second).
 pub const RERAISE_FOR: Duration = Duration::from_secs(120);
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -141,32 +142,40 @@ impl PciHotplug {
     }
 
     /// Raises the interrupt again while an event is unread (see the
-    /// module docs). The thread holds the state and the eventfd, not
-    /// the VM: it ends by itself once the guest reads, or after
-    /// [`RERAISE_FOR`].
+    /// module docs): every [`RERAISE_EVERY`] for [`RERAISE_FOR`], then
+    /// (a paused guest, or one without ACPI PCI hotplug) once a second
+    /// with one warning. The thread holds the state weakly: it ends when
+    /// the guest reads, or when the VM and its controller are gone.
     fn spawn_reraise(&self) {
-        let (state, irq) = (self.state.clone(), self.irq.clone());
+        let (state, irq) = (Arc::downgrade(&self.state), self.irq.clone());
         let spawned = std::thread::Builder::new()
             .name("pci-hotplug".into())
             .spawn(move || {
-                let until = Instant::now() + RERAISE_FOR;
+                let slow_after = Instant::now() + RERAISE_FOR;
+                let mut warned = false;
                 loop {
-                    std::thread::sleep(RERAISE_EVERY);
+                    let slow = Instant::now() >= slow_after;
+                    std::thread::sleep(if slow {
+                        Duration::from_secs(1)
+                    } else {
+                        RERAISE_EVERY
+                    });
+                    let Some(state) = state.upgrade() else { return };
                     let mut s = lock(&state);
                     if !s.unread() {
                         s.reraising = false;
                         return;
                     }
-                    if Instant::now() >= until {
-                        s.reraising = false;
+                    drop(s);
+                    if slow && !warned {
+                        warned = true;
                         warn!(
                             "PCI hotplug: the guest has not read its hotplug event in {} s \
-                             (no ACPI PCI hotplug in its kernel: CONFIG_HOTPLUG_PCI_ACPI?)",
+                             (paused, or no ACPI PCI hotplug in its kernel: \
+                             CONFIG_HOTPLUG_PCI_ACPI?); raising it once a second",
                             RERAISE_FOR.as_secs()
                         );
-                        return;
                     }
-                    drop(s);
                     let _ = irq.write(1);
                 }
             });
@@ -221,7 +230,7 @@ impl PciHotplug {
                     .map(|i| (seg, i))
                     .collect();
                 if !slots.is_empty() {
-                    info!(segment = seg, slots = ?slots.iter().map(|s| s.1).collect::<Vec<_>>(),
+                    debug!(segment = seg, slots = ?slots.iter().map(|s| s.1).collect::<Vec<_>>(),
                         "PCI hotplug: the guest ejects");
                 }
                 return slots;
