@@ -335,6 +335,40 @@ pub fn build(
     })
 }
 
+/// `iasl -d` (acpica-tools, installed by scripts/setup.sh), the
+/// independent judge of the AML: the disassembly of the DSDT `dsdt`, or
+/// `None` (with a note) where iasl is not installed. Under `CI` a missing
+/// judge is a failure.
+#[cfg(test)]
+pub(crate) fn iasl_disassemble(dsdt: &[u8]) -> Option<String> {
+    if std::process::Command::new("iasl")
+        .arg("-v")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "iasl not installed (acpica-tools; scripts/setup.sh installs it)"
+        );
+        eprintln!("iasl not installed (acpica-tools): skipped");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("dsdt.aml");
+    std::fs::write(&f, dsdt).unwrap();
+    let out = std::process::Command::new("iasl")
+        .arg("-d")
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(std::fs::read_to_string(dir.path().join("dsdt.dsl")).unwrap())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -190,33 +190,12 @@ mod tests {
     /// elsewhere skipped with a note.
     #[test]
     fn iasl_disassembles_the_hotplug_slots() {
-        if std::process::Command::new("iasl")
-            .arg("-v")
-            .output()
-            .is_err()
-        {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "iasl not installed (acpica-tools; scripts/setup.sh installs it)"
-            );
-            eprintln!("iasl not installed (acpica-tools): skipped");
-            return;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join("dsdt.aml");
         let segs = [layout(0), layout(1)];
-        std::fs::write(&f, super::super::dsdt(&segs, None, true).as_slice()).unwrap();
-        let out = std::process::Command::new("iasl")
-            .arg("-d")
-            .arg(&f)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let dsl = std::fs::read_to_string(dir.path().join("dsdt.dsl")).unwrap();
+        let Some(dsl) =
+            super::super::iasl_disassemble(super::super::dsdt(&segs, None, true).as_slice())
+        else {
+            return;
+        };
         for want in [
             "Device (\\_SB.PHPC)",
             "OperationRegion (PHPR, SystemIO, 0x0630, 0x10)",
