@@ -438,8 +438,8 @@ impl Controller {
                 v.backends = b.backends;
                 v.cpu_hotplug = b.cpu_hotplug;
                 if let Some(d) = &b.devices {
-                    crate::hotplug::ensure_ids(&mut v.config);
-                    v.pci_ids = crate::hotplug::map_ids(&v.config, &d.pci_functions());
+                    crate::device_ids::ensure_ids(&mut v.config);
+                    v.pci_ids = crate::device_ids::map_ids(&v.config, &d.pci_functions());
                 }
                 v.devices = b.devices;
                 v.console = b.console.or(v.console);
@@ -595,7 +595,7 @@ impl Controller {
                 "executor": self.opts.executor.name(),
                 "placement": placement_name(&v.config, v.plan.as_ref()),
                 "device_backends": v.backend_report(),
-                "pci_devices": crate::hotplug::pci_report(v),
+                "pci_devices": crate::device_ids::pci_report(v),
             },
         })))
     }

@@ -31,7 +31,7 @@
 //!
 //! Modules, each importing only those listed before it: [`options`],
 //! [`api`] (with [`devices`], its device fields, and [`defaults`], CH's
-//! fields it takes only at their defaults, beside it), [`files`], [`fds`] (descriptors received with a request), [`socket`], [`guests`], [`vms`], [`metrics`],
+//! fields it takes only at their defaults, beside it), [`files`], [`fds`] (descriptors received with a request), [`socket`], [`guests`], [`vms`], [`device_ids`], [`metrics`],
 //! [`controller`], [`hotplug`] (devices added and removed: the
 //! controller's methods for them), [`http`], [`server`].
 
@@ -39,6 +39,7 @@ pub mod admission;
 pub mod api;
 pub mod controller;
 pub mod defaults;
+pub mod device_ids;
 pub mod devices;
 pub mod error;
 pub mod fds;
