@@ -5,7 +5,7 @@
 //!
 //! WHAT: each device of a booted VM has a Cloud Hypervisor id (the one
 //! its config gave, else `_diskN`/`_netN`/`_fsN`/`_vsockN`, written into
-//! the config at boot as CH does) and a PCI address; [`VmRecord`]'s `pci_ids` maps one
+//! the config at boot as CH does) and a PCI address; [`crate::vms::VmRecord`]'s `pci_ids` maps one
 //! to the other. An add opens the device's host side (the image, locked;
 //! the tap) on the blocking pool, puts the device in a free slot and
 //! tells the guest, then answers CH's `PciDeviceInfo` (`{id, bdf}`); a
