@@ -25,6 +25,14 @@ pub(crate) fn ids(cfg: &VmConfig) -> Vec<String> {
     disks.chain(nets).chain(fs).chain(vsock).collect()
 }
 
+/// How many disks, nets, fs and vsocks `cfg` has (with an id or not).
+pub(crate) fn device_count(cfg: &VmConfig) -> usize {
+    cfg.disks.as_ref().map_or(0, Vec::len)
+        + cfg.net.as_ref().map_or(0, Vec::len)
+        + cfg.fs.as_ref().map_or(0, Vec::len)
+        + usize::from(cfg.vsock.is_some())
+}
+
 /// The lowest `{prefix}N` that no device of `cfg` has.
 pub(crate) fn fresh_id(cfg: &VmConfig, prefix: &str) -> String {
     let taken = ids(cfg);

@@ -25,7 +25,7 @@ use vmm_machine::devices::{bdf, Devices, PciFunction};
 
 use super::api::{ApiError, VmConfig};
 use super::controller::{busy, not_created, Answer, Controller, Outcome};
-use super::device_ids::{ensure_ids, fresh_id, ids};
+use super::device_ids::{device_count, ensure_ids, fresh_id, ids};
 use super::devices::{DiskConfig, FsConfig, NetConfig, VsockConfig};
 use super::fds::{Received, MAX_FDS};
 use super::vms::VmState;
@@ -116,7 +116,7 @@ impl Controller {
             v.busy = false;
         }
         let (dev_id, at) = result?;
-        if !booted && ids(&v.config).len() + 1 != ids(&cfg).len() {
+        if !booted && device_count(&v.config) + 1 != device_count(&cfg) {
             // Another add or removal changed the config meanwhile.
             return Err(busy(id));
         }
