@@ -202,6 +202,41 @@ struct RemoveDevice {
     id: String,
 }
 
+/// The device endpoints' requests (PUT, each with its body).
+async fn device_request(
+    ep: &str,
+    id: String,
+    req: Request<Incoming>,
+) -> Result<ApiRequest, ApiError> {
+    Ok(match ep {
+        // the descriptors are the connection's: `handle` adds them
+        "vm.add-net" => ApiRequest::AddNet {
+            id,
+            net: Box::new(body_json(req).await?),
+            fds: fds::Received::default(),
+        },
+        "vm.add-disk" => ApiRequest::AddDisk {
+            id,
+            disk: Box::new(body_json(req).await?),
+        },
+        "vm.add-fs" => ApiRequest::AddFs {
+            id,
+            fs: Box::new(body_json(req).await?),
+        },
+        "vm.add-vsock" => ApiRequest::AddVsock {
+            id,
+            vsock: Box::new(body_json(req).await?),
+        },
+        _ => {
+            let body: RemoveDevice = body_json(req).await?;
+            ApiRequest::RemoveDevice {
+                id,
+                device: body.id,
+            }
+        }
+    })
+}
+
 /// Routes a request: its [`ApiRequest`], or the error that says which
 /// path, verb, id or body field is wrong.
 pub async fn parse(req: Request<Incoming>) -> Result<ApiRequest, ApiError> {
@@ -259,38 +294,9 @@ pub async fn parse(req: Request<Incoming>) -> Result<ApiRequest, ApiError> {
             let resize = body_json(req).await?;
             ApiRequest::Resize { id, resize }
         }
-        "vm.add-net" => {
+        "vm.add-net" | "vm.add-disk" | "vm.add-fs" | "vm.add-vsock" | "vm.remove-device" => {
             want(put)?;
-            let net = Box::new(body_json(req).await?);
-            // the descriptors are the connection's: `handle` adds them
-            ApiRequest::AddNet {
-                id,
-                net,
-                fds: fds::Received::default(),
-            }
-        }
-        "vm.add-disk" => {
-            want(put)?;
-            let disk = Box::new(body_json(req).await?);
-            ApiRequest::AddDisk { id, disk }
-        }
-        "vm.add-fs" => {
-            want(put)?;
-            let fs = Box::new(body_json(req).await?);
-            ApiRequest::AddFs { id, fs }
-        }
-        "vm.add-vsock" => {
-            want(put)?;
-            let vsock = Box::new(body_json(req).await?);
-            ApiRequest::AddVsock { id, vsock }
-        }
-        "vm.remove-device" => {
-            want(put)?;
-            let body: RemoveDevice = body_json(req).await?;
-            ApiRequest::RemoveDevice {
-                id,
-                device: body.id,
-            }
+            device_request(&ep, id, req).await?
         }
         "vm.boot" => want(put).map(|_| ApiRequest::Boot { id })?,
         "vm.info" => want(get).map(|_| ApiRequest::Info { id })?,
