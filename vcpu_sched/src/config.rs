@@ -30,6 +30,19 @@ pub struct SchedConfig {
     pub balance_interval_ns: u64,
     /// How many CPUs an idle CPU looks at when it steals work.
     pub steal_scan_limit: usize,
+    /// A fair wakeup sent to a busy CPU that it would not preempt goes on
+    /// that CPU's deferred wake list without a kick; the CPU takes it at
+    /// its next schedule, the next entry of its body, or its next tick
+    /// (see `fixes/l2wake.rs`). Off: every wake-list push that finds the
+    /// list empty kicks, as Linux's remote wakeups send an IPI. The
+    /// simulator runs with it off (the seeds' protocol, which its recorded
+    /// results reproduce); the executors run with it on.
+    #[serde(default = "yes")]
+    pub lazy_fair_kicks: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for SchedConfig {
@@ -45,6 +58,7 @@ impl Default for SchedConfig {
             wakeup_granularity_ns: 1_000_000,
             balance_interval_ns: 4_000_000,
             steal_scan_limit: 64,
+            lazy_fair_kicks: true,
         }
     }
 }

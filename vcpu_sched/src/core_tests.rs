@@ -30,9 +30,18 @@ pub(crate) struct Sim {
 
 impl Sim {
     pub(crate) fn new(t: HostTopology, mit: Mitigations) -> Self {
+        Self::with_config(t, mit, SchedConfig::default())
+    }
+
+    pub(crate) fn with_config(t: HostTopology, mit: Mitigations, cfg: SchedConfig) -> Self {
         let k = Arc::new(RecKick::default());
-        let s = Scheduler::new(Arc::new(t), mit, SchedConfig::default(), k.clone()).unwrap();
+        let s = Scheduler::new(Arc::new(t), mit, cfg, k.clone()).unwrap();
         Sim { s, k, now: 1_000 }
+    }
+
+    /// The kicks sent and not yet delivered by [`Self::settle`].
+    pub(crate) fn kicks(&self) -> BTreeSet<u32> {
+        self.k.0.lock().unwrap().clone()
     }
 
     /// Delivers kicks until no CPU needs attention. Checks that every CPU
@@ -45,8 +54,18 @@ impl Sim {
                 .filter(|&c| self.s.needs_attention(c).unwrap())
                 .collect();
             for c in &need {
+                // the one exception: fair wakeups deferred (lazy kicks) to
+                // a busy CPU, taken at its next schedule or tick
+                let w = &self.s.cpus[*c as usize].wake;
+                let deferred_only = self.s.current(*c).unwrap().is_some()
+                    && w.list.is_empty()
+                    && !w.deferred.is_empty()
+                    && !self.s.cpus[*c as usize]
+                        .hot
+                        .need_resched
+                        .load(std::sync::atomic::Ordering::SeqCst);
                 assert!(
-                    kicked.contains(c),
+                    kicked.contains(c) || deferred_only,
                     "CPU {c} needs attention but was never kicked"
                 );
             }
@@ -653,6 +672,115 @@ fn l2_rule_decides_direct_or_queued() {
         assert_eq!(sim.s.current(6).unwrap(), Some(t));
         sim.strict("woken");
     }
+}
+
+/// Lazy kicks: a fair wakeup through a busy CPU's wake list kicks it only
+/// if it would preempt what runs there. One that would not waits on the
+/// deferred list, unkicked, until the CPU's tick (or next schedule) takes
+/// it; an idle target, an RT wakeup, a wakeup that preempts, and the
+/// eager protocol (lazy kicks off) all kick.
+#[test]
+fn a_fair_wakeup_that_would_not_preempt_a_busy_cpu_does_not_kick_it() {
+    let mit = Mitigations::only(Fix::L2Wake);
+    for lazy in [true, false] {
+        let cfg = SchedConfig {
+            lazy_fair_kicks: lazy,
+            ..SchedConfig::default()
+        };
+        let mut sim = Sim::with_config(topo16(), mit, cfg.clone());
+        let on6 = CpuMask::single(6);
+        let spec = |n: &str| TaskSpec::new(n).affinity(on6);
+        let (busy, w1, w2) = (
+            sim.s.add_task(&spec("busy"), 0).unwrap(),
+            sim.s.add_task(&spec("w1"), 0).unwrap(),
+            sim.s.add_task(&spec("w2"), 0).unwrap(),
+        );
+        // idle target: kicked either way (4 and 6 share no L2: queued)
+        sim.s.wake(busy, Some(4), sim.now).unwrap();
+        assert_eq!(sim.kicks(), BTreeSet::from([6]), "lazy {lazy}: idle target");
+        sim.settle();
+        assert_eq!(sim.s.current(6).unwrap(), Some(busy));
+        // w1 has run far more than `busy` (a relative virtual runtime
+        // above the granularity): it would not preempt
+        sim.s.tasks.slots[w1.0 as usize].vruntime.store(
+            10 * cfg.wakeup_granularity_ns,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let before = sim.s.counters();
+        sim.now += 1_000;
+        sim.s.wake(w1, Some(4), sim.now).unwrap();
+        let d = sim.s.counters().since(&before);
+        if lazy {
+            assert!(
+                sim.kicks().is_empty(),
+                "a kick for a wakeup that does not preempt"
+            );
+            assert_eq!(d.wake_deferred, 1);
+            assert_eq!(sim.s.wake_list_of(w1), Some(6));
+            assert!(
+                sim.s.needs_attention(6).unwrap(),
+                "the body's next entry takes it"
+            );
+            // the tick takes it: queued behind `busy`, which keeps running
+            sim.now += 1_000;
+            sim.s.tick(6, sim.now).unwrap();
+            assert_eq!(sim.s.wake_list_of(w1), None);
+            assert_eq!(sim.s.task_state(w1).unwrap(), TaskState::Queued);
+            // (the tick may kick an idle CPU to balance: w1 waits here)
+            assert!(
+                !sim.kicks().contains(&6),
+                "it does not preempt at the tick either"
+            );
+            assert!(!sim.s.needs_attention(6).unwrap());
+        } else {
+            assert_eq!(
+                sim.kicks(),
+                BTreeSet::from([6]),
+                "eager: every queued wakeup kicks"
+            );
+            assert_eq!(d.wake_deferred, 0);
+        }
+        sim.settle();
+        assert_eq!(sim.s.current(6).unwrap(), Some(busy));
+        sim.strict("deferred");
+        // w2 has slept (relative virtual runtime far below): it preempts
+        sim.now += 1_000;
+        sim.s.tick(6, sim.now).unwrap();
+        sim.settle();
+        sim.s.tasks.slots[w2.0 as usize].vruntime.store(
+            (-(10 * cfg.fair_latency_ns as i64)) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        // `busy` has been charged well past the sleeper credit
+        sim.now += 20 * cfg.fair_latency_ns;
+        sim.s.tick(6, sim.now).unwrap();
+        sim.settle();
+        let cur = sim.s.current(6).unwrap().unwrap();
+        sim.s.wake(w2, Some(4), sim.now).unwrap();
+        assert_eq!(
+            sim.kicks(),
+            BTreeSet::from([6]),
+            "lazy {lazy}: a preempting wakeup kicks ({cur:?} runs)"
+        );
+        sim.settle();
+        assert_eq!(sim.s.current(6).unwrap(), Some(w2), "lazy {lazy}");
+        sim.strict("preempted");
+    }
+    // an RT wakeup onto a CPU busy with fair work kicks
+    let mut sim = Sim::new(topo16(), mit);
+    let fair = sim
+        .s
+        .add_task(&TaskSpec::new("f").affinity(CpuMask::single(6)), 0)
+        .unwrap();
+    sim.s.wake(fair, Some(6), sim.now).unwrap();
+    sim.settle();
+    let rt = sim.fifo_tasks("rt", 1, 10, CpuMask::single(6))[0];
+    sim.settle();
+    sim.s.wake(rt, Some(4), sim.now).unwrap();
+    assert_eq!(sim.kicks(), BTreeSet::from([6]), "RT wakeup");
+    sim.settle();
+    assert_eq!(sim.s.current(6).unwrap(), Some(rt));
+    sim.strict("rt");
 }
 
 /// A task woken onto an idle CPU waits there for that CPU's kick: another

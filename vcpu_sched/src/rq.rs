@@ -142,10 +142,22 @@ impl CpuHot {
     }
 }
 
-/// A CPU's wake list head, alone on its lines: remote wakers write it.
+/// A CPU's wake lists, alone on their lines: remote wakers write them.
 #[repr(align(128))]
 pub struct WakeListHead {
+    /// Woken tasks that came with a kick (the first push onto an empty
+    /// list sends it).
     pub(crate) list: WakeList,
+    /// Fair tasks woken onto this CPU while it was busy with a task they
+    /// would not preempt: no kick; taken at the CPU's next schedule, body
+    /// entry or tick ([`SchedConfig::lazy_fair_kicks`](crate::SchedConfig)).
+    pub(crate) deferred: WakeList,
+    /// The fair runqueue's `min_vruntime` as of the owner's last update
+    /// (written under its runqueue lock, only with lazy kicks on): a
+    /// remote waker places a woken task against it to guess whether it
+    /// would preempt. Never ahead of the real one, so a stale value only
+    /// errs towards a kick.
+    pub(crate) min_vruntime: AtomicU64,
 }
 
 /// Everything one CPU has.
@@ -165,6 +177,8 @@ impl PerCpu {
             hot: CpuHot::new(),
             wake: WakeListHead {
                 list: WakeList::new(),
+                deferred: WakeList::new(),
+                min_vruntime: AtomicU64::new(0),
             },
             stats: CpuStats::default(),
         }

@@ -90,8 +90,12 @@ cpu_counters! {
     wake_direct,
     /// Wakeups the waker queued on the target's wake list.
     wake_queued,
-    /// Kicks sent because a wake list went from empty to non-empty.
+    /// Kicks sent because a wake list went from empty to non-empty (or,
+    /// with lazy kicks, because a deferred wakeup's target was idle).
     wake_kicks,
+    /// Fair wakeups queued on a busy CPU's deferred wake list without a
+    /// kick (lazy kicks: they would not have preempted).
+    wake_deferred,
     /// Tasks taken off this CPU's wake list.
     wake_drained,
     /// Woken tasks forwarded because their affinity changed in flight.

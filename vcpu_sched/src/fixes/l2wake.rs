@@ -19,6 +19,23 @@
 //! whose L2 holds a single core the fix sends every cross-core wakeup
 //! through the list; on 2 cores that costs a kick per wakeup and shows as a
 //! loss, because there is no lock contention to win back.
+//!
+//! Kicks of busy CPUs ([`SchedConfig::lazy_fair_kicks`](crate::SchedConfig::lazy_fair_kicks), on in the
+//! executors): a kick of a CPU that runs a task is a preemption request,
+//! and for a vCPU in `KVM_RUN` that is a VM exit. A fair wakeup that would
+//! not preempt the running task gains nothing from it: the waker guesses
+//! `check_preempt` without the target's lock (`may_preempt_remote` in
+//! `sched/wakeup.rs`), and when the
+//! answer is no it pushes the task on the target's *deferred* list and
+//! sends nothing. The target takes that list at its next `schedule`, at
+//! its body's next entry (`needs_attention`), or at its next tick, which
+//! bounds the wait. An idle target is still kicked: the waker fences and
+//! re-reads the target's idle flag after the push, and an idle CPU fences
+//! and re-reads its lists after setting the flag, so one of the two sees
+//! the other. (Linux does the cheaper half of this on bare metal: an IPI
+//! to a busy CPU costs little there, so it only avoids queueing remotely
+//! when the target is idle; under KVM every kick of a running vCPU is an
+//! exit, so the deferral pays.)
 
 use crate::task::CpuId;
 use crate::topo::TopoMap;

@@ -411,11 +411,14 @@ impl Scheduler {
     pub fn wake_list_of(&self, id: TaskId) -> Option<CpuId> {
         (0..self.cpus.len())
             .find(|&c| {
-                self.cpus[c].wake.list.holds(
-                    id.0,
-                    |i| &self.tasks.slots[i as usize].wake_next,
-                    self.tasks.slots.len(),
-                )
+                let w = &self.cpus[c].wake;
+                [&w.list, &w.deferred].into_iter().any(|l| {
+                    l.holds(
+                        id.0,
+                        |i| &self.tasks.slots[i as usize].wake_next,
+                        self.tasks.slots.len(),
+                    )
+                })
             })
             .map(|c| c as CpuId)
     }
@@ -476,12 +479,16 @@ impl Scheduler {
     }
 
     /// Should whoever holds `cpu`'s slot call [`schedule`](Self::schedule)?
-    /// One load of the CPU's hot line and one of its wake list head: cheap
-    /// enough for a preemption checkpoint.
+    /// One load of the CPU's hot line and one or two of its wake list
+    /// heads (one line): cheap enough for a preemption checkpoint. A body
+    /// that checks it at each entry (a vCPU before `KVM_RUN`) also takes
+    /// deferred wakeups there ([`SchedConfig::lazy_fair_kicks`](crate::SchedConfig::lazy_fair_kicks)).
     #[inline]
     pub fn needs_attention(&self, cpu: CpuId) -> Result<bool> {
         let pc = &self.cpus[self.check_cpu(cpu)? as usize];
-        Ok(pc.hot.need_resched.load(Ordering::SeqCst) || !pc.wake.list.is_empty())
+        Ok(pc.hot.need_resched.load(Ordering::SeqCst)
+            || !pc.wake.list.is_empty()
+            || (self.cfg.lazy_fair_kicks && !pc.wake.deferred.is_empty()))
     }
 
     /// For checkers: `Some(mask)` if `id` is `cpu`'s current task although

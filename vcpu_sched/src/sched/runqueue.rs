@@ -54,7 +54,20 @@ impl Scheduler {
         self.kicker.kick(cpu);
     }
 
+    /// With lazy kicks, publishes `rq`'s `min_vruntime` for remote wakers
+    /// ([`Self::may_preempt_remote`]); written only when it moved.
+    #[inline]
+    pub(super) fn publish_min_vruntime(&self, rq: &Rq) {
+        if self.cfg.lazy_fair_kicks {
+            let w = &self.cpus[rq.cpu as usize].wake.min_vruntime;
+            if w.load(Ordering::Relaxed) != rq.fair.min_vruntime {
+                w.store(rq.fair.min_vruntime, Ordering::Relaxed);
+            }
+        }
+    }
+
     pub(super) fn sync_hot(&self, rq: &Rq) {
+        self.publish_min_vruntime(rq);
         let h = &self.cpus[rq.cpu as usize].hot;
         h.nr_queued.store(rq.nr_queued(), Ordering::Relaxed);
         h.nr_fair_queued
@@ -200,6 +213,7 @@ impl Scheduler {
             let vr = t.vruntime.load(Ordering::Relaxed) + scale_delta(delta, w);
             t.vruntime.store(vr, Ordering::Relaxed);
             rq.fair.update_min(Some(vr));
+            self.publish_min_vruntime(rq);
         }
     }
 

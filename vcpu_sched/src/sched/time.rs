@@ -8,7 +8,8 @@ use crate::task::CpuId;
 
 impl Scheduler {
     /// The timer tick for `cpu`. Cheap when nothing is due (a few loads of
-    /// the CPU's hot line): checks the current task's slice, and now and
+    /// the CPU's hot line): checks the current task's slice, takes the
+    /// fair wakeups left on its deferred wake list, and now and
     /// then, if tasks wait here while other CPUs idle, kicks an idle CPU
     /// to take one (idle load balancing).
     /// A CPU id it does not manage is an error.
@@ -28,19 +29,33 @@ impl Scheduler {
             // on another thread, which must not wait for that lock)
             h.idle_set_leave.store(true, Ordering::Relaxed);
         }
-        if now >= h.slice_end.load(Ordering::Relaxed) {
+        let due = now >= h.slice_end.load(Ordering::Relaxed);
+        // fair wakeups left without a kick (lazy kicks): the tick bounds
+        // how long they wait to be seen by this CPU's picks and by stealers
+        let deferred = self.cfg.lazy_fair_kicks && !pc.wake.deferred.is_empty();
+        if due || deferred {
             let mut rq = self.lock_rq(cpu);
+            let drained = if deferred {
+                self.drain_wakelist(&mut rq, now)
+            } else {
+                0
+            };
             let mut resched = false;
             match rq.curr {
                 Some(c) if !rq.in_balance => {
                     self.update_curr(&mut rq, c, now);
                     resched = self.should_switch(&rq, c, now);
-                    let pol = self.t(c).policy();
-                    h.slice_end
-                        .store(self.slice_end(&rq, pol, now), Ordering::Relaxed);
+                    if due {
+                        let pol = self.t(c).policy();
+                        h.slice_end
+                            .store(self.slice_end(&rq, pol, now), Ordering::Relaxed);
+                    }
                 }
                 Some(_) => {}
-                None => h.slice_end.store(u64::MAX, Ordering::Relaxed),
+                None => {
+                    h.slice_end.store(u64::MAX, Ordering::Relaxed);
+                    resched = drained > 0;
+                }
             }
             drop(rq);
             pc.stats.ticks_slow.fetch_add(1, Ordering::Relaxed);

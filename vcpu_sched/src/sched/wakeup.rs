@@ -2,15 +2,17 @@
 //! (directly under the target's lock, or through the target's wake list and
 //! a kick), plus draining a wake list.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, Ordering};
 
 use super::{After, Scheduler};
 use crate::cpumask::CpuMask;
 use crate::error::Result;
 use crate::fixes::l2wake::direct_wakeup_allowed;
 use crate::rq::Rq;
-use crate::task::{CpuId, TaskId};
+use crate::rq::NO_TASK;
+use crate::task::{CpuId, TaskId, PRI_FAIR, PRI_IDLE};
 use crate::tasks::{lock, state_of, PENDING, ST_BLOCKED, ST_EXITED, ST_FREE, ST_MASK, ST_WAKING};
+use crate::wakelist::WakeList;
 
 impl Scheduler {
     /// Enqueues a woken task on `rq` if its affinity allows that CPU;
@@ -46,24 +48,34 @@ impl Scheduler {
         true
     }
 
-    pub(super) fn drain_wakelist(&self, rq: &mut Rq, now: u64) {
+    /// Enqueues what this CPU's wake lists hold (the deferred one too,
+    /// with lazy kicks on); returns how many tasks it took.
+    pub(super) fn drain_wakelist(&self, rq: &mut Rq, now: u64) -> u64 {
         let pc = &self.cpus[rq.cpu as usize];
-        if pc.wake.list.is_empty() {
-            return;
+        let mut n = self.drain_list(rq, &pc.wake.list, now);
+        if self.cfg.lazy_fair_kicks {
+            n += self.drain_list(rq, &pc.wake.deferred, now);
+        }
+        n
+    }
+
+    fn drain_list(&self, rq: &mut Rq, list: &WakeList, now: u64) -> u64 {
+        if list.is_empty() {
+            return 0;
         }
         let mut n = 0;
-        for id in pc
-            .wake
-            .list
-            .take_all(|i| &self.tasks.slots[i as usize].wake_next)
-        {
+        for id in list.take_all(|i| &self.tasks.slots[i as usize].wake_next) {
             n += 1;
             if !self.enqueue_woken(rq, id, now) {
                 let mask = self.t(id).affinity();
                 self.forward(id, &mask, Some(rq.cpu));
             }
         }
-        pc.stats.wake_drained.fetch_add(n, Ordering::Relaxed);
+        self.cpus[rq.cpu as usize]
+            .stats
+            .wake_drained
+            .fetch_add(n, Ordering::Relaxed);
+        n
     }
 
     /// Sends a waking task to an allowed CPU's wake list.
@@ -153,12 +165,64 @@ impl Scheduler {
             }
             _ => {
                 st.wake_queued.fetch_add(1, Ordering::Relaxed);
-                if self.cpus[target as usize].wake.list.push(id, &t.wake_next) {
+                let w = &self.cpus[target as usize].wake;
+                if self.cfg.lazy_fair_kicks && !self.may_preempt_remote(id, target) {
+                    w.deferred.push(id, &t.wake_next);
+                    // Pairs with the fence an idle CPU's own thread makes
+                    // between going idle (`hot.idle`, set in `schedule`)
+                    // and looking at its wake lists (`needs_attention`):
+                    // either this waker sees the CPU idle and kicks it, or
+                    // the CPU sees the task (store-buffer pattern).
+                    fence(Ordering::SeqCst);
+                    if self.is_idle_now(target) {
+                        st.wake_kicks.fetch_add(1, Ordering::Relaxed);
+                        self.kicker.kick(target);
+                    } else {
+                        st.wake_deferred.fetch_add(1, Ordering::Relaxed);
+                    }
+                } else if w.list.push(id, &t.wake_next) {
                     st.wake_kicks.fetch_add(1, Ordering::Relaxed);
                     self.kicker.kick(target);
                 }
             }
         }
+    }
+
+    /// A remote waker's lock-free guess of [`Self::check_preempt`] for
+    /// task `id` about to be queued on `target`: would it preempt what
+    /// runs there? True for RT tasks, an idle CPU, or a CPU between
+    /// tasks; false for a fair task against a running RT one; for two fair
+    /// tasks, the woken one is placed as `enqueue_task` will place it
+    /// (against the CPU's published `min_vruntime`, with the sleeper
+    /// credit) and compared as `check_preempt` compares. Every input may
+    /// be stale; each stale value errs towards true (a kick) except the
+    /// running task's virtual runtime, which `check_preempt` reads as
+    /// stale too (it is charged at ticks and schedules).
+    pub(super) fn may_preempt_remote(&self, id: u32, target: CpuId) -> bool {
+        let t = self.t(id);
+        if t.policy().is_rt() {
+            return true;
+        }
+        let h = &self.cpus[target as usize].hot;
+        match h.curr_pri.load(Ordering::Relaxed) {
+            PRI_FAIR => {}
+            p => return p == PRI_IDLE,
+        }
+        let c = h.curr.load(Ordering::Relaxed);
+        if c == NO_TASK || c as usize >= self.tasks.slots.len() {
+            return true;
+        }
+        // off a runqueue, a fair task's virtual runtime is relative to the
+        // runqueue's min_vruntime (i64 bits)
+        let rel = (t.vruntime.load(Ordering::Relaxed) as i64)
+            .max(-((self.cfg.fair_latency_ns / 2) as i64));
+        let base = self.cpus[target as usize]
+            .wake
+            .min_vruntime
+            .load(Ordering::Relaxed) as i64;
+        let placed = base.saturating_add(rel).max(0) as u64;
+        let cvr = self.t(c).vruntime.load(Ordering::Relaxed);
+        cvr > placed.saturating_add(self.cfg.wakeup_granularity_ns)
     }
 
     pub(super) fn run_after(&self, a: After, by: Option<CpuId>, now: u64) {

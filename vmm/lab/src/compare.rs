@@ -17,7 +17,7 @@ use vcpu_sched::bench::{interleaved, Comparison, ComparisonHeader, RowKind};
 use vcpu_sched::comparison;
 use vcpu_sched::Mitigations;
 
-use super::{run, BenchError, BenchOptions, BenchReport, IoCpus};
+use super::{run, BenchError, BenchOptions, BenchReport, IoCpus, Kicks};
 use vmm_machine::devices::BlockEngine;
 use vmm_machine::vcpu_body::ExecutorKind;
 
@@ -48,6 +48,10 @@ pub struct CompareOptions {
     /// A/A row), with the same restrictions as `engines`, and not with
     /// them.
     pub io_cpus: Vec<IoCpus>,
+    /// Compare wake-list kick protocols instead ([`Kicks`]; the first is
+    /// the baseline and gets the A/A row), with the same restrictions as
+    /// `engines`, and not with another axis.
+    pub kicks: Vec<Kicks>,
 }
 
 /// Where a comparison is.
@@ -94,15 +98,27 @@ pub fn compare(
             "a comparison needs at least one mitigation set and one repetition".into(),
         ));
     }
-    let cells = match (opts.engines.is_empty(), opts.io_cpus.is_empty()) {
-        (true, true) => scheduler_cells(opts)?,
-        (false, true) => axis_cells(opts, "an engine", &opts.engines, |o, e| o.blk.engine = e)?,
-        (true, false) => axis_cells(opts, "an I/O thread placement", &opts.io_cpus, |o, p| {
-            o.io_cpus = p
-        })?,
-        (false, false) => {
+    let axes = [
+        !opts.engines.is_empty(),
+        !opts.io_cpus.is_empty(),
+        !opts.kicks.is_empty(),
+    ];
+    let cells = match axes {
+        [false, false, false] => scheduler_cells(opts)?,
+        [true, false, false] => {
+            axis_cells(opts, "an engine", &opts.engines, |o, e| o.blk.engine = e)?
+        }
+        [false, true, false] => {
+            axis_cells(opts, "an I/O thread placement", &opts.io_cpus, |o, p| {
+                o.io_cpus = p
+            })?
+        }
+        [false, false, true] => {
+            axis_cells(opts, "a kick protocol", &opts.kicks, |o, k| o.kicks = k)?
+        }
+        _ => {
             return Err(BenchError::Input(
-                "compare engines or I/O thread placements, not both at once".into(),
+                "compare one of engines, I/O thread placements or kick protocols at a time".into(),
             ))
         }
     };

@@ -246,6 +246,33 @@ pub struct BenchOptions {
     /// `other` need [`pin`](Self::pin) and `--topology host`.
     #[serde(default)]
     pub io_cpus: IoCpus,
+    /// How a fair wakeup queued on a busy CPU's wake list kicks it
+    /// ([`vcpu_sched::SchedConfig::lazy_fair_kicks`]).
+    #[serde(default)]
+    pub kicks: Kicks,
+}
+
+/// The wake-list kick protocol of the scheduler executors.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kicks {
+    /// Only when the wakeup would preempt what runs there (or the CPU is
+    /// idle); otherwise the CPU takes it at its next schedule, entry or
+    /// tick.
+    #[default]
+    Lazy,
+    /// For every wakeup that finds the list empty, as Linux's remote
+    /// wakeups send an IPI (the protocol before lazy kicks).
+    Eager,
+}
+
+impl std::fmt::Display for Kicks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Kicks::Lazy => "lazy kicks",
+            Kicks::Eager => "eager kicks",
+        })
+    }
 }
 
 fn yes() -> bool {
@@ -275,6 +302,7 @@ impl BenchOptions {
             blk: BlkOptions::default(),
             net: NetOptions::default(),
             io_cpus: IoCpus::Any,
+            kicks: Kicks::Lazy,
         }
     }
 }

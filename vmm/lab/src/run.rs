@@ -462,6 +462,7 @@ fn exec_options(
     eo.mitigations = opts.mitigations;
     eo.sched = SchedConfig {
         max_tasks: SchedConfig::default().max_tasks.max(nslots),
+        lazy_fair_kicks: opts.kicks == super::Kicks::Lazy,
         ..SchedConfig::default()
     };
     eo.check = opts.check.then(CheckConfig::default);

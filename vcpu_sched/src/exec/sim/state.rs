@@ -126,6 +126,8 @@ impl<'a> Sim<'a> {
         let sc = SchedConfig {
             max_tasks: SchedConfig::default().max_tasks.max(ntasks + 1),
             max_groups: SchedConfig::default().max_groups.max(cfg.vms + 1),
+            // the seeds' kick protocol, which the recorded results follow
+            lazy_fair_kicks: false,
             ..SchedConfig::default()
         };
         let kicks = Arc::new(Kicks::default());

@@ -15,7 +15,7 @@ use super::args::{self, ignored, mitigation_sets, out, outln, progress_bar, Inpu
 pub use super::bench_report::render_report;
 use vmm_lab::{
     compare, integrity, run as run_bench, BenchOptions, BlkOptions, CompareOptions,
-    IntegrityOptions, IoCpus, NetOptions, Workload,
+    IntegrityOptions, IoCpus, Kicks, NetOptions, Workload,
 };
 use vmm_machine::devices::{BlockEngine, UnknownEngine};
 use vmm_machine::micro::net::NetMode;
@@ -117,6 +117,16 @@ pub struct BenchArgs {
     /// CPU, pinned. The vCPUs must fit the topology's CPUs
     #[arg(long)]
     pub pin: bool,
+    /// How a fair wakeup queued on a busy CPU's wake list kicks it: lazy
+    /// (only if it would preempt; the default) or eager (always, the
+    /// protocol before lazy kicks). Scheduler executors only
+    #[arg(long, value_name = "PROTOCOL", value_parser = kicks)]
+    pub kicks: Option<Kicks>,
+    /// Compare the kick protocols instead of mitigation sets: eager (the
+    /// baseline, with its A/A row), then lazy; one mitigation set on one
+    /// scheduler executor, no host row; --reps repetitions, interleaved
+    #[arg(long, conflicts_with_all = ["compare", "compare_executors", "compare_engines", "compare_io_cpus", "kicks"])]
+    pub compare_kicks: bool,
     /// blk and net only: where each VM's device I/O threads run: same
     /// (the host CPU its vCPU is pinned to), other (another host CPU: VM
     /// v's on CPU v+1) or any (not placed; the default). same and other
@@ -229,6 +239,14 @@ fn engine_list(s: &str) -> std::result::Result<EngineList, String> {
     Ok(EngineList(v))
 }
 
+fn kicks(s: &str) -> std::result::Result<Kicks, String> {
+    match s.trim() {
+        "lazy" => Ok(Kicks::Lazy),
+        "eager" => Ok(Kicks::Eager),
+        _ => Err(format!("{s:?}: give lazy or eager")),
+    }
+}
+
 fn io_cpus(s: &str) -> std::result::Result<IoCpus, String> {
     s.parse().map_err(|e: vmm_lab::BenchError| e.to_string())
 }
@@ -319,10 +337,23 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         )
         .into());
     }
+    if (a.kicks.is_some() || a.compare_kicks) && executor == ExecutorKind::Host {
+        return Err(ignored(
+            if a.compare_kicks {
+                "--compare-kicks"
+            } else {
+                "--kicks"
+            },
+            "the workers and threads executors",
+            "--executor host (the host kernel schedules)",
+        )
+        .into());
+    }
     if a.compare.is_none()
         && !a.compare_executors
         && a.compare_engines.is_none()
         && a.compare_io_cpus.is_none()
+        && !a.compare_kicks
     {
         if a.reps.is_some() {
             return Err(ignored("--reps", "--compare", "a single run").into());
@@ -461,6 +492,7 @@ fn bench_options(
     o.host_rt = !a.no_host_rt;
     o.breakdown = a.breakdown;
     o.pin = a.pin;
+    o.kicks = a.kicks.unwrap_or_default();
     o.io_cpus = a.io_cpus.unwrap_or_default();
     o
 }
@@ -513,7 +545,12 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let bar = progress_bar();
     let engines = a.compare_engines.clone().map(|l| l.0).unwrap_or_default();
     let io_cpus = a.compare_io_cpus.clone().map(|l| l.0).unwrap_or_default();
-    let axis = engines.len().max(io_cpus.len());
+    let kicks = if a.compare_kicks {
+        vec![Kicks::Eager, Kicks::Lazy]
+    } else {
+        Vec::new()
+    };
+    let axis = engines.len().max(io_cpus.len()).max(kicks.len());
     let compare_list = compare_list(&a, executor, axis)?;
     if let Some((variants, executors)) = &compare_list {
         // every set, the A/A row, other executors and the host row, each
@@ -533,6 +570,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     executors,
                     engines,
                     io_cpus,
+                    kicks,
                 },
                 &mut |p| {
                     let f = (p.done as f64 + p.run_fraction) / p.total.max(1) as f64;
