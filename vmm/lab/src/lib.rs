@@ -266,6 +266,10 @@ pub enum Kicks {
     Eager,
 }
 
+fn eager() -> Kicks {
+    Kicks::Eager
+}
+
 impl std::fmt::Display for Kicks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -359,6 +363,10 @@ pub struct BenchReport {
     /// Empty in reports written before it was recorded.
     #[serde(default)]
     pub thread_policy: String,
+    /// The wake-list kick protocol of the scheduler rows (eager in reports
+    /// written before it was recorded: it was the only one).
+    #[serde(default = "eager")]
+    pub kicks: Kicks,
     /// VMs.
     pub vms: usize,
     /// vCPUs per VM.

@@ -368,6 +368,7 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
         },
         executor: opts.executor,
         thread_policy: thread_policy(opts, host_rt),
+        kicks: opts.kicks,
         vms: opts.vms,
         vcpus: opts.vcpus,
         per_vcpu: std::mem::take(&mut rows.rows),

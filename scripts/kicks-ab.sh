@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The A/B of lazy kicks (fix 5's wake list: a fair wakeup that would not
+# preempt a busy CPU is not kicked; docs/scheduler.md): one interleaved
+# `vmm bench --compare-kicks` run per workload and point, rows `eager
+# kicks` (the protocol before, the baseline), its A/A row and `lazy kicks`,
+# every scheduler row with all fixes on the workers executor. Points as in
+# scripts/targets.sh:
+#   x1: one vCPU per host CPU, each pinned to a CPU of its own (--pin);
+#   x4: 4 vCPUs per host CPU, nothing pinned.
+# Besides the tables, prints per row the kicks and wake-list deferrals per
+# wakeup and the vCPU exits per second (means over the repetitions, from
+# the JSON), and the preemption kicks that reached running vCPUs per
+# second: what the change is meant to cut.
+# Raw outputs (table, JSON gzipped, the counter summary) go to OUT
+# (default docs/data/kicks), with OUT/meta.txt (scripts/machine-meta.sh).
+# VMM_BIN picks the binary (default: a release build); WORKLOADS narrows
+# it (default: messaging runq cyclic transcode); REPS (default 8) and
+# DURATION (seconds, default 2) size it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/bench.sh
+source scripts/lib/bench.sh
+out=${OUT:-docs/data/kicks}
+reps=${REPS:-8}
+dur=${DURATION:-2}
+vmm_binary
+record_meta "$out"
+ncpu=$(nproc)
+n1=$((ncpu / 2 * 2))
+((n1 >= 2)) || { echo "error: needs at least 2 host CPUs" >&2; exit 1; }
+for workload in ${WORKLOADS:-messaging runq cyclic transcode}; do
+    for point in x1 x4; do
+        if [ $point = x1 ]; then
+            shape=(--vms 1 --vcpus "$n1" --pin)
+        else
+            shape=(--vms 4 --vcpus "$n1")
+        fi
+        f="$out/$workload-$point"
+        rm -f "$f.json" "$f.json.gz"
+        cmd=(bench "$workload" "${shape[@]}" --duration "$dur" --reps "$reps" --mitigations all --compare-kicks --json "$f.json")
+        {
+            echo "# vmm ${cmd[*]}"
+            echo "# $(date -u +%FT%TZ), commit $commit, dirty $dirty, $ncpu host CPUs (machine: meta.txt)"
+            vmm "${cmd[@]}" 2>/dev/null
+            echo
+            echo "# per row, means over the repetitions (from the JSON's reports):"
+            python3 - "$f.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = {}
+for r in d["reports"]:
+    c = r["run"]["counters"]
+    wakes = c["wake_direct"] + c["wake_queued"]
+    exits = sum(v.get("window_exits", 0) for v in r["per_vcpu"])
+    pk = sum(v.get("preempt_kicks", 0) for v in r["per_vcpu"])
+    rows.setdefault(r["kicks"], []).append((
+        c["wake_kicks"] / max(wakes, 1),
+        c.get("wake_deferred", 0) / max(wakes, 1),
+        exits / r["run"]["duration_s"],
+        pk / r["run"]["duration_s"],
+        r["run"]["metric"]["value"],
+    ))
+print(f"{'kicks':<8} {'runs':>4} {'kicks/wake':>10} {'deferred/wake':>13} {'exits/s':>10} {'vCPU kicks/s':>12} {'metric':>10}")
+for k, v in rows.items():
+    n = len(v)
+    m = [sum(x[i] for x in v) / n for i in range(5)]
+    print(f"{k:<8} {n:>4} {m[0]:>10.3f} {m[1]:>13.3f} {m[2]:>10.0f} {m[3]:>12.0f} {m[4]:>10.4g}")
+EOF
+        } >"$f.txt"
+        gzip -9f "$f.json"
+        echo "$f.txt"
+    done
+done
