@@ -139,6 +139,82 @@ fn executors_compare_with_the_same_set_interleaved() {
     assert_eq!(o.status.code(), Some(2));
 }
 
+/// `--compare-kicks`: eager kicks (baseline and A/A) against lazy ones,
+/// all fixes on the workers, interleaved; every report says which
+/// protocol ran it, and only lazy rows defer wakeups.
+#[test]
+fn kick_protocols_compare_interleaved() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("k.json");
+    let o = vmm(&[
+        "bench",
+        "messaging",
+        "--vms",
+        "2",
+        "--vcpus",
+        "2",
+        "--duration",
+        "0.3",
+        "--compare-kicks",
+        "--reps",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    integration_tests::comparison::check_comparison(
+        &v,
+        &["eager kicks", "eager kicks (A/A)", "lazy kicks"],
+        2,
+    );
+    let reports = v["reports"].as_array().unwrap();
+    assert_eq!(reports.len(), 6, "{v}");
+    for r in reports {
+        assert_eq!(r["run"]["mitigations"], "all");
+        let deferred = r["run"]["counters"]["wake_deferred"].as_u64().unwrap();
+        match r["kicks"].as_str().unwrap() {
+            "eager" => assert_eq!(deferred, 0, "an eager run deferred wakeups"),
+            "lazy" => {}
+            k => panic!("kicks {k:?}"),
+        }
+    }
+    assert_eq!(
+        reports.iter().filter(|r| r["kicks"] == "lazy").count(),
+        2,
+        "{v}"
+    );
+    for (args, msg) in [
+        (
+            vec!["bench", "runq", "--executor", "host", "--kicks", "eager"],
+            "--kicks",
+        ),
+        (
+            vec!["bench", "runq", "--executor", "host", "--compare-kicks"],
+            "--compare-kicks",
+        ),
+        (
+            vec!["bench", "runq", "--kicks", "sometimes"],
+            "lazy or eager",
+        ),
+        (
+            vec!["bench", "runq", "--compare-kicks", "--compare", "seeds"],
+            "--compare",
+        ),
+    ] {
+        let o = vmm(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(msg), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn bad_input_exits_2_with_one_line() {
     for (args, msg) in [
