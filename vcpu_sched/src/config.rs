@@ -39,6 +39,12 @@ pub struct SchedConfig {
     /// results reproduce); the executors run with it on.
     #[serde(default = "yes")]
     pub lazy_fair_kicks: bool,
+    /// A woken fair task is credited the time it slept, up to half of
+    /// `fair_latency_ns`, before it is placed (so that a vCPU back from a
+    /// short sleep can preempt a CPU hog). Off: it comes back with the
+    /// virtual runtime it left with, relative to its new runqueue.
+    #[serde(default)]
+    pub sleeper_credit: bool,
 }
 
 fn yes() -> bool {
@@ -59,6 +65,7 @@ impl Default for SchedConfig {
             balance_interval_ns: 4_000_000,
             steal_scan_limit: 64,
             lazy_fair_kicks: true,
+            sleeper_credit: false,
         }
     }
 }

@@ -783,6 +783,44 @@ fn a_fair_wakeup_that_would_not_preempt_a_busy_cpu_does_not_kick_it() {
     sim.strict("rt");
 }
 
+/// Sleeper credit: a fair task back from a sleep of half the latency or
+/// more is placed that far behind and preempts a CPU hog at once; without
+/// the credit it comes back level with it and waits.
+#[test]
+fn sleeper_credit_lets_a_sleeper_preempt() {
+    for credit in [false, true] {
+        let cfg = SchedConfig {
+            sleeper_credit: credit,
+            ..SchedConfig::default()
+        };
+        let mut sim = Sim::with_config(topo16(), Mitigations::all(), cfg.clone());
+        let on6 = CpuMask::single(6);
+        let hog = sim
+            .s
+            .add_task(&TaskSpec::new("hog").affinity(on6), sim.now)
+            .unwrap();
+        let sleeper = sim
+            .s
+            .add_task(&TaskSpec::new("s").affinity(on6), sim.now)
+            .unwrap();
+        sim.s.wake(hog, Some(6), sim.now).unwrap();
+        sim.settle();
+        assert_eq!(sim.s.current(6).unwrap(), Some(hog));
+        // the sleeper sleeps while the hog runs 20 ms, ticked every 1 ms
+        // (its virtual runtime, and the runqueue's minimum, move on)
+        for _ in 0..20 {
+            sim.now += 1_000_000;
+            sim.s.tick(6, sim.now).unwrap();
+        }
+        sim.settle();
+        sim.s.wake(sleeper, Some(6), sim.now).unwrap();
+        sim.settle();
+        let expect = if credit { sleeper } else { hog };
+        assert_eq!(sim.s.current(6).unwrap(), Some(expect), "credit {credit}");
+        sim.strict("woken");
+    }
+}
+
 /// A task woken onto an idle CPU waits there for that CPU's kick: another
 /// CPU that goes idle meanwhile must not steal it (Linux's balancer passes
 /// a runqueue with one runnable task by). The simulator found the cost:

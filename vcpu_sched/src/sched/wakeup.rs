@@ -128,11 +128,37 @@ impl Scheduler {
                 },
             }
         }
+        if self.cfg.sleeper_credit {
+            self.credit_sleep(id.0, now);
+        }
         t.acct.transition(ST_WAKING, now);
         t.acct.woken_at.store(now.max(1), Ordering::Relaxed);
         t.acct.wakeups.fetch_add(1, Ordering::Relaxed);
         self.place(id.0, waker, now);
         Ok(true)
+    }
+
+    /// Sleeper credit ([`SchedConfig::sleeper_credit`](crate::SchedConfig)):
+    /// a fair task just claimed from blocked is credited the time it
+    /// slept, up to half the latency, on its relative virtual runtime;
+    /// `enqueue_task` then clamps it at the runqueue's `min_vruntime`
+    /// less half the latency, as before. Linux's CFS keeps a sleeper's
+    /// absolute virtual runtime and renormalizes it against its old
+    /// runqueue's `min_vruntime` at the wakeup, so the credit there is how
+    /// far that advanced during the sleep (capped the same way: its
+    /// GENTLE_FAIR_SLEEPERS); with `n` equal tasks on that runqueue that is
+    /// about `slept / n`, so this rule credits short sleeps more.
+    fn credit_sleep(&self, id: u32, now: u64) {
+        let t = self.t(id);
+        if t.policy().is_rt() {
+            return;
+        }
+        let slept = now
+            .saturating_sub(t.acct.since.load(Ordering::Relaxed))
+            .min(self.cfg.fair_latency_ns / 2);
+        let rel = t.vruntime.load(Ordering::Relaxed) as i64;
+        t.vruntime
+            .store(rel.saturating_sub(slept as i64) as u64, Ordering::Relaxed);
     }
 
     /// Sends a claimed (waking) task to a runqueue.

@@ -250,6 +250,10 @@ pub struct BenchOptions {
     /// ([`vcpu_sched::SchedConfig::lazy_fair_kicks`]).
     #[serde(default)]
     pub kicks: Kicks,
+    /// Credit a woken fair vCPU the time it slept
+    /// ([`vcpu_sched::SchedConfig::sleeper_credit`]).
+    #[serde(default)]
+    pub sleeper_credit: bool,
 }
 
 /// The wake-list kick protocol of the scheduler executors.
@@ -307,6 +311,7 @@ impl BenchOptions {
             net: NetOptions::default(),
             io_cpus: IoCpus::Any,
             kicks: Kicks::Lazy,
+            sleeper_credit: false,
         }
     }
 }

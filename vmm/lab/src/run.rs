@@ -464,6 +464,7 @@ fn exec_options(
     eo.sched = SchedConfig {
         max_tasks: SchedConfig::default().max_tasks.max(nslots),
         lazy_fair_kicks: opts.kicks == super::Kicks::Lazy,
+        sleeper_credit: opts.sleeper_credit,
         ..SchedConfig::default()
     };
     eo.check = opts.check.then(CheckConfig::default);

@@ -127,6 +127,11 @@ pub struct BenchArgs {
     /// scheduler executor, no host row; --reps repetitions, interleaved
     #[arg(long, conflicts_with_all = ["compare", "compare_executors", "compare_engines", "compare_io_cpus", "kicks"])]
     pub compare_kicks: bool,
+    /// Credit a woken fair vCPU the time it slept, up to half the fair
+    /// latency (off by default; for its A/B: scripts/ab-bench.sh).
+    /// Scheduler executors only
+    #[arg(long)]
+    pub sleeper_credit: bool,
     /// blk and net only: where each VM's device I/O threads run: same
     /// (the host CPU its vCPU is pinned to), other (another host CPU: VM
     /// v's on CPU v+1) or any (not placed; the default). same and other
@@ -493,6 +498,7 @@ fn bench_options(
     o.breakdown = a.breakdown;
     o.pin = a.pin;
     o.kicks = a.kicks.unwrap_or_default();
+    o.sleeper_credit = a.sleeper_credit;
     o.io_cpus = a.io_cpus.unwrap_or_default();
     o
 }
