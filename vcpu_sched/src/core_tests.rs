@@ -56,16 +56,8 @@ impl Sim {
             for c in &need {
                 // the one exception: fair wakeups deferred (lazy kicks) to
                 // a busy CPU, taken at its next schedule or tick
-                let w = &self.s.cpus[*c as usize].wake;
-                let deferred_only = self.s.current(*c).unwrap().is_some()
-                    && w.list.is_empty()
-                    && !w.deferred.is_empty()
-                    && !self.s.cpus[*c as usize]
-                        .hot
-                        .need_resched
-                        .load(std::sync::atomic::Ordering::SeqCst);
                 assert!(
-                    kicked.contains(c) || deferred_only,
+                    kicked.contains(c) || self.s.only_deferred_wakeups(*c).unwrap(),
                     "CPU {c} needs attention but was never kicked"
                 );
             }

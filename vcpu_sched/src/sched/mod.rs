@@ -491,6 +491,21 @@ impl Scheduler {
             || (self.cfg.lazy_fair_kicks && !pc.wake.deferred.is_empty()))
     }
 
+    /// For checkers of the kick protocol: true if what makes `cpu` need
+    /// attention is only fair wakeups deferred without a kick (lazy kicks,
+    /// [`SchedConfig::lazy_fair_kicks`](crate::SchedConfig::lazy_fair_kicks))
+    /// while it runs a task: no kick is owed, the CPU takes them at its
+    /// next `schedule`, body entry or tick. A CPU id it does not manage is
+    /// an error.
+    pub fn only_deferred_wakeups(&self, cpu: CpuId) -> Result<bool> {
+        let pc = &self.cpus[self.check_cpu(cpu)? as usize];
+        Ok(self.cfg.lazy_fair_kicks
+            && !pc.wake.deferred.is_empty()
+            && pc.wake.list.is_empty()
+            && !pc.hot.need_resched.load(Ordering::SeqCst)
+            && pc.hot.curr.load(Ordering::Relaxed) != NO_TASK)
+    }
+
     /// For checkers: `Some(mask)` if `id` is `cpu`'s current task although
     /// its affinity `mask` excludes `cpu` and no reschedule is pending there
     /// to move it. Decided under the runqueue lock, because
