@@ -42,7 +42,9 @@ pub struct SchedConfig {
     /// A woken fair task is credited the time it slept, up to half of
     /// `fair_latency_ns`, before it is placed (so that a vCPU back from a
     /// short sleep can preempt a CPU hog). Off: it comes back with the
-    /// virtual runtime it left with, relative to its new runqueue.
+    /// virtual runtime it left with, relative to its new runqueue. Off
+    /// by default: measured worse on messaging and runq at 4x overcommit
+    /// (docs/results-vcpus.md, "Lazy kicks").
     #[serde(default)]
     pub sleeper_credit: bool,
 }
