@@ -25,16 +25,10 @@ reps=${REPS:-8}
 dur=${DURATION:-2}
 vmm_binary
 record_meta "$out"
-ncpu=$(nproc)
-n1=$((ncpu / 2 * 2))
-((n1 >= 2)) || { echo "error: needs at least 2 host CPUs" >&2; exit 1; }
+target_points
 for workload in ${WORKLOADS:-messaging runq cyclic transcode}; do
     for point in x1 x4; do
-        if [ $point = x1 ]; then
-            shape=(--vms 1 --vcpus "$n1" --pin)
-        else
-            shape=(--vms 4 --vcpus "$n1")
-        fi
+        point_shape $point
         f="$out/$workload-$point"
         rm -f "$f.json" "$f.json.gz"
         cmd=(bench "$workload" "${shape[@]}" --duration "$dur" --reps "$reps" --mitigations all --compare-kicks --json "$f.json")

@@ -37,17 +37,10 @@ else
 fi
 # what these runs ran on and from
 record_meta "$out"
-ncpu=$(nproc)
-# messaging pairs its vCPUs: an even count per VM
-n1=$((ncpu / 2 * 2))
-((n1 >= 2)) || { echo "error: needs at least 2 host CPUs" >&2; exit 1; }
+target_points
 for workload in ${WORKLOADS:-messaging cyclic runq transcode}; do
     for point in x1 x4; do
-        if [ $point = x1 ]; then
-            shape=(--vms 1 --vcpus "$n1" --pin)
-        else
-            shape=(--vms 4 --vcpus "$n1")
-        fi
+        point_shape $point
         f="$out/$workload-$point"
         # vmm never replaces a file: this script regenerates its own output
         rm -f "$f.json" "$f.json.gz"

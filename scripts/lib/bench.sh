@@ -60,6 +60,24 @@ record_meta() {
     dirty=$(sed -n 's/^dirty=//p' "$1/meta.txt")
 }
 
+# target_points: $ncpu (the host CPUs) and $n1, the vCPUs of one VM at
+# the Targets' points (even: messaging pairs its vCPUs); exits 1 on fewer
+# than 2 CPUs. point_shape POINT then sets $shape, that point's `vmm bench`
+# flags: x1, one VM of $n1 vCPUs each pinned to a CPU of its own; x4, 4
+# such VMs, nothing pinned.
+target_points() {
+    ncpu=$(nproc)
+    n1=$((ncpu / 2 * 2))
+    ((n1 >= 2)) || { echo "$me: needs at least 2 host CPUs" >&2; exit 1; }
+}
+point_shape() {
+    if [ "$1" = x1 ]; then
+        shape=(--vms 1 --vcpus "$n1" --pin)
+    else
+        shape=(--vms 4 --vcpus "$n1")
+    fi
+}
+
 # bench_netns PREFIX: a new network namespace $ns (PREFIX-PID) with its
 # loopback up and IPv6 off (no router solicitations in the measurement).
 # The caller deletes it (its EXIT trap: ip netns del "$ns").
