@@ -204,6 +204,10 @@ fn kick_protocols_compare_interleaved() {
             "lazy or eager",
         ),
         (
+            vec!["bench", "runq", "--executor", "host", "--sleeper-credit"],
+            "--sleeper-credit",
+        ),
+        (
             vec!["bench", "runq", "--compare-kicks", "--compare", "seeds"],
             "--compare",
         ),

@@ -342,12 +342,15 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         )
         .into());
     }
-    if (a.kicks.is_some() || a.compare_kicks) && executor == ExecutorKind::Host {
+    if (a.kicks.is_some() || a.compare_kicks || a.sleeper_credit) && executor == ExecutorKind::Host
+    {
         return Err(ignored(
             if a.compare_kicks {
                 "--compare-kicks"
-            } else {
+            } else if a.kicks.is_some() {
                 "--kicks"
+            } else {
+                "--sleeper-credit"
             },
             "the workers and threads executors",
             "--executor host (the host kernel schedules)",
