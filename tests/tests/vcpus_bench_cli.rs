@@ -211,11 +211,68 @@ fn kick_protocols_compare_interleaved() {
             vec!["bench", "runq", "--compare-kicks", "--compare", "seeds"],
             "--compare",
         ),
+        (
+            vec!["bench", "cyclic", "--executor", "host", "--rt-pull", "wait"],
+            "--rt-pull",
+        ),
+        (
+            vec!["bench", "cyclic", "--rt-pull", "spin"],
+            "bounded (pass a busy source by, the default) or wait",
+        ),
     ] {
         let o = vmm(&args);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(msg), "{args:?}: {err}");
+    }
+}
+
+/// `--rt-pull`: each report records the RT pull protocol it ran (bounded
+/// by default), and a waiting pull never passes a busy source by.
+#[test]
+fn rt_pull_protocol_is_chosen_and_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    // 4 FIFO vCPUs per CPU (an even number, at most 256): RT overload
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let vcpus = (4 * cpus).min(256).to_string();
+    for (flag, want) in [
+        (None, "bounded"),
+        (Some("wait"), "wait"),
+        (Some("bounded"), "bounded"),
+    ] {
+        let json = dir.path().join(format!("{flag:?}.json"));
+        let mut args = vec![
+            "bench",
+            "cyclic",
+            "--vms",
+            "1",
+            "--vcpus",
+            &vcpus,
+            "--duration",
+            "0.3",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        if let Some(f) = flag {
+            args.extend(["--rt-pull", f]);
+        }
+        let o = vmm(&args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(v["rt_pull"], want, "{args:?}");
+        let c = &v["run"]["counters"];
+        assert!(
+            c["rt_pulls"].as_u64().unwrap() > 0,
+            "{args:?}: no RT pull ran: {c}"
+        );
+        if want == "wait" {
+            assert_eq!(c["rt_pull_busy"], 0, "{args:?}: {c}");
+        }
     }
 }
 

@@ -47,6 +47,15 @@ pub struct SchedConfig {
     /// (docs/results-vcpus.md, "Lazy kicks").
     #[serde(default)]
     pub sleeper_credit: bool,
+    /// The RT pull of a CPU that lowers its priority takes a source's
+    /// runqueue lock only if it is free: a source whose lock another
+    /// thread holds is passed by and asked to push instead (see
+    /// `sched/balance.rs`, `pull_rt`). Off: the pull waits for the lock,
+    /// as Linux's `pull_rt_task` spins on `double_lock_balance`. The
+    /// simulator runs with it off (its recorded results were made that
+    /// way); the executors run with it on.
+    #[serde(default = "yes")]
+    pub bounded_rt_pull: bool,
 }
 
 fn yes() -> bool {
@@ -68,6 +77,7 @@ impl Default for SchedConfig {
             steal_scan_limit: 64,
             lazy_fair_kicks: true,
             sleeper_credit: false,
+            bounded_rt_pull: true,
         }
     }
 }

@@ -168,6 +168,76 @@ fn rt_pull_skips_a_source_with_nothing_more_urgent_without_its_lock() {
     }
 }
 
+/// CPU 1's RT task blocks while FIFO task `x` (allowed on CPUs 0 and 1)
+/// waits on CPU 0 behind an equal one, and the test holds CPU 0's
+/// runqueue lock meanwhile (as a preempted holder would). Bounded (the
+/// default), CPU 1's `schedule` does not wait for that lock: it passes the
+/// source by, counts it, asks it to push and goes idle; once the lock is
+/// free, CPU 0's push hands `x` to CPU 1. Unbounded, the same `schedule`
+/// waits for the lock and pulls `x` itself.
+#[test]
+fn a_blocking_rt_cpu_does_not_wait_for_a_busy_pull_source() {
+    for bounded in [true, false] {
+        for mit in [Mitigations::none(), Mitigations::all()] {
+            let cfg = SchedConfig {
+                bounded_rt_pull: bounded,
+                ..SchedConfig::default()
+            };
+            let mut sim = Sim::with_config(topo16(), mit, cfg);
+            let on0 = sim.fifo_tasks("a", 1, 50, CpuMask::single(0))[0];
+            let on1 = sim.fifo_tasks("b", 1, 60, CpuMask::single(1))[0];
+            let x = sim.fifo_tasks("x", 1, 50, CpuMask::from_cpus([0, 1]))[0];
+            for (t, by) in [(on0, 0), (on1, 1), (x, 0)] {
+                sim.s.wake(t, Some(by), sim.now).unwrap();
+                sim.settle();
+            }
+            let what = format!("{mit}, bounded {bounded}");
+            assert_eq!(sim.s.current(1).unwrap(), Some(on1), "{what}");
+            assert_eq!(sim.s.task_state(x).unwrap(), TaskState::Queued, "{what}");
+            assert_eq!(sim.s.task_cpu(x).unwrap(), 0, "{what}: x waits on CPU 0");
+            let before = sim.s.counters().rt_pull_busy;
+            sim.now += 100;
+            let (s, now) = (&sim.s, sim.now);
+            let (pick, waited) = std::thread::scope(|sc| {
+                let guard = s.lock_rq(0);
+                let (tx, rx) = std::sync::mpsc::channel();
+                sc.spawn(move || tx.send(s.schedule(1, Prev::Block, now).unwrap()).unwrap());
+                let hold = std::time::Duration::from_millis(if bounded { 20_000 } else { 300 });
+                let r = rx.recv_timeout(hold);
+                drop(guard);
+                match r {
+                    Ok(p) => (p, false),
+                    Err(_) => (rx.recv().unwrap(), true),
+                }
+            });
+            if bounded {
+                assert!(!waited, "{what}: CPU 1's schedule waited for CPU 0's lock");
+                assert_eq!(pick, Pick::Idle, "{what}: nothing pulled, CPU 1 idles");
+                assert_eq!(sim.s.counters().rt_pull_busy, before + 1, "{what}");
+                assert!(
+                    sim.kicks().contains(&0),
+                    "{what}: the busy source was not asked to push"
+                );
+                sim.settle();
+            } else {
+                assert!(
+                    waited,
+                    "{what}: the unbounded pull did not wait for the lock"
+                );
+                assert_eq!(pick, Pick::Switch(x), "{what}: it pulled x itself");
+                assert_eq!(sim.s.counters().rt_pull_busy, before, "{what}");
+            }
+            assert_eq!(
+                sim.s.current(1).unwrap(),
+                Some(x),
+                "{what}: x runs on CPU 1"
+            );
+            assert_eq!(sim.s.current(0).unwrap(), Some(on0), "{what}");
+            sim.strict(&what);
+        }
+    }
+}
+
 /// RT pull leaves alone, without taking its lock, an overloaded CPU none
 /// of whose waiting tasks may run on the puller (their affinity folded
 /// onto 64 bits misses its bit): pinned RT vCPUs of other VMs. Without

@@ -104,6 +104,9 @@ cpu_counters! {
     rt_pushes,
     /// RT tasks pulled to this CPU.
     rt_pulls,
+    /// RT pull sources passed by because another thread held their
+    /// runqueue lock (bounded RT pull).
+    rt_pull_busy,
     /// Fair tasks taken from the shared runqueue.
     shared_pops,
     /// Stale shared-runqueue entries dropped.

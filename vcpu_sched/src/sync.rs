@@ -55,6 +55,13 @@ pub(crate) fn lock<L: Lockable>(m: &L) -> L::Guard<'_> {
     m.lock_ignoring_poison()
 }
 
+/// Takes a mutex if it is free, ignoring poisoning; `None` when another
+/// thread holds it.
+#[inline]
+pub(crate) fn try_lock<L: Lockable>(m: &L) -> Option<L::Guard<'_>> {
+    m.try_lock_ignoring_poison()
+}
+
 /// A mutex [`lock`] can take: `std`'s, and in a simulator build the
 /// reporting one of [`crate::sync::shared`].
 pub(crate) trait Lockable {
@@ -64,6 +71,8 @@ pub(crate) trait Lockable {
         Self: 'a;
     /// Locks, ignoring poisoning.
     fn lock_ignoring_poison(&self) -> Self::Guard<'_>;
+    /// Locks if free, ignoring poisoning.
+    fn try_lock_ignoring_poison(&self) -> Option<Self::Guard<'_>>;
 }
 
 impl<T> Lockable for std::sync::Mutex<T> {
@@ -74,6 +83,14 @@ impl<T> Lockable for std::sync::Mutex<T> {
     #[inline]
     fn lock_ignoring_poison(&self) -> Self::Guard<'_> {
         self.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    #[inline]
+    fn try_lock_ignoring_poison(&self) -> Option<Self::Guard<'_>> {
+        match self.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 }
 
@@ -86,6 +103,10 @@ impl<L: Lockable> Lockable for std::sync::Arc<L> {
     fn lock_ignoring_poison(&self) -> Self::Guard<'_> {
         (**self).lock_ignoring_poison()
     }
+    #[inline]
+    fn try_lock_ignoring_poison(&self) -> Option<Self::Guard<'_>> {
+        (**self).try_lock_ignoring_poison()
+    }
 }
 
 #[cfg(all(not(loom), sim))]
@@ -97,6 +118,13 @@ impl<T> Lockable for shared::Mutex<T> {
     #[inline]
     fn lock_ignoring_poison(&self) -> Self::Guard<'_> {
         self.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// The simulator runs one core call at a time to its end, so no other
+    /// call holds a lock when this one asks: it always gets it, reported
+    /// as a lock.
+    #[inline]
+    fn try_lock_ignoring_poison(&self) -> Option<Self::Guard<'_>> {
+        Some(self.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 

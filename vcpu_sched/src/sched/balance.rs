@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use super::Scheduler;
 use crate::cpumask::CpuMask;
 use crate::rq::{Rq, NO_TASK};
-use crate::sync::shared::AtomicBool;
+use crate::sync::shared::{AtomicBool, MutexGuard};
 use crate::task::{CpuId, PRI_FAIR};
 use crate::tasks::ST_QUEUED;
 
@@ -179,7 +179,14 @@ impl Scheduler {
                 passed_by.get_or_insert(src);
                 continue;
             };
-            let (mut me, mut s) = self.lock2(cpu, src);
+            let Some((mut me, mut s)) = self.lock_pull_pair(cpu, src) else {
+                passed_by.get_or_insert(src);
+                self.cpus[cpu as usize]
+                    .stats
+                    .rt_pull_busy
+                    .fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
             let mine = self.rt_level(&me);
             let found = s.rt.iter_by_prio().find(|&(i, p)| {
                 let tp = p as u32 + PRI_FAIR;
@@ -210,6 +217,42 @@ impl Scheduler {
             }
         }
         pulled
+    }
+
+    /// The RT pull's two locks: `cpu`'s own, then source `src`'s.
+    ///
+    /// WHAT: with [`SchedConfig::bounded_rt_pull`](crate::SchedConfig) the
+    /// source's lock is only tried; `None` when another thread holds it.
+    ///
+    /// WHY: the pull runs inside `schedule` on the block path (a CPU whose
+    /// RT task blocks lowers its priority and pulls). Waiting there for a
+    /// busy source's lock waits for whatever its holder is doing, and the
+    /// holder can be a thread the host has preempted: `vmm bench cyclic`
+    /// with 8 FIFO vCPUs on 2 CPUs timed the pull's lock wait at under
+    /// 0.3 us at p50 but 32-131 us for 5% of the pulls, and that tail was
+    /// the block path's p99 (81 us); the holders were workers preempted
+    /// by the executor's clock thread, which runs one host priority above
+    /// them (docs/breakdown.md, "The RT pull's lock wait"). Linux's rq
+    /// locks are spinlocks held with interrupts off, so a holder there is
+    /// never preempted, and `pull_rt_task` can afford to spin.
+    ///
+    /// HOW: a busy source is passed by like one another CPU is already
+    /// pulling from (`pull_busy`): if nothing was pulled, it is asked to
+    /// push (`push_request` and a kick), which it does at its next
+    /// `schedule`, and an overloaded CPU also pushes at the end of the
+    /// `schedule` it is in. The own lock is taken first and waited for;
+    /// trying the second while holding the first cannot deadlock.
+    fn lock_pull_pair(
+        &self,
+        cpu: CpuId,
+        src: CpuId,
+    ) -> Option<(MutexGuard<'_, Rq>, MutexGuard<'_, Rq>)> {
+        if !self.cfg.bounded_rt_pull {
+            return Some(self.lock2(cpu, src));
+        }
+        let me = self.lock_rq(cpu);
+        let s = self.try_lock_rq(src)?;
+        Some((me, s))
     }
 
     /// Looks for work for idle `cpu`: RT pull, the LLC's shared runqueue,

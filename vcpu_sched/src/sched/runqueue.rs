@@ -4,6 +4,7 @@
 //! holds the lock of every runqueue passed in.
 
 use crate::sync::shared::MutexGuard;
+use crate::sync::try_lock;
 use std::sync::atomic::Ordering;
 
 use super::Scheduler;
@@ -25,6 +26,11 @@ impl Scheduler {
     #[inline]
     pub(crate) fn lock_rq(&self, cpu: CpuId) -> MutexGuard<'_, Rq> {
         lock(&self.cpus[cpu as usize].rq.lock)
+    }
+
+    /// Locks `cpu`'s runqueue if no other thread holds it.
+    pub(super) fn try_lock_rq(&self, cpu: CpuId) -> Option<MutexGuard<'_, Rq>> {
+        try_lock(&self.cpus[cpu as usize].rq.lock)
     }
 
     /// Locks two different runqueues in CPU order; returns (a, b).

@@ -17,7 +17,7 @@ use vcpu_sched::bench::{interleaved, Comparison, ComparisonHeader, RowKind};
 use vcpu_sched::comparison;
 use vcpu_sched::Mitigations;
 
-use super::{run, BenchError, BenchOptions, BenchReport, IoCpus, Kicks};
+use super::{run, BenchError, BenchOptions, BenchReport, IoCpus, Kicks, RtPull};
 use vmm_machine::devices::BlockEngine;
 use vmm_machine::vcpu_body::ExecutorKind;
 
@@ -52,6 +52,9 @@ pub struct CompareOptions {
     /// the baseline and gets the A/A row), with the same restrictions as
     /// `engines`, and not with another axis.
     pub kicks: Vec<Kicks>,
+    /// Compare RT pull protocols instead ([`RtPull`]; the first is the
+    /// baseline and gets the A/A row), with the same restrictions.
+    pub rt_pull: Vec<RtPull>,
 }
 
 /// Where a comparison is.
@@ -102,23 +105,29 @@ pub fn compare(
         !opts.engines.is_empty(),
         !opts.io_cpus.is_empty(),
         !opts.kicks.is_empty(),
+        !opts.rt_pull.is_empty(),
     ];
     let cells = match axes {
-        [false, false, false] => scheduler_cells(opts)?,
-        [true, false, false] => {
+        [false, false, false, false] => scheduler_cells(opts)?,
+        [true, false, false, false] => {
             axis_cells(opts, "an engine", &opts.engines, |o, e| o.blk.engine = e)?
         }
-        [false, true, false] => {
+        [false, true, false, false] => {
             axis_cells(opts, "an I/O thread placement", &opts.io_cpus, |o, p| {
                 o.io_cpus = p
             })?
         }
-        [false, false, true] => {
+        [false, false, true, false] => {
             axis_cells(opts, "a kick protocol", &opts.kicks, |o, k| o.kicks = k)?
+        }
+        [false, false, false, true] => {
+            axis_cells(opts, "an RT pull protocol", &opts.rt_pull, |o, p| {
+                o.rt_pull = p
+            })?
         }
         _ => {
             return Err(BenchError::Input(
-                "compare one of engines, I/O thread placements or kick protocols at a time".into(),
+                "compare one of engines, I/O thread placements, kick protocols or RT pull protocols at a time".into(),
             ))
         }
     };

@@ -254,6 +254,48 @@ pub struct BenchOptions {
     /// ([`vcpu_sched::SchedConfig::sleeper_credit`]).
     #[serde(default)]
     pub sleeper_credit: bool,
+    /// How the RT pull treats a source whose runqueue lock is held
+    /// ([`vcpu_sched::SchedConfig::bounded_rt_pull`]).
+    #[serde(default)]
+    pub rt_pull: RtPull,
+}
+
+/// The RT pull's protocol for a source whose runqueue lock is held.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RtPull {
+    /// Pass it by and ask it to push (the default).
+    #[default]
+    Bounded,
+    /// Wait for its lock, as Linux's `pull_rt_task` does (the protocol
+    /// before bounded pulls).
+    Wait,
+}
+
+fn rt_pull_wait() -> RtPull {
+    RtPull::Wait
+}
+
+impl std::fmt::Display for RtPull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RtPull::Bounded => "bounded RT pull",
+            RtPull::Wait => "waiting RT pull",
+        })
+    }
+}
+
+impl std::str::FromStr for RtPull {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "bounded" => Ok(RtPull::Bounded),
+            "wait" => Ok(RtPull::Wait),
+            _ => Err(format!(
+                "'{s}' is not an RT pull protocol: use bounded (pass a busy source by, the default) or wait"
+            )),
+        }
+    }
 }
 
 /// The wake-list kick protocol of the scheduler executors.
@@ -312,6 +354,7 @@ impl BenchOptions {
             io_cpus: IoCpus::Any,
             kicks: Kicks::Lazy,
             sleeper_credit: false,
+            rt_pull: RtPull::Bounded,
         }
     }
 }
@@ -372,6 +415,10 @@ pub struct BenchReport {
     /// written before it was recorded: it was the only one).
     #[serde(default = "eager")]
     pub kicks: Kicks,
+    /// The RT pull protocol of the scheduler rows (`wait` in reports
+    /// written before it was recorded: it was the only one).
+    #[serde(default = "rt_pull_wait")]
+    pub rt_pull: RtPull,
     /// VMs.
     pub vms: usize,
     /// vCPUs per VM.

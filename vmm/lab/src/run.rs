@@ -369,6 +369,7 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
         executor: opts.executor,
         thread_policy: thread_policy(opts, host_rt),
         kicks: opts.kicks,
+        rt_pull: opts.rt_pull,
         vms: opts.vms,
         vcpus: opts.vcpus,
         per_vcpu: std::mem::take(&mut rows.rows),
@@ -465,6 +466,7 @@ fn exec_options(
         max_tasks: SchedConfig::default().max_tasks.max(nslots),
         lazy_fair_kicks: opts.kicks == super::Kicks::Lazy,
         sleeper_credit: opts.sleeper_credit,
+        bounded_rt_pull: opts.rt_pull == super::RtPull::Bounded,
         ..SchedConfig::default()
     };
     eo.check = opts.check.then(CheckConfig::default);

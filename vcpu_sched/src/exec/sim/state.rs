@@ -128,6 +128,8 @@ impl<'a> Sim<'a> {
             max_groups: SchedConfig::default().max_groups.max(cfg.vms + 1),
             // the seeds' kick protocol, which the recorded results follow
             lazy_fair_kicks: false,
+            // and its RT pull, which waits for a source's lock
+            bounded_rt_pull: false,
             ..SchedConfig::default()
         };
         let kicks = Arc::new(Kicks::default());

@@ -15,7 +15,7 @@ use super::args::{self, ignored, mitigation_sets, out, outln, progress_bar, Inpu
 pub use super::bench_report::render_report;
 use vmm_lab::{
     compare, integrity, run as run_bench, BenchOptions, BlkOptions, CompareOptions,
-    IntegrityOptions, IoCpus, Kicks, NetOptions, Workload,
+    IntegrityOptions, IoCpus, Kicks, NetOptions, RtPull, Workload,
 };
 use vmm_machine::devices::{BlockEngine, UnknownEngine};
 use vmm_machine::micro::net::NetMode;
@@ -132,6 +132,17 @@ pub struct BenchArgs {
     /// Scheduler executors only
     #[arg(long)]
     pub sleeper_credit: bool,
+    /// How an RT pull treats a source CPU whose runqueue lock another
+    /// thread holds: bounded (pass it by and ask it to push; the default)
+    /// or wait (wait for the lock, the protocol before bounded pulls).
+    /// Scheduler executors only
+    #[arg(long, value_name = "PROTOCOL", value_parser = rt_pull)]
+    pub rt_pull: Option<RtPull>,
+    /// Compare the RT pull protocols instead of mitigation sets: wait (the
+    /// baseline, with its A/A row), then bounded; one mitigation set on
+    /// one scheduler executor, no host row; --reps repetitions, interleaved
+    #[arg(long, conflicts_with_all = ["compare", "compare_executors", "compare_engines", "compare_io_cpus", "compare_kicks", "rt_pull"])]
+    pub compare_rt_pull: bool,
     /// blk and net only: where each VM's device I/O threads run: same
     /// (the host CPU its vCPU is pinned to), other (another host CPU: VM
     /// v's on CPU v+1) or any (not placed; the default). same and other
@@ -252,6 +263,10 @@ fn kicks(s: &str) -> std::result::Result<Kicks, String> {
     }
 }
 
+fn rt_pull(s: &str) -> std::result::Result<RtPull, String> {
+    s.trim().parse()
+}
+
 fn io_cpus(s: &str) -> std::result::Result<IoCpus, String> {
     s.parse().map_err(|e: vmm_lab::BenchError| e.to_string())
 }
@@ -342,15 +357,24 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         )
         .into());
     }
-    if (a.kicks.is_some() || a.compare_kicks || a.sleeper_credit) && executor == ExecutorKind::Host
+    if (a.kicks.is_some()
+        || a.compare_kicks
+        || a.sleeper_credit
+        || a.rt_pull.is_some()
+        || a.compare_rt_pull)
+        && executor == ExecutorKind::Host
     {
         return Err(ignored(
             if a.compare_kicks {
                 "--compare-kicks"
+            } else if a.compare_rt_pull {
+                "--compare-rt-pull"
             } else if a.kicks.is_some() {
                 "--kicks"
-            } else {
+            } else if a.sleeper_credit {
                 "--sleeper-credit"
+            } else {
+                "--rt-pull"
             },
             "the workers and threads executors",
             "--executor host (the host kernel schedules)",
@@ -362,6 +386,7 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         && a.compare_engines.is_none()
         && a.compare_io_cpus.is_none()
         && !a.compare_kicks
+        && !a.compare_rt_pull
     {
         if a.reps.is_some() {
             return Err(ignored("--reps", "--compare", "a single run").into());
@@ -502,6 +527,7 @@ fn bench_options(
     o.pin = a.pin;
     o.kicks = a.kicks.unwrap_or_default();
     o.sleeper_credit = a.sleeper_credit;
+    o.rt_pull = a.rt_pull.unwrap_or_default();
     o.io_cpus = a.io_cpus.unwrap_or_default();
     o
 }
@@ -559,7 +585,16 @@ pub fn run(a: BenchArgs) -> Result<()> {
     } else {
         Vec::new()
     };
-    let axis = engines.len().max(io_cpus.len()).max(kicks.len());
+    let rt_pull = if a.compare_rt_pull {
+        vec![RtPull::Wait, RtPull::Bounded]
+    } else {
+        Vec::new()
+    };
+    let axis = engines
+        .len()
+        .max(io_cpus.len())
+        .max(kicks.len())
+        .max(rt_pull.len());
     let compare_list = compare_list(&a, executor, axis)?;
     if let Some((variants, executors)) = &compare_list {
         // every set, the A/A row, other executors and the host row, each
@@ -580,6 +615,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     engines,
                     io_cpus,
                     kicks,
+                    rt_pull,
                 },
                 &mut |p| {
                     let f = (p.done as f64 + p.run_fraction) / p.total.max(1) as f64;

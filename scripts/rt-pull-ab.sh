@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The A/B of the bounded RT pull (a CPU that lowers its priority passes by
+# a pull source whose runqueue lock another thread holds, and asks it to
+# push, instead of waiting for the lock; `SchedConfig::bounded_rt_pull`,
+# docs/breakdown.md "The RT pull's lock wait"): one interleaved
+# `vmm bench --compare-rt-pull` run per RT workload and point, rows `waiting
+# RT pull` (the protocol before, the baseline), its A/A row and `bounded
+# RT pull`, all fixes on the workers executor. Points as in
+# scripts/targets.sh (x1: one pinned vCPU per host CPU; x4: 4 vCPUs per
+# host CPU, nothing pinned). Besides the tables, prints per row the RT
+# pulls, the sources passed by and the time per `schedule` call (means
+# over the repetitions, from the JSON).
+# Raw outputs (table, JSON gzipped) go to OUT (default docs/data/rt-pull),
+# with OUT/meta.txt (scripts/machine-meta.sh). VMM_BIN picks the binary
+# (default: a release build); WORKLOADS (default: cyclic transcode),
+# POINTS (default: x1 x4), REPS (default 10) and DURATION (seconds,
+# default 2) size it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/bench.sh
+source scripts/lib/bench.sh
+out=${OUT:-docs/data/rt-pull}
+reps=${REPS:-10}
+dur=${DURATION:-2}
+vmm_binary
+record_meta "$out"
+target_points
+for workload in ${WORKLOADS:-cyclic transcode}; do
+    for point in ${POINTS:-x1 x4}; do
+        point_shape "$point"
+        f="$out/$workload-$point"
+        rm -f "$f.json" "$f.json.gz"
+        cmd=(bench "$workload" "${shape[@]}" --duration "$dur" --reps "$reps" --mitigations all --compare-rt-pull --json "$f.json")
+        {
+            echo "# vmm ${cmd[*]}"
+            echo "# $(date -u +%FT%TZ), commit $commit, dirty $dirty, $ncpu host CPUs (machine: meta.txt)"
+            vmm "${cmd[@]}" 2>/dev/null
+            echo
+            echo "# per row, means over the repetitions (from the JSON's reports):"
+            python3 - "$f.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = {}
+for r in d["reports"]:
+    c = r["run"]["counters"]
+    s = r["run"]["duration_s"]
+    rows.setdefault(r["rt_pull"], []).append((
+        c.get("rt_pulls", 0) / s,
+        c.get("rt_pull_busy", 0) / s,
+        c.get("rt_pushes", 0) / s,
+        r["run"]["sched_ns_per_call"],
+        r["run"]["metric"]["value"],
+    ))
+print(f"{'rt_pull':<8} {'runs':>4} {'pulls/s':>9} {'passed by/s':>11} {'pushes/s':>9} {'ns/schedule':>11} {'metric':>10}")
+for k, v in rows.items():
+    n = len(v)
+    m = [sum(x[i] for x in v) / n for i in range(5)]
+    print(f"{k:<8} {n:>4} {m[0]:>9.0f} {m[1]:>11.0f} {m[2]:>9.0f} {m[3]:>11.0f} {m[4]:>10.4g}")
+EOF
+        } >"$f.txt"
+        gzip -9f "$f.json"
+        echo "$f.txt"
+    done
+done
