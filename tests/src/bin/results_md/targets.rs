@@ -33,6 +33,10 @@ use super::{fill, num, paired_of, parse_meta, text, values};
 
 /// The workloads and points that `scripts/targets.sh` runs, in table order.
 const WORKLOADS: [&str; 4] = ["messaging", "cyclic", "runq", "transcode"];
+/// The I/O workloads that `scripts/targets-io.sh` runs (a directory whose
+/// name ends in `targets-io`): virtio-blk random reads at queue depth 1
+/// and 32.
+const IO_WORKLOADS: [&str; 2] = ["blk-qd1", "blk-qd32"];
 const POINTS: [&str; 2] = ["x1", "x4"];
 
 /// Rewrites `input`'s targets sections into `output`.
@@ -202,7 +206,12 @@ fn section(dir: &Path, rel: &str) -> Result<String, String> {
     );
     let _ = writeln!(s, "|---|---|---:|---|---:|---:|---:|---|");
     let mut stems = Vec::new();
-    for w in WORKLOADS {
+    let workloads: &[&str] = if rel.trim_end_matches('/').ends_with("targets-io") {
+        &IO_WORKLOADS
+    } else {
+        &WORKLOADS
+    };
+    for &w in workloads {
         for p in POINTS {
             let stem = format!("{w}-{p}");
             let v = load(dir, &stem)?;
