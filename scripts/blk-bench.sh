@@ -37,18 +37,8 @@ cat "$img" >/dev/null
 for qd in 1 32; do
     for point in x1 x4; do
         if [ $point = x1 ]; then vms=$ncpu; else vms=$((4 * ncpu)); fi
-        f="$out/qd$qd-$point"
-        # vmm never replaces a file: this script regenerates its own output
-        rm -f "$f.json" "$f.json.gz"
-        cmd=(bench blk --disk "$img" --vms "$vms" --qd "$qd" --duration "$dur" --reps "$reps"
-            --compare-executors --json "$f.json")
-        {
-            echo "# vmm ${cmd[*]}" | sed "s|$img|IMG|"
-            echo "# IMG: a 64 MiB file of zeros in the page cache (read-only, shared by the VMs)"
-            echo "# $(date -u +%FT%TZ), commit $commit, dirty $dirty, $ncpu host CPUs (machine: meta.txt)"
-            vmm "${cmd[@]}" 2>/dev/null
-        } >"$f.txt"
-        gzip -9f "$f.json"
-        echo "$f.txt"
+        hide=$img hide_note="a 64 MiB file of zeros in the page cache (read-only, shared by the VMs)" \
+            recorded_run "$out/qd$qd-$point" bench blk --disk "$img" --vms "$vms" --qd "$qd" \
+            --duration "$dur" --reps "$reps" --compare-executors
     done
 done

@@ -25,19 +25,7 @@ dur=${DURATION:-2}
 vmm_binary
 record_meta "$out"
 target_points
-for workload in ${WORKLOADS:-cyclic transcode}; do
-    for point in ${POINTS:-x1 x4}; do
-        point_shape "$point"
-        f="$out/$workload-$point"
-        rm -f "$f.json" "$f.json.gz"
-        cmd=(bench "$workload" "${shape[@]}" --duration "$dur" --reps "$reps" --mitigations all --compare-rt-pull --json "$f.json")
-        {
-            echo "# vmm ${cmd[*]}"
-            echo "# $(date -u +%FT%TZ), commit $commit, dirty $dirty, $ncpu host CPUs (machine: meta.txt)"
-            vmm "${cmd[@]}" 2>/dev/null
-            echo
-            echo "# per row, means over the repetitions (from the JSON's reports):"
-            python3 - "$f.json" <<'EOF'
+summary=$(cat <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
 rows = {}
@@ -57,8 +45,11 @@ for k, v in rows.items():
     m = [sum(x[i] for x in v) / n for i in range(5)]
     print(f"{k:<8} {n:>4} {m[0]:>9.0f} {m[1]:>11.0f} {m[2]:>9.0f} {m[3]:>11.0f} {m[4]:>10.4g}")
 EOF
-        } >"$f.txt"
-        gzip -9f "$f.json"
-        echo "$f.txt"
+)
+for workload in ${WORKLOADS:-cyclic transcode}; do
+    for point in ${POINTS:-x1 x4}; do
+        point_shape "$point"
+        recorded_run "$out/$workload-$point" bench "$workload" "${shape[@]}" --duration "$dur" \
+            --reps "$reps" --mitigations all --compare-rt-pull
     done
 done

@@ -30,6 +30,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 img=$tmp/blk.img
 truncate -s 256M "$img"
+hide=$img hide_note="a sparse 256 MiB file made for the run"
 for qd in 1 32; do
     for point in x1 x4; do
         if [ "$point" = x1 ]; then
@@ -37,16 +38,8 @@ for qd in 1 32; do
         else
             shape=(--vms $((4 * n1)))
         fi
-        f="$out/blk-qd$qd-$point"
-        rm -f "$f.json" "$f.json.gz"
-        cmd=(bench blk --disk "$img" --qd "$qd" "${shape[@]}" --duration "$dur" --reps "$reps" --compare "all;none" --json "$f.json")
-        {
-            echo "# vmm ${cmd[*]/#$img/IMG} (IMG: a sparse 256 MiB file made for the run)"
-            echo "# $(date -u +%FT%TZ), commit $commit, dirty $dirty, $ncpu host CPUs (machine: meta.txt)"
-            vmm "${cmd[@]}" 2>/dev/null
-        } >"$f.txt"
-        gzip -9f "$f.json"
-        echo "$f.txt"
+        recorded_run "$out/blk-qd$qd-$point" bench blk --disk "$img" --qd "$qd" "${shape[@]}" \
+            --duration "$dur" --reps "$reps" --compare "all;none"
     done
 done
 if [ "$out" = docs/data/targets-io ]; then

@@ -41,14 +41,8 @@ target_points
 for workload in ${WORKLOADS:-messaging cyclic runq transcode}; do
     for point in x1 x4; do
         point_shape $point
-        f="$out/$workload-$point"
-        # vmm never replaces a file: this script regenerates its own output
-        rm -f "$f.json" "$f.json.gz"
-        cmd=(bench "$workload" "${shape[@]}" --duration "$dur" --reps "$reps" "${compare[@]}" --json "$f.json")
-        { echo "# vmm ${cmd[*]}"; echo "# $(date -u +%FT%TZ), commit $commit, dirty $dirty, $ncpu host CPUs (machine: meta.txt)"; vmm "${cmd[@]}" 2>/dev/null; } >"$f.txt"
-        # the JSON keeps every run's histograms: megabytes, compressed well
-        gzip -9f "$f.json"
-        echo "$f.txt"
+        recorded_run "$out/$workload-$point" bench "$workload" "${shape[@]}" --duration "$dur" \
+            --reps "$reps" "${compare[@]}"
     done
 done
 if [ "$out" = docs/data/targets ] && [ -z "${WORKLOADS:-}" ]; then

@@ -60,6 +60,39 @@ record_meta() {
     dirty=$(sed -n 's/^dirty=//p' "$1/meta.txt")
 }
 
+# recorded_run STEM ARGS...: runs `vmm ARGS... --json STEM.json` into
+# STEM.txt, headed by the command and a line with the date, $commit,
+# $dirty and $ncpu (record_meta and target_points set them); then, if
+# $summary holds a Python program, its output on the JSON (argv[1]) under
+# a comment line; then gzips the JSON and prints STEM.txt. vmm never
+# replaces a file, so an earlier STEM.json(.gz) is removed first. With
+# $hide set (a path, such as a scratch image) the header shows it as IMG
+# and adds $hide_note.
+recorded_run() {
+    local f=$1
+    shift
+    rm -f "$f.json" "$f.json.gz"
+    local cmd=("$@" --json "$f.json")
+    {
+        if [ -n "${hide:-}" ]; then
+            echo "# vmm ${cmd[*]}" | sed "s|$hide|IMG|g"
+            echo "# IMG: ${hide_note:-a scratch file made for the run}"
+        else
+            echo "# vmm ${cmd[*]}"
+        fi
+        echo "# $(date -u +%FT%TZ), commit $commit, dirty $dirty, $ncpu host CPUs (machine: meta.txt)"
+        vmm "${cmd[@]}" 2>/dev/null
+        if [ -n "${summary:-}" ]; then
+            echo
+            echo "# per row, means over the repetitions (from the JSON's reports):"
+            python3 -c "$summary" "$f.json"
+        fi
+    } >"$f.txt"
+    # the JSON keeps every run's histograms: megabytes, compressed well
+    gzip -9f "$f.json"
+    echo "$f.txt"
+}
+
 # target_points: $ncpu (the host CPUs) and $n1, the vCPUs of one VM at
 # the Targets' points (even: messaging pairs its vCPUs); exits 1 on fewer
 # than 2 CPUs. point_shape POINT then sets $shape, that point's `vmm bench`
