@@ -238,6 +238,57 @@ fn a_blocking_rt_cpu_does_not_wait_for_a_busy_pull_source() {
     }
 }
 
+/// A bounded pull that takes a task from one source and passes a busy one
+/// by still asks the busy one to push when what waits there is more
+/// urgent than what it took: CPU 1 pulls `x` (FIFO 50) from CPU 0 while
+/// the test holds CPU 2's lock, where `y` (FIFO 70) waits; CPU 2 is
+/// kicked, and once its lock is free its push hands `y` to CPU 1.
+#[test]
+fn a_bounded_pull_asks_a_busy_source_with_a_more_urgent_task_to_push() {
+    for mit in [Mitigations::none(), Mitigations::all()] {
+        let mut sim = Sim::new(topo16(), mit);
+        let a0 = sim.fifo_tasks("a", 1, 60, CpuMask::single(0))[0];
+        let b1 = sim.fifo_tasks("b", 1, 95, CpuMask::single(1))[0];
+        let a2 = sim.fifo_tasks("c", 1, 90, CpuMask::single(2))[0];
+        let x = sim.fifo_tasks("x", 1, 50, CpuMask::from_cpus([0, 1]))[0];
+        let y = sim.fifo_tasks("y", 1, 70, CpuMask::single(2))[0];
+        for (t, by) in [(a0, 0), (b1, 1), (a2, 2), (x, 0), (y, 2)] {
+            sim.s.wake(t, Some(by), sim.now).unwrap();
+            sim.settle();
+        }
+        // queued on CPU 2, then allowed on CPU 1 too (busier: it stays)
+        sim.s
+            .set_affinity(y, &CpuMask::from_cpus([1, 2]), sim.now)
+            .unwrap();
+        sim.settle();
+        assert_eq!(sim.s.task_cpu(x).unwrap(), 0, "{mit}: x waits on CPU 0");
+        assert_eq!(sim.s.task_cpu(y).unwrap(), 2, "{mit}: y waits on CPU 2");
+        assert_eq!(sim.s.task_state(y).unwrap(), TaskState::Queued, "{mit}");
+        sim.now += 100;
+        let (s, now) = (&sim.s, sim.now);
+        let pick = std::thread::scope(|sc| {
+            let guard = s.lock_rq(2);
+            let h = sc.spawn(move || s.schedule(1, Prev::Block, now).unwrap());
+            let t0 = std::time::Instant::now();
+            while !h.is_finished() && t0.elapsed() < std::time::Duration::from_secs(20) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let done = h.is_finished();
+            drop(guard);
+            assert!(done, "{mit}: CPU 1's schedule waited for CPU 2's lock");
+            h.join().unwrap()
+        });
+        assert_eq!(pick, Pick::Switch(x), "{mit}: CPU 1 pulled x from CPU 0");
+        assert!(
+            sim.kicks().contains(&2),
+            "{mit}: CPU 2, passed by with a more urgent task, was not asked to push"
+        );
+        sim.settle();
+        assert_eq!(sim.s.current(1).unwrap(), Some(y), "{mit}: y runs on CPU 1");
+        sim.strict(&format!("{mit}"));
+    }
+}
+
 /// RT pull leaves alone, without taking its lock, an overloaded CPU none
 /// of whose waiting tasks may run on the puller (their affinity folded
 /// onto 64 bits misses its bit): pinned RT vCPUs of other VMs. Without

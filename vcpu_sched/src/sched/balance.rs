@@ -137,6 +137,8 @@ impl Scheduler {
         // locked one below decides.
         let mut mine_hint = self.rt_level(&self.lock_rq(cpu));
         let mut passed_by = None;
+        // sources passed by because another thread held their lock
+        let mut busy = CpuMask::empty();
         // Each puller starts its scan of a node's overloaded CPUs at its
         // own number: the idle CPUs that pull at once then spread over the
         // sources instead of queueing on the first one's lock.
@@ -180,7 +182,7 @@ impl Scheduler {
                 continue;
             };
             let Some((mut me, mut s)) = self.lock_pull_pair(cpu, src) else {
-                passed_by.get_or_insert(src);
+                busy.set(src);
                 self.cpus[cpu as usize]
                     .stats
                     .rt_pull_busy
@@ -211,12 +213,31 @@ impl Scheduler {
         // other puller takes, so ask it to push (it does at its next
         // `schedule`, where it knows the lowest CPUs through cpupri).
         if let (false, Some(src)) = (pulled, passed_by) {
-            let h = &self.cpus[src as usize].hot;
-            if !h.push_request.swap(true, Ordering::AcqRel) {
-                self.resched_cpu(src, Some(cpu));
+            self.request_push(src, cpu);
+        }
+        // A source passed by because its lock was held keeps what waits
+        // there: ask it to push whenever that still beats what this CPU
+        // has now (the lock's holder may be a waker, the tick or the
+        // checker, none of which pushes from it).
+        for src in busy.iter() {
+            let best = self.cpus[src as usize]
+                .hot
+                .rt_queued_pri
+                .load(Ordering::Relaxed);
+            if !pulled || best > mine_hint {
+                self.request_push(src, cpu);
             }
         }
         pulled
+    }
+
+    /// Asks `src` to push its surplus RT tasks at its next `schedule`
+    /// (see `pull_rt`), kicking it unless a request is pending already.
+    fn request_push(&self, src: CpuId, by: CpuId) {
+        let h = &self.cpus[src as usize].hot;
+        if !h.push_request.swap(true, Ordering::AcqRel) {
+            self.resched_cpu(src, Some(by));
+        }
     }
 
     /// The RT pull's two locks: `cpu`'s own, then source `src`'s.
@@ -228,19 +249,20 @@ impl Scheduler {
     /// RT task blocks lowers its priority and pulls). Waiting there for a
     /// busy source's lock waits for whatever its holder is doing, and the
     /// holder can be a thread the host has preempted: `vmm bench cyclic`
-    /// with 8 FIFO vCPUs on 2 CPUs timed the pull's lock wait at under
-    /// 0.3 us at p50 but 32-131 us for 5% of the pulls, and that tail was
-    /// the block path's p99 (81 us); the holders were workers preempted
-    /// by the executor's clock thread, which runs one host priority above
-    /// them (docs/breakdown.md, "The RT pull's lock wait"). Linux's rq
+    /// with 8 FIFO vCPUs on 2 CPUs timed the pull's lock pair at under
+    /// 0.13 us at p50 but 32-262 us for about 3% of the pulls, and that
+    /// tail was the block path's p99 (58-90 us; 4-5 us bounded); the
+    /// holders were workers preempted by the executor's clock thread,
+    /// which runs one host priority above them (docs/breakdown.md, "The
+    /// RT pull's lock wait"). Linux's rq
     /// locks are spinlocks held with interrupts off, so a holder there is
     /// never preempted, and `pull_rt_task` can afford to spin.
     ///
-    /// HOW: a busy source is passed by like one another CPU is already
-    /// pulling from (`pull_busy`): if nothing was pulled, it is asked to
-    /// push (`push_request` and a kick), which it does at its next
-    /// `schedule`, and an overloaded CPU also pushes at the end of the
-    /// `schedule` it is in. The own lock is taken first and waited for;
+    /// HOW: a busy source is passed by and asked to push (`push_request`
+    /// and a kick) unless this CPU pulled something at least as urgent
+    /// as what waits there; it pushes at its next `schedule` (and an
+    /// overloaded CPU also pushes at the end of the `schedule` it may be
+    /// in). The own lock is taken first and waited for;
     /// trying the second while holding the first cannot deadlock.
     fn lock_pull_pair(
         &self,
