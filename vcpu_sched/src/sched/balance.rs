@@ -209,26 +209,39 @@ impl Scheduler {
                     .fetch_add(1, Ordering::Relaxed);
             }
         }
-        // Nothing pulled, and a source passed by: it may hold more than the
-        // other puller takes, so ask it to push (it does at its next
-        // `schedule`, where it knows the lowest CPUs through cpupri).
+        self.ask_sources_to_push(cpu, pulled, mine_hint, passed_by, &busy);
+        pulled
+    }
+
+    /// After `cpu`'s RT pull (`pulled`: whether it took anything; its
+    /// level is now `mine`): asks the sources it passed by to push. One
+    /// passed by because another CPU was pulling from it, only if nothing
+    /// was pulled: it may hold more than the other puller takes, and it
+    /// pushes at its next `schedule`, where it knows the lowest CPUs
+    /// through cpupri. One passed by because its lock was held (`busy`,
+    /// bounded pull) keeps what waits there: asked whenever that still
+    /// beats what this CPU has now (the lock's holder may be a waker, the
+    /// tick or the checker, none of which pushes from it).
+    fn ask_sources_to_push(
+        &self,
+        cpu: CpuId,
+        pulled: bool,
+        mine: u32,
+        passed_by: Option<CpuId>,
+        busy: &CpuMask,
+    ) {
         if let (false, Some(src)) = (pulled, passed_by) {
             self.request_push(src, cpu);
         }
-        // A source passed by because its lock was held keeps what waits
-        // there: ask it to push whenever that still beats what this CPU
-        // has now (the lock's holder may be a waker, the tick or the
-        // checker, none of which pushes from it).
         for src in busy.iter() {
             let best = self.cpus[src as usize]
                 .hot
                 .rt_queued_pri
                 .load(Ordering::Relaxed);
-            if !pulled || best > mine_hint {
+            if !pulled || best > mine {
                 self.request_push(src, cpu);
             }
         }
-        pulled
     }
 
     /// Asks `src` to push its surplus RT tasks at its next `schedule`

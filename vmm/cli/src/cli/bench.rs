@@ -554,6 +554,43 @@ fn compare_list(a: &BenchArgs, executor: ExecutorKind, axis: usize) -> Result<Co
 }
 
 /// Runs `vmm bench`.
+/// The values of the one option a comparison may run along instead of
+/// mitigation sets (at most one list is not empty).
+struct Axes {
+    engines: Vec<BlockEngine>,
+    io_cpus: Vec<IoCpus>,
+    kicks: Vec<Kicks>,
+    rt_pull: Vec<RtPull>,
+}
+
+impl Axes {
+    fn of(a: &BenchArgs) -> Self {
+        Axes {
+            engines: a.compare_engines.clone().map(|l| l.0).unwrap_or_default(),
+            io_cpus: a.compare_io_cpus.clone().map(|l| l.0).unwrap_or_default(),
+            kicks: if a.compare_kicks {
+                vec![Kicks::Eager, Kicks::Lazy]
+            } else {
+                Vec::new()
+            },
+            rt_pull: if a.compare_rt_pull {
+                vec![RtPull::Wait, RtPull::Bounded]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// The values compared (0: no such axis).
+    fn len(&self) -> usize {
+        self.engines
+            .len()
+            .max(self.io_cpus.len())
+            .max(self.kicks.len())
+            .max(self.rt_pull.len())
+    }
+}
+
 pub fn run(a: BenchArgs) -> Result<()> {
     let workload: Workload = a.workload.parse().map_err(anyhow::Error::new)?;
     let executor: ExecutorKind = a.executor.parse().map_err(InputError)?;
@@ -578,23 +615,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let mut o = bench_options(&a, (workload, executor), disks, (vms, vcpus));
     topology::load(&a.topology).with_context(|| format!("--topology {}", a.topology))?;
     let bar = progress_bar();
-    let engines = a.compare_engines.clone().map(|l| l.0).unwrap_or_default();
-    let io_cpus = a.compare_io_cpus.clone().map(|l| l.0).unwrap_or_default();
-    let kicks = if a.compare_kicks {
-        vec![Kicks::Eager, Kicks::Lazy]
-    } else {
-        Vec::new()
-    };
-    let rt_pull = if a.compare_rt_pull {
-        vec![RtPull::Wait, RtPull::Bounded]
-    } else {
-        Vec::new()
-    };
-    let axis = engines
-        .len()
-        .max(io_cpus.len())
-        .max(kicks.len())
-        .max(rt_pull.len());
+    let axes = Axes::of(&a);
+    let axis = axes.len();
     let compare_list = compare_list(&a, executor, axis)?;
     if let Some((variants, executors)) = &compare_list {
         // every set, the A/A row, other executors and the host row, each
@@ -612,10 +634,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     repetitions: a.reps.unwrap_or(3),
                     host_baseline: !a.no_host && axis == 0,
                     executors,
-                    engines,
-                    io_cpus,
-                    kicks,
-                    rt_pull,
+                    engines: axes.engines,
+                    io_cpus: axes.io_cpus,
+                    kicks: axes.kicks,
+                    rt_pull: axes.rt_pull,
                 },
                 &mut |p| {
                     let f = (p.done as f64 + p.run_fraction) / p.total.max(1) as f64;
