@@ -38,15 +38,15 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
 fi
 
 cpu=$(taskset -pc $$ | sed 's/.*: *//; s/[,-].*//')
-pipe() { # pipe LABEL CMD...: usecs per round trip
+pipe() { # pipe CMD...: usecs per round trip, perf run under CMD
     "$@" perf bench sched pipe -T -l 100000 2>&1 | awk '/usecs\/op/ { print $1 }'
 }
 {
     echo "# scripts/core-ops.sh step 2 ($(date -u +%FT%TZ), commit $commit), host CPU $cpu, $reps runs alternated"
     echo "# rep  pipe_fair_us_per_roundtrip  pipe_fifo50_us_per_roundtrip  syscall_us"
     for r in $(seq 1 "$reps"); do
-        f=$(pipe fair taskset -c "$cpu")
-        x=$(pipe fifo chrt -f 50 taskset -c "$cpu")
+        f=$(pipe taskset -c "$cpu")
+        x=$(pipe chrt -f 50 taskset -c "$cpu")
         s=$(perf bench syscall basic 2>&1 | awk '/usecs\/op/ { print $1 }')
         echo "$r $f $x $s"
     done
