@@ -16,9 +16,12 @@
 //! the driver next notifies the queue. Level-triggered, a tap with
 //! packets and a guest with no buffers would spin the thread.
 
+use std::cell::Cell;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use tracing::{debug, warn};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
@@ -26,6 +29,31 @@ use vmm_sys_util::eventfd::EventFd;
 
 use super::VirtioInterrupt;
 use crate::DeviceError;
+
+/// Wakeup stamps for the I/O path's breakdown (`vmm bench --breakdown`):
+/// while on, every I/O thread notes when its `epoll_wait` last returned,
+/// and code running on that thread (a device raising an interrupt, the
+/// VMM's wake of the vCPU the interrupt is for) reads it back with
+/// [`last_wakeup`]. Off (the default): no clock read, one relaxed load
+/// per wakeup. Process-wide, as the breakdown is a benchmark's switch.
+static STAMPS: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    static WOKE: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Turns the I/O threads' wakeup stamps on or off (see [`last_wakeup`]).
+pub fn stamp_wakeups(on: bool) {
+    STAMPS.store(on, Ordering::Relaxed);
+}
+
+/// On an I/O thread with stamps on: when its `epoll_wait` last returned,
+/// that is when the thread was woken by what it now serves (a queue's
+/// ioeventfd, or a host fd: a tap's packet, a block engine's
+/// completions). `None` elsewhere, or with stamps off.
+pub fn last_wakeup() -> Option<Instant> {
+    WOKE.with(|w| w.get())
+}
 
 /// What a device does when a queue is notified.
 pub trait QueueHandler: Send + 'static {
@@ -201,6 +229,9 @@ fn serve<H: QueueHandler>(
                 return;
             }
         };
+        if STAMPS.load(Ordering::Relaxed) {
+            WOKE.with(|w| w.set(Some(Instant::now())));
+        }
         for ev in &events[..n] {
             if ev.data() == STOP {
                 debug!("virtio worker stopping");

@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 use vcpu_sched::exec::{Body, Cx, Hooks, TaskEnd};
 
-use super::set::{enter, resumed, Resume, VcpuSlot, VmEntry, VmSet};
+use super::set::{enter, VcpuSlot, VmEntry, VmSet};
+use super::stages::{resumed, Resume};
 use super::Action;
 
 /// The executor's action vocabulary with task ids and messages.

@@ -44,8 +44,10 @@ mod body;
 pub mod linux;
 mod run;
 mod set;
+mod stages;
 
-pub use set::{Stages, VcpuMetrics, VcpuSlot, VcpuState, VmEntry, VmSet, Window, STAGES};
+pub use set::{VcpuMetrics, VcpuSlot, VcpuState, VmEntry, VmSet, Window};
+pub use stages::{Stages, STAGES};
 
 pub use run::{ExecOptions, ExecOutcome, Running, VcpuPool, VcpuWaker};
 pub use vcpu_sched::exec::ExecutorKind;

@@ -6,7 +6,7 @@
 //! leave while the others run (`vmm serve`: one set per booted VM, all
 //! sharing one scheduler and its fixes).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -192,6 +192,7 @@ fn attach(ex: &Executor, opts: &ExecOptions, set: &Arc<VmSet>) -> Result<(), Tas
             slots: set.slots()[vm.first..vm.first + vm.nvcpus].into(),
             epoch: set.epoch(),
             wake: remote.clone(),
+            breakdown: set.breakdown_flag(),
         });
     }
     for id in ids {
@@ -211,6 +212,8 @@ pub struct VcpuWaker {
     slots: Arc<[Arc<VcpuSlot>]>,
     epoch: Instant,
     wake: vcpu_sched::exec::RemoteWaker,
+    /// The set's breakdown switch: stamp the I/O path's stages.
+    breakdown: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for VcpuWaker {
@@ -224,18 +227,37 @@ impl std::fmt::Debug for VcpuWaker {
 impl VcpuWaker {
     /// Rings vCPU `k`'s doorbell (stamped for the doorbell latency, as a
     /// guest's `WAKE` is). False if the VM has no such live vCPU.
+    ///
+    /// With the set's breakdown on, stamps the I/O path for it: when the
+    /// calling I/O thread was woken (if it is one), now (the interrupt),
+    /// and when the wake returned.
     pub fn wake(&self, k: usize) -> bool {
         let Some(s) = self.slots.get(k) else {
             return false;
         };
-        let now = self.epoch.elapsed().as_nanos() as u64 + 1;
+        let now = self.now();
         if !s.ring(now) {
             return false;
+        }
+        let stamps = self.breakdown.load(Ordering::Relaxed);
+        if stamps {
+            let dev = vmm_devices::virtio::worker::last_wakeup().map_or(0, |t| {
+                t.saturating_duration_since(self.epoch).as_nanos() as u64 + 1
+            });
+            s.stamp_irq(dev, now);
         }
         if let Some(t) = s.task.get() {
             self.wake.wake(*t);
         }
+        if stamps {
+            s.stamp_woken(self.now());
+        }
         true
+    }
+
+    /// The set's clock.
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64 + 1
     }
 
     /// The VM's vCPUs.

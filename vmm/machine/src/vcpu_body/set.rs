@@ -2,8 +2,9 @@
 //!
 //! WHAT: [`VmSet`] (every VM and vCPU of a run, the clock, the stop flag
 //! and the measurement window), its [`VmEntry`] and [`VcpuSlot`] rows,
-//! per-vCPU [`VcpuMetrics`], and `enter` / `resumed`: one `KVM_RUN` mapped
-//! to an [`Action`], and the latency a vCPU records when it runs again.
+//! per-vCPU [`VcpuMetrics`], and `enter`: one `KVM_RUN` mapped to an
+//! [`Action`] (what a vCPU records when it runs again is in
+//! [`super::stages`]).
 //! WHY: a vCPU's state and its trip into the guest are the same whichever
 //! executor runs it (workers, threads, host); the executors are
 //! `vcpu_sched`'s, and only the body ([`super::body`]) talks to them.
@@ -24,6 +25,7 @@ use vcpu_sched::stats::Histogram;
 pub use vcpu_sched::workload::Window;
 use vcpu_sched::{GroupId, TaskId, TaskStats};
 
+use super::stages::{Stages, BLOCK};
 use super::{Action, ExitMapper, GuestVm, Placement, TaskError};
 use crate::vcpu::{Kicker, Vcpu, VcpuExit};
 use crate::vm::{StopReason, VmControl};
@@ -48,62 +50,9 @@ pub struct VcpuMetrics {
     /// Doorbell (or the HLT, if the doorbell came first) to running again,
     /// inside the window.
     pub doorbell_latency: Histogram,
-    /// The same two latencies split into stages ([`STAGES`]), when the
+    /// The same two latencies split into stages ([`STAGES`](super::STAGES)), when the
     /// set's breakdown is on.
     pub stages: Stages,
-}
-
-/// The stages of a wakeup, as `vmm bench --breakdown` reports them: for a
-/// doorbell (another vCPU's port write, seen by the VMM when that vCPU's
-/// `KVM_RUN` returns) and for a sleep's timer (due time), the time until
-/// the waker's call into the executor returned (`wake`, for a timer
-/// `fire`: the clock thread's lateness plus its wake call), until the
-/// executor picked the vCPU to run (`dispatch`: the kick, the worker's
-/// wakeup, the wait on its runqueue; for the host executor the futex wake
-/// of the vCPU thread), and until `KVM_RUN` was entered (`enter`). The
-/// `host` and `threads` executors have no pick separate from the vCPU's
-/// thread running again, so for them "wake -> picked" runs to `KVM_RUN`
-/// and "picked -> KVM_RUN" stays empty; their timers are the kernel's
-/// (`host`) or the executor's own (`threads`), so "due -> wake returned"
-/// is the whole time until the vCPU's thread runs again.
-///
-/// The last four are the **block path**: a vCPU's `KVM_RUN` returned with
-/// an exit that blocks it (`HLT`, a sleep), and the same CPU enters
-/// `KVM_RUN` next for another vCPU that was already waiting to run. On
-/// `workers`: until the worker called the core's `schedule` (the exit's
-/// handling), the `schedule` call itself (dequeue and pick), from the pick
-/// until the next vCPU's `KVM_RUN`, and the total; a block after which the
-/// CPU goes idle has no next vCPU and is not counted. On `host` the host
-/// kernel does the switch, so only the total is seen: a vCPU thread about
-/// to enter `KVM_RUN` that was woken (or due) before a vCPU last blocked
-/// on the host CPU it now runs on records the time since that block.
-pub const STAGES: [&str; 10] = [
-    "doorbell: exit -> wake returned",
-    "doorbell: wake -> picked",
-    "doorbell: picked -> KVM_RUN",
-    "timer: due -> wake returned",
-    "timer: wake -> picked",
-    "timer: picked -> KVM_RUN",
-    "block: exit -> schedule called",
-    "block: schedule (dequeue, pick)",
-    "block: picked -> next KVM_RUN",
-    "block: exit -> next vCPU's KVM_RUN",
-];
-
-/// Index of the first block-path stage in [`STAGES`].
-const BLOCK: usize = 6;
-
-/// One histogram per stage of [`STAGES`] (ns).
-#[derive(Clone, Debug, Default)]
-pub struct Stages(pub [Histogram; STAGES.len()]);
-
-impl Stages {
-    /// Adds `o`'s samples.
-    pub fn merge(&mut self, o: &Stages) {
-        for (a, b) in self.0.iter_mut().zip(&o.0) {
-            a.merge(b);
-        }
-    }
 }
 
 /// State of a vCPU that only its runner touches.
@@ -133,14 +82,19 @@ pub struct VcpuSlot {
     /// Its task, once created (scheduler executors).
     pub task: OnceLock<TaskId>,
     /// Set (first one wins) by a doorbell, taken when the vCPU runs again.
-    doorbell_at: AtomicU64,
+    pub(super) doorbell_at: AtomicU64,
     exited: AtomicBool,
     /// Exits from `KVM_RUN` so far (readable while the vCPU runs).
     progress: AtomicU64,
     /// Breakdown stamps (set clock, 0: none): when the waker's call
     /// returned, and when the executor picked the vCPU after it.
-    woken_at: AtomicU64,
-    picked_at: AtomicU64,
+    pub(super) woken_at: AtomicU64,
+    pub(super) picked_at: AtomicU64,
+    /// I/O path stamps (set clock, 0: none), first one wins: when the
+    /// I/O thread that raised an interrupt for this vCPU was woken, and
+    /// when it raised it.
+    io_dev_at: AtomicU64,
+    irq_at: AtomicU64,
     /// Blocked because its VM is paused: resume wakes it (and only it, so
     /// a guest halted for its own reasons is not woken by a resume).
     held: AtomicBool,
@@ -179,6 +133,32 @@ impl VcpuSlot {
             .doorbell_at
             .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed);
         true
+    }
+    /// Breakdown, I/O path: an interrupt for this vCPU raised at `irq` by
+    /// an I/O thread woken at `dev` (0: unknown). First one wins until the
+    /// vCPU runs.
+    pub(crate) fn stamp_irq(&self, dev: u64, irq: u64) {
+        if self
+            .irq_at
+            .compare_exchange(0, irq, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.io_dev_at.store(dev, Ordering::Release);
+        }
+    }
+    /// Breakdown: the waker's call for this vCPU returned at `now` (first
+    /// one wins until the vCPU runs).
+    pub(crate) fn stamp_woken(&self, now: u64) {
+        let _ = self
+            .woken_at
+            .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed);
+    }
+    /// Takes the I/O path stamps: `(device woken, interrupt)`, if an
+    /// interrupt was stamped.
+    pub(super) fn take_io_stamps(&self) -> Option<(u64, u64)> {
+        let irq = self.irq_at.swap(0, Ordering::AcqRel);
+        let dev = self.io_dev_at.swap(0, Ordering::AcqRel);
+        (irq != 0).then_some((dev, irq))
     }
 }
 
@@ -243,8 +223,9 @@ pub struct VmSet {
     started: AtomicBool,
     started_at: AtomicU64,
     stopping: AtomicBool,
-    /// Stamp the stages of wakeups ([`STAGES`])?
-    breakdown: AtomicBool,
+    /// Stamp the stages of wakeups ([`STAGES`](super::STAGES))? Shared
+    /// with the VMs' [`VcpuWaker`](super::VcpuWaker)s.
+    breakdown: Arc<AtomicBool>,
     /// Its vCPUs whose bodies an executor holds and has not retired yet
     /// (the set may leave the executor at 0).
     pub(crate) live_bodies: AtomicUsize,
@@ -312,6 +293,8 @@ impl VmSet {
                     held: AtomicBool::new(false),
                     woken_at: AtomicU64::new(0),
                     picked_at: AtomicU64::new(0),
+                    io_dev_at: AtomicU64::new(0),
+                    irq_at: AtomicU64::new(0),
                 }));
             }
             entries.push(Arc::new(VmEntry {
@@ -335,7 +318,7 @@ impl VmSet {
             started: AtomicBool::new(false),
             started_at: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
-            breakdown: AtomicBool::new(false),
+            breakdown: Arc::new(AtomicBool::new(false)),
             live_bodies: AtomicUsize::new(0),
             finished_stats: Mutex::new(Vec::new()),
             host_schedstat: Mutex::new(Vec::new()),
@@ -414,10 +397,16 @@ impl VmSet {
             s.kicker.kick();
         }
     }
-    /// Turns the wakeup breakdown ([`STAGES`]) on or off: two clock reads
+    /// Turns the wakeup breakdown ([`STAGES`](super::STAGES)) on or off: two clock reads
     /// per wakeup when on, one relaxed load when off.
     pub fn set_breakdown(&self, on: bool) {
         self.breakdown.store(on, Ordering::Relaxed);
+        vmm_devices::virtio::worker::stamp_wakeups(on);
+    }
+
+    /// The breakdown's switch, for a [`VcpuWaker`](super::VcpuWaker).
+    pub(crate) fn breakdown_flag(&self) -> Arc<AtomicBool> {
+        self.breakdown.clone()
     }
 
     /// Block path, `host` executor: the vCPU in `m` enters `KVM_RUN` next
@@ -597,67 +586,6 @@ impl VmSet {
             .iter()
             .map(|s| std::mem::take(&mut s.lock().m))
             .collect()
-    }
-}
-
-/// How a blocked vCPU came back, for the latency it records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Resume {
-    /// From a HLT that started at this time.
-    Halt(u64),
-    /// From a sleep due at this time.
-    Timer(u64),
-}
-
-/// Records the latency of a vCPU that runs again after `how` (called
-/// right before its `KVM_RUN`), and with the breakdown on, its stages.
-pub(crate) fn resumed(set: &VmSet, slot: &VcpuSlot, m: &mut VcpuMetrics, how: Resume) {
-    let now = set.now();
-    // breakdown off: no read-modify-write on the slot's line
-    let (woken, picked) = if set.breakdown_on() {
-        (
-            slot.woken_at.swap(0, Ordering::AcqRel),
-            slot.picked_at.swap(0, Ordering::AcqRel),
-        )
-    } else {
-        (0, 0)
-    };
-    let inside = set.window.inside(now);
-    let (from, base) = match how {
-        Resume::Halt(blocked_at) => {
-            let d = slot.doorbell_at.swap(0, Ordering::AcqRel);
-            if d != 0 && inside {
-                m.doorbell_latency
-                    .record(now.saturating_sub(d.max(blocked_at)));
-            }
-            // a wake that came before the vCPU blocked is no wakeup of
-            // a blocked vCPU: no stages
-            (
-                if woken >= blocked_at {
-                    d.max(blocked_at)
-                } else {
-                    0
-                },
-                0,
-            )
-        }
-        Resume::Timer(due) => {
-            if inside {
-                m.timer_latency.record(now.saturating_sub(due));
-            }
-            (due, 3)
-        }
-    };
-    if woken != 0 && from != 0 && inside {
-        let st = &mut m.stages.0;
-        st[base].record(woken.saturating_sub(from));
-        if picked >= woken {
-            st[base + 1].record(picked - woken);
-            st[base + 2].record(now.saturating_sub(picked));
-        } else {
-            // no pick stamp (threads, host): wake to KVM_RUN in one
-            st[base + 1].record(now.saturating_sub(woken));
-        }
     }
 }
 
