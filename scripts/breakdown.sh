@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The wakeup breakdown of docs/breakdown.md: `vmm bench --breakdown` for
-# messaging (doorbell wakeups), cyclic (timer wakeups), runq and transcode, on the workers
+# messaging (doorbell wakeups), cyclic (timer wakeups), runq, transcode
+# and blk (virtio-blk at queue depth 1: the I/O path's wakeups, one 1-vCPU
+# micro-guest per vCPU slot over a sparse image made for the run), on the workers
 # executor (vcpu_sched) and the host executor (1:1 threads), at one vCPU
 # per host CPU and at 4x overcommit, each REPS times (default 3), the
 # executors interleaved; then the same workers run without --breakdown,
 # for what the stamps cost. Raw outputs go to OUT (default
 # docs/data/breakdown), with OUT/meta.txt: the machine, the commit and
 # whether the tree was dirty (scripts/machine-meta.sh). VMM_BIN picks the binary (default: a release build);
-# WORKLOADS (default "messaging cyclic runq transcode"), REPS and DURATION
+# WORKLOADS (default "messaging cyclic runq transcode blk"), REPS and DURATION
 # (s) narrow it.
 #
 # `scripts/breakdown.sh --table` runs nothing: it prints the markdown tables
@@ -31,7 +33,7 @@ med() { sort -g | awk '{v[NR]=$1} END {if (NR == 0) {print "-"; exit}
 stage_rows() {
     awk 'FNR == 1 {on = 0}
          /wakeup breakdown/ {on = 1; next}
-         on && /^    (doorbell|timer|block):/ {name = $1; for (i = 2; i <= NF - 4; i++) name = name " " $i
+         on && /^    (doorbell|timer|block|io):/ {name = $1; for (i = 2; i <= NF - 4; i++) name = name " " $i
                         printf "%s\t%s\t%s\t%s\n", name, $(NF - 3), $(NF - 2), $(NF - 1)}' "$@"
 }
 
@@ -43,7 +45,7 @@ table() {
             "$(sed -n 's/^commit=//p' "$out/meta.txt")" "$(sed -n 's/^dirty=//p' "$out/meta.txt")" \
             "$(sed -n 's/^date=//p' "$out/meta.txt")"
     fi
-    for workload in messaging cyclic runq transcode; do
+    for workload in messaging cyclic runq transcode blk; do
         local files=("$out/$workload"-x*-*.txt)
         [ -e "${files[0]}" ] || continue
         local metric
@@ -87,22 +89,29 @@ fi
 vmm_binary
 record_meta "$out"
 ncpu=$(nproc)
-for workload in ${WORKLOADS:-messaging cyclic runq transcode}; do
+img=${TMPDIR:-/tmp}/breakdown-blk-$$.img
+trap 'rm -f "$img"' EXIT
+for workload in ${WORKLOADS:-messaging cyclic runq transcode blk}; do
     # cyclic's vCPUs are RT: both executors' threads run at host SCHED_FIFO
     # (vmm bench's default), as the host baseline's vCPU threads do
     extra=()
     for over in 1 4; do
         vcpus=$((ncpu * over))
+        shape=(--vms 1 --vcpus "$vcpus")
+        if [ "$workload" = blk ]; then
+            truncate -s 256M "$img"
+            shape=(--vms "$vcpus" --disk "$img" --qd 1)
+        fi
         for r in $(seq "$reps"); do
             for exec in workers host; do
                 f="$out/$workload-x$over-$exec-$r.txt"
-                cmd=(bench "$workload" --vms 1 --vcpus "$vcpus" --duration "$dur" --executor "$exec" --breakdown "${extra[@]}")
+                cmd=(bench "$workload" "${shape[@]}" --duration "$dur" --executor "$exec" --breakdown "${extra[@]}")
                 echo "# vmm ${cmd[*]}" >"$f"
                 vmm "${cmd[@]}" >>"$f" 2>/dev/null
                 echo "$f"
             done
             f="$out/$workload-x$over-workers-plain-$r.txt"
-            cmd=(bench "$workload" --vms 1 --vcpus "$vcpus" --duration "$dur" --executor workers "${extra[@]}")
+            cmd=(bench "$workload" "${shape[@]}" --duration "$dur" --executor workers "${extra[@]}")
             echo "# vmm ${cmd[*]}" >"$f"
             vmm "${cmd[@]}" >>"$f" 2>/dev/null
             echo "$f"
