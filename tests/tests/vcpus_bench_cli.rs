@@ -208,6 +208,10 @@ fn kick_protocols_compare_interleaved() {
             "--sleeper-credit",
         ),
         (
+            vec!["bench", "runq", "--executor", "host", "--no-wakeup-preempt"],
+            "--no-wakeup-preempt",
+        ),
+        (
             vec!["bench", "runq", "--compare-kicks", "--compare", "seeds"],
             "--compare",
         ),

@@ -47,6 +47,16 @@ pub struct SchedConfig {
     /// (docs/results-vcpus.md, "Lazy kicks").
     #[serde(default)]
     pub sleeper_credit: bool,
+    /// A woken fair task may preempt the fair task running on its CPU
+    /// (when it is `wakeup_granularity_ns` behind it), as CFS's wakeup
+    /// preemption. Off: a fair wakeup never preempts a fair task; the
+    /// woken task waits until the running one's slice ends (a tick) or it
+    /// blocks, and is then picked by virtual runtime, so that with
+    /// `sleeper_credit` it goes first: the order EEVDF gives a woken task
+    /// with lag, without the extra switch (Linux's RUN_TO_PARITY). An
+    /// idle CPU and RT wakeups are unaffected.
+    #[serde(default = "yes")]
+    pub fair_wakeup_preempt: bool,
     /// The RT pull of a CPU that lowers its priority takes a source's
     /// runqueue lock only if it is free: a source whose lock another
     /// thread holds is passed by and asked to push instead (see
@@ -77,6 +87,7 @@ impl Default for SchedConfig {
             steal_scan_limit: 64,
             lazy_fair_kicks: true,
             sleeper_credit: false,
+            fair_wakeup_preempt: true,
             bounded_rt_pull: true,
         }
     }

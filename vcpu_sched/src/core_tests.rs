@@ -934,6 +934,71 @@ fn sleeper_credit_lets_a_sleeper_preempt() {
     }
 }
 
+/// Without fair wakeup preemption a credited sleeper does not preempt a
+/// CPU hog when it wakes (no kick, no switch), and goes first once the
+/// hog's turn ends at a tick: ahead of a second hog that waited longer.
+/// With it (the default) the same sleeper preempts at once.
+#[test]
+fn without_wakeup_preemption_a_credited_sleeper_waits_for_the_tick_and_goes_first() {
+    for preempt in [true, false] {
+        let cfg = SchedConfig {
+            sleeper_credit: true,
+            fair_wakeup_preempt: preempt,
+            ..SchedConfig::default()
+        };
+        let mut sim = Sim::with_config(topo16(), Mitigations::all(), cfg.clone());
+        let on6 = CpuMask::single(6);
+        let add = |sim: &mut Sim, name: &str| {
+            let spec = TaskSpec::new(name).affinity(on6);
+            sim.s.add_task(&spec, sim.now).unwrap()
+        };
+        let (hog, hog2, sleeper) = (
+            add(&mut sim, "hog"),
+            add(&mut sim, "hog2"),
+            add(&mut sim, "s"),
+        );
+        sim.s.wake(hog, Some(6), sim.now).unwrap();
+        sim.s.wake(hog2, Some(6), sim.now).unwrap();
+        sim.settle();
+        // the hogs share CPU 6 for 20 ms, ticked every 1 ms, while the
+        // sleeper sleeps
+        for _ in 0..20 {
+            sim.now += 1_000_000;
+            sim.s.tick(6, sim.now).unwrap();
+            sim.settle();
+        }
+        let running = sim.s.current(6).unwrap().unwrap();
+        let waiting = if running == hog { hog2 } else { hog };
+        let kicks = sim.s.counters().resched_kicks;
+        sim.s.wake(sleeper, Some(6), sim.now).unwrap();
+        sim.settle();
+        if preempt {
+            assert_eq!(sim.s.current(6).unwrap(), Some(sleeper));
+            continue;
+        }
+        assert_eq!(sim.s.current(6).unwrap(), Some(running), "no preemption");
+        assert_eq!(
+            sim.s.counters().resched_kicks,
+            kicks,
+            "no preemption request"
+        );
+        // at the next ticks the running hog gives way to the sleeper, not
+        // to the hog that waited
+        let mut next = running;
+        for _ in 0..8 {
+            sim.now += 1_000_000;
+            sim.s.tick(6, sim.now).unwrap();
+            sim.settle();
+            next = sim.s.current(6).unwrap().unwrap();
+            if next != running {
+                break;
+            }
+        }
+        assert_eq!(next, sleeper, "picked after the hog (waiting: {waiting:?})");
+        sim.strict("no wakeup preemption");
+    }
+}
+
 /// A task woken onto an idle CPU waits there for that CPU's kick: another
 /// CPU that goes idle meanwhile must not steal it (Linux's balancer passes
 /// a runqueue with one runnable task by). The simulator found the cost:

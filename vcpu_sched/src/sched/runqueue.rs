@@ -274,6 +274,9 @@ impl Scheduler {
             return pri > rq.curr_pri;
         }
         if pri == PRI_FAIR {
+            if !self.cfg.fair_wakeup_preempt {
+                return false;
+            }
             let cvr = self.t(c).vruntime.load(Ordering::Relaxed);
             let vr = t.vruntime.load(Ordering::Relaxed);
             return cvr > vr.saturating_add(self.cfg.wakeup_granularity_ns);

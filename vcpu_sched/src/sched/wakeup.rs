@@ -231,6 +231,7 @@ impl Scheduler {
         }
         let h = &self.cpus[target as usize].hot;
         match h.curr_pri.load(Ordering::Relaxed) {
+            PRI_FAIR if !self.cfg.fair_wakeup_preempt => return false,
             PRI_FAIR => {}
             p => return p == PRI_IDLE,
         }

@@ -254,6 +254,10 @@ pub struct BenchOptions {
     /// ([`vcpu_sched::SchedConfig::sleeper_credit`]).
     #[serde(default)]
     pub sleeper_credit: bool,
+    /// A woken fair vCPU never preempts a running fair vCPU
+    /// ([`vcpu_sched::SchedConfig::fair_wakeup_preempt`] off).
+    #[serde(default)]
+    pub no_wakeup_preempt: bool,
     /// How the RT pull treats a source whose runqueue lock is held
     /// ([`vcpu_sched::SchedConfig::bounded_rt_pull`]).
     #[serde(default)]
@@ -354,6 +358,7 @@ impl BenchOptions {
             io_cpus: IoCpus::Any,
             kicks: Kicks::Lazy,
             sleeper_credit: false,
+            no_wakeup_preempt: false,
             rt_pull: RtPull::Bounded,
         }
     }

@@ -466,6 +466,7 @@ fn exec_options(
         max_tasks: SchedConfig::default().max_tasks.max(nslots),
         lazy_fair_kicks: opts.kicks == super::Kicks::Lazy,
         sleeper_credit: opts.sleeper_credit,
+        fair_wakeup_preempt: !opts.no_wakeup_preempt,
         bounded_rt_pull: opts.rt_pull == super::RtPull::Bounded,
         ..SchedConfig::default()
     };

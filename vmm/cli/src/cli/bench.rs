@@ -132,6 +132,12 @@ pub struct BenchArgs {
     /// Scheduler executors only
     #[arg(long)]
     pub sleeper_credit: bool,
+    /// A woken fair vCPU never preempts a running fair vCPU: it waits
+    /// for that one's slice to end (a tick) or for it to block, and with
+    /// --sleeper-credit then goes first (off by default; for its A/B:
+    /// scripts/ab-bench.sh). Scheduler executors only
+    #[arg(long)]
+    pub no_wakeup_preempt: bool,
     /// How an RT pull treats a source CPU whose runqueue lock another
     /// thread holds: bounded (pass it by and ask it to push; the default)
     /// or wait (wait for the lock, the protocol before bounded pulls).
@@ -360,6 +366,7 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
     if (a.kicks.is_some()
         || a.compare_kicks
         || a.sleeper_credit
+        || a.no_wakeup_preempt
         || a.rt_pull.is_some()
         || a.compare_rt_pull)
         && executor == ExecutorKind::Host
@@ -373,6 +380,8 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
                 "--kicks"
             } else if a.sleeper_credit {
                 "--sleeper-credit"
+            } else if a.no_wakeup_preempt {
+                "--no-wakeup-preempt"
             } else {
                 "--rt-pull"
             },
@@ -527,6 +536,7 @@ fn bench_options(
     o.pin = a.pin;
     o.kicks = a.kicks.unwrap_or_default();
     o.sleeper_credit = a.sleeper_credit;
+    o.no_wakeup_preempt = a.no_wakeup_preempt;
     o.rt_pull = a.rt_pull.unwrap_or_default();
     o.io_cpus = a.io_cpus.unwrap_or_default();
     o
