@@ -24,6 +24,8 @@ PKGS=(
   qemu-system-common
   # ACPI tests: iasl -d disassembles the DSDT (CPU hotplug AML)
   acpica-tools
+  # scripts/core-ops.sh: Linux's own handoff (perf bench sched pipe)
+  linux-perf
 )
 
 missing=()

@@ -92,6 +92,8 @@ enum Expect {
     Ok,
     /// Exit 0 and stdout contains this.
     Stdout(&'static str),
+    /// Exit 0 and stdout contains each of these.
+    StdoutAll(&'static [&'static str]),
     /// Exit 0 and stdout, with every `(...)` attribute group removed, is
     /// this hwloc synthetic string.
     Synthetic(&'static str),
@@ -129,8 +131,16 @@ const TABLE: &[(&str, How)] = &[
                 ("VMM_BIN", "{vmm}"),
                 ("DEMO_DURATION", SMALL),
                 ("DEMO_REPS", "1"),
+                ("DEMO_PINGS", "5"),
             ],
-            expect: Expect::Stdout("noise band"),
+            // the messaging comparison, then both schedulers' pings, all
+            // answered
+            expect: Expect::StdoutAll(&[
+                "noise band",
+                "vcpu_sched: rtt ms:",
+                "(5 replies of 5)",
+                "host 1:1: rtt ms:",
+            ]),
             ..run("scripts/demo.sh")
         }]),
     ),
@@ -942,6 +952,11 @@ fn run_form(doc: &str, form: &Form, tmp: &Path) -> Duration {
     match form.expect {
         Expect::Ok => {}
         Expect::Stdout(s) => assert!(stdout.contains(s), "stdout lacks {s:?}:\n{}", ctx()),
+        Expect::StdoutAll(all) => {
+            for s in all {
+                assert!(stdout.contains(s), "stdout lacks {s:?}:\n{}", ctx());
+            }
+        }
         Expect::Synthetic(s) => assert_eq!(strip_attributes(&stdout), s, "{}", ctx()),
         Expect::Results => results_blocks_match(&tmp.join("results")),
     }
