@@ -12,12 +12,13 @@
 //! executor's wake of `k`'s task; a failure stops its VM and wakes the
 //! VM's other vCPUs so that they see it.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use vcpu_sched::exec::{Body, Cx, Hooks, TaskEnd};
 
-use super::set::{enter, VcpuSlot, VmEntry, VmSet};
-use super::stages::{resumed, Resume};
+use super::set::{enter, VcpuMetrics, VcpuSlot, VmEntry, VmSet};
+use super::stages::io_stages;
 use super::Action;
 
 /// The executor's action vocabulary with task ids and messages.
@@ -105,8 +106,7 @@ impl Body for VcpuBody {
     fn finished(&mut self, end: &TaskEnd) {
         let set = &self.set;
         set.keep_finished(self.slot.global, end.stats.clone(), end.host_schedstat);
-        set.live_bodies
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        set.live_bodies.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -134,5 +134,72 @@ impl Hooks for VcpuHooks {
     }
     fn picked(&self) {
         self.set.picked(&self.slot);
+    }
+}
+
+/// How a blocked vCPU came back, for the latency it records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resume {
+    /// From a HLT that started at this time.
+    Halt(u64),
+    /// From a sleep due at this time.
+    Timer(u64),
+}
+
+/// Records the latency of a vCPU that runs again after `how` (called
+/// right before its `KVM_RUN`), and with the breakdown on, its stages.
+pub(crate) fn resumed(set: &VmSet, slot: &VcpuSlot, m: &mut VcpuMetrics, how: Resume) {
+    let now = set.now();
+    // breakdown off: no read-modify-write on the slot's line
+    let (woken, picked, io) = if set.breakdown_on() {
+        (
+            slot.woken_at.swap(0, Ordering::AcqRel),
+            slot.picked_at.swap(0, Ordering::AcqRel),
+            slot.take_io_stamps(),
+        )
+    } else {
+        (0, 0, None)
+    };
+    let inside = set.window.inside(now);
+    let (from, base) = match how {
+        Resume::Halt(blocked_at) => {
+            let d = slot.doorbell_at.swap(0, Ordering::AcqRel);
+            if d != 0 && inside {
+                m.doorbell_latency
+                    .record(now.saturating_sub(d.max(blocked_at)));
+            }
+            // a wake that came before the vCPU blocked is no wakeup of
+            // a blocked vCPU: no stages
+            if woken < blocked_at {
+                return;
+            }
+            // an interrupt woke it; one raised before the block (just
+            // before the HLT's exit, its wake racing it) is no clean
+            // sample of either path: no stages
+            if let Some((dev, irq)) = io {
+                if irq >= blocked_at && inside {
+                    io_stages(&mut m.stages, (dev, irq, woken, picked), now);
+                }
+                return;
+            }
+            (d.max(blocked_at), 0)
+        }
+        Resume::Timer(due) => {
+            if inside {
+                m.timer_latency.record(now.saturating_sub(due));
+            }
+            (due, 3)
+        }
+    };
+    if woken != 0 && from != 0 && inside {
+        let st = &mut m.stages.0;
+        st[base].record(woken.saturating_sub(from));
+        if picked >= woken {
+            st[base + 1].record(picked - woken);
+            st[base + 2].record(now.saturating_sub(picked));
+        } else {
+            // no pick stamp (threads, host): wake to KVM_RUN in one
+            st[base + 1].record(now.saturating_sub(woken));
+        }
     }
 }

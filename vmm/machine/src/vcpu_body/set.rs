@@ -3,8 +3,8 @@
 //! WHAT: [`VmSet`] (every VM and vCPU of a run, the clock, the stop flag
 //! and the measurement window), its [`VmEntry`] and [`VcpuSlot`] rows,
 //! per-vCPU [`VcpuMetrics`], and `enter`: one `KVM_RUN` mapped to an
-//! [`Action`] (what a vCPU records when it runs again is in
-//! [`super::stages`]).
+//! [`Action`] (what a vCPU records when it runs again is the body's
+//! `resumed`).
 //! WHY: a vCPU's state and its trip into the guest are the same whichever
 //! executor runs it (workers, threads, host); the executors are
 //! `vcpu_sched`'s, and only the body ([`super::body`]) talks to them.

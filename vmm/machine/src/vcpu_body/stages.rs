@@ -1,13 +1,9 @@
-//! The breakdown's stages of a wakeup ([`STAGES`]) and what a vCPU
-//! records when it runs again after blocking ([`resumed`]): its doorbell
-//! or timer latency and, with the set's breakdown on, the stages of the
-//! wakeup (doorbell, timer or I/O path) from the stamps its slot holds.
-
-use std::sync::atomic::Ordering;
+//! The breakdown's stages of a wakeup ([`STAGES`]): their names, one
+//! histogram each ([`Stages`]), and how an I/O path wakeup's stamps are
+//! recorded; the body (`super::body`, `resumed`) records them when a vCPU
+//! runs again.
 
 use vcpu_sched::stats::Histogram;
-
-use super::set::{VcpuMetrics, VcpuSlot, VmSet};
 
 /// The stages of a wakeup, as `vmm bench --breakdown` reports them: for a
 /// doorbell (another vCPU's port write, seen by the VMM when that vCPU's
@@ -81,78 +77,15 @@ impl Stages {
     }
 }
 
-/// How a blocked vCPU came back, for the latency it records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Resume {
-    /// From a HLT that started at this time.
-    Halt(u64),
-    /// From a sleep due at this time.
-    Timer(u64),
-}
-
-/// Records the latency of a vCPU that runs again after `how` (called
-/// right before its `KVM_RUN`), and with the breakdown on, its stages.
-pub(crate) fn resumed(set: &VmSet, slot: &VcpuSlot, m: &mut VcpuMetrics, how: Resume) {
-    let now = set.now();
-    // breakdown off: no read-modify-write on the slot's line
-    let (woken, picked, io) = if set.breakdown_on() {
-        (
-            slot.woken_at.swap(0, Ordering::AcqRel),
-            slot.picked_at.swap(0, Ordering::AcqRel),
-            slot.take_io_stamps(),
-        )
-    } else {
-        (0, 0, None)
-    };
-    let inside = set.window.inside(now);
-    let (from, base) = match how {
-        Resume::Halt(blocked_at) => {
-            let d = slot.doorbell_at.swap(0, Ordering::AcqRel);
-            if d != 0 && inside {
-                m.doorbell_latency
-                    .record(now.saturating_sub(d.max(blocked_at)));
-            }
-            // a wake that came before the vCPU blocked is no wakeup of
-            // a blocked vCPU: no stages
-            if woken < blocked_at {
-                return;
-            }
-            // an interrupt woke it; one raised before the block (just
-            // before the HLT's exit, its wake racing it) is no clean
-            // sample of either path: no stages
-            if let Some((dev, irq)) = io {
-                if irq >= blocked_at && inside {
-                    io_stages(&mut m.stages, (dev, irq, woken, picked), now);
-                }
-                return;
-            }
-            (d.max(blocked_at), 0)
-        }
-        Resume::Timer(due) => {
-            if inside {
-                m.timer_latency.record(now.saturating_sub(due));
-            }
-            (due, 3)
-        }
-    };
-    if woken != 0 && from != 0 && inside {
-        let st = &mut m.stages.0;
-        st[base].record(woken.saturating_sub(from));
-        if picked >= woken {
-            st[base + 1].record(picked - woken);
-            st[base + 2].record(now.saturating_sub(picked));
-        } else {
-            // no pick stamp (threads, host): wake to KVM_RUN in one
-            st[base + 1].record(now.saturating_sub(woken));
-        }
-    }
-}
-
 /// Records the I/O path's stages of one wakeup: the device's I/O thread
 /// woken at `dev` (0: not stamped, the interrupt came from elsewhere),
 /// the interrupt raised at `irq`, the wake returned at `woken`, picked
 /// at `picked` (0: no pick stamp), `KVM_RUN` at `now`.
-fn io_stages(stages: &mut Stages, (dev, irq, woken, picked): (u64, u64, u64, u64), now: u64) {
+pub(super) fn io_stages(
+    stages: &mut Stages,
+    (dev, irq, woken, picked): (u64, u64, u64, u64),
+    now: u64,
+) {
     let st = &mut stages.0;
     if dev != 0 && dev <= irq {
         st[IO].record(irq - dev);
