@@ -212,6 +212,10 @@ fn kick_protocols_compare_interleaved() {
             "--no-wakeup-preempt",
         ),
         (
+            vec!["bench", "runq", "--executor", "host", "--fixed-slices"],
+            "--fixed-slices",
+        ),
+        (
             vec!["bench", "runq", "--compare-kicks", "--compare", "seeds"],
             "--compare",
         ),

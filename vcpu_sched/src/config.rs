@@ -57,6 +57,18 @@ pub struct SchedConfig {
     /// idle CPU and RT wakeups are unaffected.
     #[serde(default = "yes")]
     pub fair_wakeup_preempt: bool,
+    /// The running fair task's slice follows its runqueue: when a fair
+    /// task joins a runqueue whose current task is fair, that task's
+    /// slice end moves in to what its slice is with the new load
+    /// (`fair_latency_ns` shared by weight, at least
+    /// `fair_min_granularity_ns`), as CFS recomputes `sched_slice` at
+    /// every tick. Off: a slice is sized once, when it starts, by the
+    /// load queued then, so a task that started alone keeps a whole
+    /// `fair_latency_ns` while others wake up behind it. The simulator
+    /// runs with it off (its recorded results were made that way); the
+    /// executors run with it on.
+    #[serde(default = "yes")]
+    pub slice_follows_load: bool,
     /// The RT pull of a CPU that lowers its priority takes a source's
     /// runqueue lock only if it is free: a source whose lock another
     /// thread holds is passed by and asked to push instead (see
@@ -88,6 +100,7 @@ impl Default for SchedConfig {
             lazy_fair_kicks: true,
             sleeper_credit: false,
             fair_wakeup_preempt: true,
+            slice_follows_load: true,
             bounded_rt_pull: true,
         }
     }

@@ -999,6 +999,61 @@ fn without_wakeup_preemption_a_credited_sleeper_waits_for_the_tick_and_goes_firs
     }
 }
 
+/// A fair task that started alone got a whole latency's slice; when three
+/// more join its runqueue (woken level with it: no wakeup preemption), its
+/// slice end follows the load in, so the tick switches it out after a
+/// quarter of the latency. With fixed slices it keeps the CPU for the
+/// whole latency first.
+#[test]
+fn a_running_slice_shrinks_when_tasks_join_its_runqueue() {
+    for follow in [true, false] {
+        let cfg = SchedConfig {
+            slice_follows_load: follow,
+            ..SchedConfig::default()
+        };
+        let latency = cfg.fair_latency_ns;
+        let mut sim = Sim::with_config(topo16(), Mitigations::all(), cfg);
+        let on6 = CpuMask::single(6);
+        let ids: Vec<TaskId> = (0..4)
+            .map(|i| {
+                let spec = TaskSpec::new(format!("f{i}")).affinity(on6);
+                sim.s.add_task(&spec, sim.now).unwrap()
+            })
+            .collect();
+        sim.s.wake(ids[0], Some(6), sim.now).unwrap();
+        sim.settle();
+        assert_eq!(sim.s.current(6).unwrap(), Some(ids[0]));
+        let start = sim.now;
+        for &t in &ids[1..] {
+            sim.s.wake(t, Some(6), sim.now).unwrap();
+        }
+        sim.settle();
+        assert_eq!(
+            sim.s.current(6).unwrap(),
+            Some(ids[0]),
+            "no wakeup preemption"
+        );
+        // tick every 100 us until the first switch
+        let mut switched_after = None;
+        for _ in 0..100 {
+            sim.now += 100_000;
+            sim.s.tick(6, sim.now).unwrap();
+            sim.settle();
+            if sim.s.current(6).unwrap() != Some(ids[0]) {
+                switched_after = Some(sim.now - start);
+                break;
+            }
+        }
+        let after = switched_after.expect("the first task never gave way");
+        if follow {
+            assert!(after <= latency / 4 + 200_000, "switched after {after} ns");
+        } else {
+            assert!(after >= latency, "switched after {after} ns");
+        }
+        sim.strict("slices");
+    }
+}
+
 /// A task woken onto an idle CPU waits there for that CPU's kick: another
 /// CPU that goes idle meanwhile must not steal it (Linux's balancer passes
 /// a runqueue with one runnable task by). The simulator found the cost:

@@ -153,6 +153,9 @@ impl Scheduler {
                 let vr = vr.max(0) as u64;
                 t.vruntime.store(vr, Ordering::Relaxed);
                 rq.fair.enqueue(id, vr, w);
+                if self.cfg.slice_follows_load {
+                    self.slice_follows_load(rq);
+                }
             }
         }
         t.cpu.store(rq.cpu, Ordering::Release);
@@ -227,6 +230,25 @@ impl Scheduler {
         let total = rq.fair.load + w as u64;
         let s = (self.cfg.fair_latency_ns as u128 * w as u128 / total.max(1) as u128) as u64;
         s.max(self.cfg.fair_min_granularity_ns)
+    }
+
+    /// A fair task joined `rq`: if a fair task runs there, its slice end
+    /// moves in to its slice with the load queued now
+    /// ([`SchedConfig::slice_follows_load`](crate::SchedConfig)), so the
+    /// tick looks at it then rather than at the end of a slice sized for
+    /// an emptier runqueue. Only ever earlier: a slice never grows here.
+    fn slice_follows_load(&self, rq: &Rq) {
+        let Some(c) = rq.curr else {
+            return;
+        };
+        let Policy::Fair(w) = self.t(c).policy() else {
+            return;
+        };
+        let end = rq.slice_start.saturating_add(self.fair_slice(rq, w));
+        let h = &self.cpus[rq.cpu as usize].hot;
+        if end < h.slice_end.load(Ordering::Relaxed) {
+            h.slice_end.store(end, Ordering::Relaxed);
+        }
     }
 
     /// When the tick should next look at the current task.
