@@ -58,7 +58,13 @@ const OUTPUT_FLAGS: &[&str] = &["--json", "-o", "--out"];
 
 /// Environment variables a run may set: the binary under test instead of a
 /// fresh release build, and the scripts' small modes.
-const ALLOWED_ENV: &[&str] = &["VMM_BIN", "RESULTS_MD", "DEMO_DURATION", "DEMO_REPS"];
+const ALLOWED_ENV: &[&str] = &[
+    "VMM_BIN",
+    "RESULTS_MD",
+    "DEMO_DURATION",
+    "DEMO_REPS",
+    "DEMO_PINGS",
+];
 
 /// The small run length used for benchmark commands, in seconds.
 const SMALL: &str = "0.1";
