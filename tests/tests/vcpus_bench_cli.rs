@@ -212,8 +212,14 @@ fn kick_protocols_compare_interleaved() {
             "--no-wakeup-preempt",
         ),
         (
-            vec!["bench", "runq", "--executor", "host", "--fixed-slices"],
-            "--fixed-slices",
+            vec![
+                "bench",
+                "runq",
+                "--executor",
+                "host",
+                "--slices-follow-load",
+            ],
+            "--slices-follow-load",
         ),
         (
             vec!["bench", "runq", "--compare-kicks", "--compare", "seeds"],

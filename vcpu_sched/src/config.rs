@@ -64,10 +64,11 @@ pub struct SchedConfig {
     /// `fair_min_granularity_ns`), as CFS recomputes `sched_slice` at
     /// every tick. Off: a slice is sized once, when it starts, by the
     /// load queued then, so a task that started alone keeps a whole
-    /// `fair_latency_ns` while others wake up behind it. The simulator
-    /// runs with it off (its recorded results were made that way); the
-    /// executors run with it on.
-    #[serde(default = "yes")]
+    /// `fair_latency_ns` while others wake up behind it. Off by default:
+    /// measured with no effect on the x4 workloads' throughput nor on
+    /// their "wake -> picked" tail (docs/results-vcpus.md, "Slices that
+    /// follow the load").
+    #[serde(default)]
     pub slice_follows_load: bool,
     /// The RT pull of a CPU that lowers its priority takes a source's
     /// runqueue lock only if it is free: a source whose lock another
@@ -100,7 +101,7 @@ impl Default for SchedConfig {
             lazy_fair_kicks: true,
             sleeper_credit: false,
             fair_wakeup_preempt: true,
-            slice_follows_load: true,
+            slice_follows_load: false,
             bounded_rt_pull: true,
         }
     }

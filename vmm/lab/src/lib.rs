@@ -258,10 +258,10 @@ pub struct BenchOptions {
     /// ([`vcpu_sched::SchedConfig::fair_wakeup_preempt`] off).
     #[serde(default)]
     pub no_wakeup_preempt: bool,
-    /// A fair slice is sized once, when it starts
-    /// ([`vcpu_sched::SchedConfig::slice_follows_load`] off).
+    /// A running fair vCPU's slice shrinks as vCPUs join its runqueue
+    /// ([`vcpu_sched::SchedConfig::slice_follows_load`]).
     #[serde(default)]
-    pub fixed_slices: bool,
+    pub slices_follow_load: bool,
     /// How the RT pull treats a source whose runqueue lock is held
     /// ([`vcpu_sched::SchedConfig::bounded_rt_pull`]).
     #[serde(default)]
@@ -363,7 +363,7 @@ impl BenchOptions {
             kicks: Kicks::Lazy,
             sleeper_credit: false,
             no_wakeup_preempt: false,
-            fixed_slices: false,
+            slices_follow_load: false,
             rt_pull: RtPull::Bounded,
         }
     }

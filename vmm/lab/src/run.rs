@@ -467,7 +467,7 @@ fn exec_options(
         lazy_fair_kicks: opts.kicks == super::Kicks::Lazy,
         sleeper_credit: opts.sleeper_credit,
         fair_wakeup_preempt: !opts.no_wakeup_preempt,
-        slice_follows_load: !opts.fixed_slices,
+        slice_follows_load: opts.slices_follow_load,
         bounded_rt_pull: opts.rt_pull == super::RtPull::Bounded,
         ..SchedConfig::default()
     };

@@ -130,7 +130,6 @@ impl<'a> Sim<'a> {
             lazy_fair_kicks: false,
             // and its RT pull, which waits for a source's lock
             bounded_rt_pull: false,
-            slice_follows_load: false,
             ..SchedConfig::default()
         };
         let kicks = Arc::new(Kicks::default());

@@ -138,12 +138,12 @@ pub struct BenchArgs {
     /// scripts/ab-bench.sh). Scheduler executors only
     #[arg(long)]
     pub no_wakeup_preempt: bool,
-    /// Size a fair vCPU's slice once, when it starts, instead of moving
-    /// its end in as vCPUs join its runqueue (the behaviour before
-    /// slices followed the load; for its A/B: scripts/ab-bench.sh).
-    /// Scheduler executors only
+    /// Move a running fair vCPU's slice end in as vCPUs join its
+    /// runqueue, instead of sizing the slice once when it starts (off by
+    /// default; for its A/B: scripts/ab-bench.sh). Scheduler executors
+    /// only
     #[arg(long)]
-    pub fixed_slices: bool,
+    pub slices_follow_load: bool,
     /// How an RT pull treats a source CPU whose runqueue lock another
     /// thread holds: bounded (pass it by and ask it to push; the default)
     /// or wait (wait for the lock, the protocol before bounded pulls).
@@ -373,7 +373,7 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         || a.compare_kicks
         || a.sleeper_credit
         || a.no_wakeup_preempt
-        || a.fixed_slices
+        || a.slices_follow_load
         || a.rt_pull.is_some()
         || a.compare_rt_pull)
         && executor == ExecutorKind::Host
@@ -389,8 +389,8 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
                 "--sleeper-credit"
             } else if a.no_wakeup_preempt {
                 "--no-wakeup-preempt"
-            } else if a.fixed_slices {
-                "--fixed-slices"
+            } else if a.slices_follow_load {
+                "--slices-follow-load"
             } else {
                 "--rt-pull"
             },
@@ -546,7 +546,7 @@ fn bench_options(
     o.kicks = a.kicks.unwrap_or_default();
     o.sleeper_credit = a.sleeper_credit;
     o.no_wakeup_preempt = a.no_wakeup_preempt;
-    o.fixed_slices = a.fixed_slices;
+    o.slices_follow_load = a.slices_follow_load;
     o.rt_pull = a.rt_pull.unwrap_or_default();
     o.io_cpus = a.io_cpus.unwrap_or_default();
     o
