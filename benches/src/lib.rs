@@ -12,6 +12,13 @@
 //!   ratios (see `docs/results-scheduler.md`).
 //! * [`ab`] puts criterion's saved passes of several builds side by side
 //!   with their raw samples (`scripts/sync-layer-ab.sh`).
+//!
+//! Besides the per-fix groups: `core_ops` times the core's whole calls
+//! (`wake`, `schedule`, `tick`; each fix alone, all, an A/A row) and
+//! counts their accesses (`scripts/core-ops.sh`), `calibrate` derives the
+//! simulator's instruction costs, `sim_speed` times the simulator, and
+//! the `c2c` binary measures this machine's core-to-core latency and
+//! contended throughput.
 
 pub mod ab;
 
