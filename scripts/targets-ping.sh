@@ -77,6 +77,8 @@ for point in ("x1", "x4"):
                 verdict = "**missed**"
             else:
                 verdict = "cannot tell apart"
+            if row != "all-aa" and len(ratios) < 8:
+                verdict += f" (only {len(ratios)} repetitions: the target asks for 8)"
             print(f"| {point} | {qn} | {med(a_vals):.1f} ({min(a_vals):.1f}-{max(a_vals):.1f}) | {label} | "
                   f"{med(r_vals):.1f} ({min(r_vals):.1f}-{max(r_vals):.1f}) | "
                   f"{100 * m:.1f}% [{100 * lo:.1f}-{100 * hi:.1f}] | {len(ratios)} | {verdict} |")
