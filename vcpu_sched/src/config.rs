@@ -54,7 +54,9 @@ pub struct SchedConfig {
     /// blocks, and is then picked by virtual runtime, so that with
     /// `sleeper_credit` it goes first: the order EEVDF gives a woken task
     /// with lag, without the extra switch (Linux's RUN_TO_PARITY). An
-    /// idle CPU and RT wakeups are unaffected.
+    /// idle CPU and RT wakeups are unaffected. On by default: off, with
+    /// sleeper credit, measured within noise on the x4 workloads
+    /// (docs/results-vcpus.md, "Wake order").
     #[serde(default = "yes")]
     pub fair_wakeup_preempt: bool,
     /// The running fair task's slice follows its runqueue: when a fair
