@@ -32,6 +32,7 @@ fn bench(c: &mut Criterion) {
                 seed: 1,
                 mitigations: mit,
                 cost,
+                interleave: false,
             };
             g.bench_with_input(
                 BenchmarkId::new(workload.name(), format!("{name}/480cpus/1ms")),

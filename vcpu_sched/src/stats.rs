@@ -52,7 +52,9 @@ macro_rules! cpu_counters {
         }
 
         /// Scheduler counters, summed over CPUs (or of one CPU).
+        /// A report written before a counter existed reads it as 0.
         #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(default)]
         pub struct SchedCounters {
             $( $(#[$m])* pub $f: u64, )*
         }
@@ -107,6 +109,12 @@ cpu_counters! {
     /// RT pull sources passed by because another thread held their
     /// runqueue lock (bounded RT pull).
     rt_pull_busy,
+    /// Balancing sources (RT pull, idle steal) passed by because another
+    /// CPU held their claim (`pull_busy`): the pass-by path.
+    balance_passed_by,
+    /// Pushes asked of a source by a puller that passed it by or found its
+    /// lock held (`push_request` set where it was clear).
+    push_requests,
     /// Fair tasks taken from the shared runqueue.
     shared_pops,
     /// Stale shared-runqueue entries dropped.

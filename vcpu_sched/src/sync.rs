@@ -119,12 +119,12 @@ impl<T> Lockable for shared::Mutex<T> {
     fn lock_ignoring_poison(&self) -> Self::Guard<'_> {
         self.lock().unwrap_or_else(|e| e.into_inner())
     }
-    /// The simulator runs one core call at a time to its end, so no other
-    /// call holds a lock when this one asks: it always gets it, reported
-    /// as a lock.
+    /// Reported as a lock. Run to completion (one core call at a time),
+    /// no other call holds the lock, so it is always taken; interleaved,
+    /// another simulated CPU's call may hold it, and then it is not.
     #[inline]
     fn try_lock_ignoring_poison(&self) -> Option<Self::Guard<'_>> {
-        Some(self.lock().unwrap_or_else(|e| e.into_inner()))
+        self.try_lock_reported()
     }
 }
 
@@ -157,9 +157,79 @@ pub mod recorder {
         pub kind: Kind,
     }
 
+    /// Why an interleaved core call hands control back to the simulator.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Suspend {
+        /// It is about to make this access: the simulator charges it when
+        /// virtual time reaches it, and resumes the call when it is done.
+        Access(Access),
+        /// It found the lock at this address held: resume it when the
+        /// holder releases it (its next `lock` attempt is reported anew).
+        Blocked(u64),
+        /// It has just released the lock at this address (after its
+        /// `Unlock` access completed): the first waiter may have it.
+        Released(u64),
+    }
+
+    /// The handle through which an interleaved call suspends.
+    pub type Yielder = corosensei::Yielder<(), Suspend>;
+
     thread_local! {
         static ON: Cell<bool> = const { Cell::new(false) };
         static LOG: RefCell<Vec<Access>> = const { RefCell::new(Vec::new()) };
+        /// The yielder of the interleaved call running on this thread
+        /// (null when none is): set by [`enter`] and after every suspend,
+        /// cleared by [`leave`] when control is back in the simulator.
+        static CALL: Cell<*const Yielder> = const { Cell::new(std::ptr::null()) };
+    }
+
+    /// Called first thing by an interleaved call's coroutine, with its own
+    /// yielder: from here on its accesses suspend it instead of being
+    /// logged.
+    pub fn enter(y: &Yielder) {
+        CALL.with(|c| c.set(y));
+    }
+
+    /// Called by the simulator each time a coroutine hands control back.
+    pub fn leave() {
+        CALL.with(|c| c.set(std::ptr::null()));
+    }
+
+    /// Is an interleaved call running on this thread?
+    #[inline]
+    pub(crate) fn interleaved() -> bool {
+        CALL.with(|c| !c.get().is_null())
+    }
+
+    /// Suspends the running interleaved call with `why`.
+    fn suspend(why: Suspend) {
+        let y = CALL.with(|c| c.get());
+        debug_assert!(!y.is_null());
+        // SAFETY: `y` was set by `enter` (or below) from the `&Yielder`
+        // that corosensei passes to the running coroutine's body, and
+        // lives in that body's frame until the body returns. It is only
+        // non-null while that coroutine is executing on this thread:
+        // `leave` nulls it as soon as the simulator gets control back
+        // (every suspend and the return), and the coroutine re-installs
+        // its own after each suspend. So it points at the yielder of the
+        // coroutine whose stack we are on, which is alive.
+        let y: &Yielder = unsafe { &*y };
+        y.suspend(why);
+        CALL.with(|c| c.set(y));
+    }
+
+    /// An interleaved call found the lock at `word` held: waits for its
+    /// release (the simulator resumes it then).
+    pub(crate) fn wait_unlock(word: usize) {
+        suspend(Suspend::Blocked(word as u64));
+    }
+
+    /// An interleaved call has released the lock at `word`: the simulator
+    /// hands it to the first waiter.
+    pub(crate) fn released(word: usize) {
+        if interleaved() {
+            suspend(Suspend::Released(word as u64));
+        }
     }
 
     /// Set, for good, the first time any thread starts recording. Until
@@ -184,6 +254,16 @@ pub mod recorder {
         ON.with(|o| o.set(true));
     }
 
+    /// Turns recording on or off on this thread without touching the log
+    /// (the interleaved simulator records only while a call runs, and
+    /// never logs: every access suspends the call instead).
+    pub fn set_recording(on: bool) {
+        if on {
+            EVER.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        ON.with(|o| o.set(on));
+    }
+
     /// Stops recording and moves the accesses since [`start`] into `out`
     /// (cleared first), in program order.
     pub fn stop_into(out: &mut Vec<Access>) {
@@ -206,6 +286,13 @@ pub mod recorder {
     /// the check.
     #[inline(never)]
     fn push(addr: usize, kind: Kind) {
+        if interleaved() {
+            suspend(Suspend::Access(Access {
+                addr: addr as u64,
+                kind,
+            }));
+            return;
+        }
         LOG.with(|l| {
             l.borrow_mut().push(Access {
                 addr: addr as u64,
@@ -233,9 +320,9 @@ mod wrapped {
     use std::cell::Cell;
     use std::ops::{Deref, DerefMut};
     use std::sync::atomic::Ordering;
-    use std::sync::{LockResult, PoisonError};
+    use std::sync::{LockResult, PoisonError, TryLockError};
 
-    use super::recorder::{record, record_range, Kind};
+    use super::recorder::{self, record, record_range, Kind};
 
     macro_rules! atomic {
         ($name:ident, $std:ty, $t:ty) => {
@@ -372,9 +459,27 @@ mod wrapped {
 
     /// Its guard: reports the guarded lines and the release on drop.
     pub struct MutexGuard<'a, T> {
-        g: std::sync::MutexGuard<'a, T>,
+        /// `Some` until the drop releases it: interleaved, the real
+        /// unlock happens when the reported `Unlock` completes in virtual
+        /// time, and is then announced ([`recorder::released`]) so that
+        /// the waiter the simulator hands the lock to finds it free.
+        g: Option<std::sync::MutexGuard<'a, T>>,
         word: usize,
         dirty: Cell<bool>,
+    }
+
+    fn wrap<T>(g: std::sync::MutexGuard<'_, T>, word: usize) -> MutexGuard<'_, T> {
+        record_range(
+            &*g as *const T as usize,
+            size_of::<T>(),
+            GUARDED_LINES,
+            Kind::Load,
+        );
+        MutexGuard {
+            g: Some(g),
+            word,
+            dirty: Cell::new(false),
+        }
     }
 
     #[allow(dead_code)]
@@ -383,26 +488,47 @@ mod wrapped {
         pub const fn new(t: T) -> Self {
             Self(std::sync::Mutex::new(t))
         }
-        /// See `std`; the acquisition is reported.
+        /// See `std`; the acquisition is reported. Interleaved, a lock
+        /// another simulated CPU holds suspends the call until the
+        /// simulator hands it over (in order of arrival), and each attempt
+        /// is reported; otherwise (run to completion, or a real thread of
+        /// a bench) it blocks as `std`'s does.
         pub fn lock(&self) -> LockResult<MutexGuard<'_, T>> {
             let word = self as *const Self as usize;
-            record(word, Kind::Lock);
-            fn wrap<T>(g: std::sync::MutexGuard<'_, T>, word: usize) -> MutexGuard<'_, T> {
-                record_range(
-                    &*g as *const T as usize,
-                    size_of::<T>(),
-                    GUARDED_LINES,
-                    Kind::Load,
-                );
-                MutexGuard {
-                    g,
-                    word,
-                    dirty: Cell::new(false),
+            loop {
+                record(word, Kind::Lock);
+                match self.0.try_lock() {
+                    Ok(g) => return Ok(wrap(g, word)),
+                    Err(TryLockError::Poisoned(e)) => {
+                        return Err(PoisonError::new(wrap(e.into_inner(), word)))
+                    }
+                    Err(TryLockError::WouldBlock) if recorder::interleaved() => {
+                        recorder::wait_unlock(word)
+                    }
+                    Err(TryLockError::WouldBlock) => {
+                        return match self.0.lock() {
+                            Ok(g) => Ok(wrap(g, word)),
+                            Err(e) => Err(PoisonError::new(wrap(e.into_inner(), word))),
+                        }
+                    }
                 }
             }
-            match self.0.lock() {
-                Ok(g) => Ok(wrap(g, word)),
-                Err(e) => Err(PoisonError::new(wrap(e.into_inner(), word))),
+        }
+        /// One attempt, reported as a lock: `None` only when an
+        /// interleaved call finds it held by another simulated CPU's call
+        /// (run to completion nothing else holds it; a real thread
+        /// blocks, as the core's callers of `try_lock` did before
+        /// interleaving).
+        pub fn try_lock_reported(&self) -> Option<MutexGuard<'_, T>> {
+            let word = self as *const Self as usize;
+            record(word, Kind::Lock);
+            match self.0.try_lock() {
+                Ok(g) => Some(wrap(g, word)),
+                Err(TryLockError::Poisoned(e)) => Some(wrap(e.into_inner(), word)),
+                Err(TryLockError::WouldBlock) if recorder::interleaved() => None,
+                Err(TryLockError::WouldBlock) => {
+                    Some(wrap(self.0.lock().unwrap_or_else(|e| e.into_inner()), word))
+                }
             }
         }
         /// See `std`.
@@ -415,11 +541,13 @@ mod wrapped {
         }
     }
 
+    const RELEASED: &str = "a guard is used only until its drop";
+
     impl<T> Deref for MutexGuard<'_, T> {
         type Target = T;
         #[inline(always)]
         fn deref(&self) -> &T {
-            &self.g
+            self.g.as_ref().expect(RELEASED)
         }
     }
 
@@ -427,21 +555,24 @@ mod wrapped {
         #[inline(always)]
         fn deref_mut(&mut self) -> &mut T {
             self.dirty.set(true);
-            &mut self.g
+            self.g.as_mut().expect(RELEASED)
         }
     }
 
     impl<T> Drop for MutexGuard<'_, T> {
         fn drop(&mut self) {
+            let Some(g) = self.g.take() else { return };
             if self.dirty.get() {
                 record_range(
-                    &*self.g as *const T as usize,
+                    &*g as *const T as usize,
                     size_of::<T>(),
                     GUARDED_LINES,
                     Kind::Store,
                 );
             }
             record(self.word, Kind::Unlock);
+            drop(g);
+            recorder::released(self.word);
         }
     }
 }

@@ -179,6 +179,10 @@ impl Scheduler {
             // source's own push, and later pulls, move what is left.
             let Some(_claim) = SourceClaim::take(&h.pull_busy) else {
                 passed_by.get_or_insert(src);
+                self.cpus[cpu as usize]
+                    .stats
+                    .balance_passed_by
+                    .fetch_add(1, Ordering::Relaxed);
                 continue;
             };
             let Some((mut me, mut s)) = self.lock_pull_pair(cpu, src) else {
@@ -249,6 +253,10 @@ impl Scheduler {
     fn request_push(&self, src: CpuId, by: CpuId) {
         let h = &self.cpus[src as usize].hot;
         if !h.push_request.swap(true, Ordering::AcqRel) {
+            self.cpus[by as usize]
+                .stats
+                .push_requests
+                .fetch_add(1, Ordering::Relaxed);
             self.resched_cpu(src, Some(by));
         }
     }
@@ -380,6 +388,10 @@ impl Scheduler {
                 // one balancer per source (see pull_rt): a busy one is
                 // passed by, and the scan goes on to the next
                 let Some(_claim) = SourceClaim::take(&self.cpus[src as usize].hot.pull_busy) else {
+                    self.cpus[cpu as usize]
+                        .stats
+                        .balance_passed_by
+                        .fetch_add(1, Ordering::Relaxed);
                     continue;
                 };
                 let (mut me, mut s) = self.lock2(cpu, src);

@@ -70,6 +70,11 @@ pub struct SimArgs {
     /// Print cache-line transfers and their cost per structure and field.
     #[arg(long)]
     pub c2c: bool,
+    /// Interleave the CPUs' core calls at every shared access (transient
+    /// states visible, locks granted in order of arrival) instead of
+    /// running each call to completion.
+    #[arg(long)]
+    pub interleave: bool,
     /// Print contended acquisitions and wait time per lock class.
     #[arg(long)]
     pub lockstat: bool,
@@ -243,6 +248,7 @@ impl Plan {
             seed,
             mitigations: mit,
             cost: self.cost,
+            interleave: a.interleave,
         }
     }
 }

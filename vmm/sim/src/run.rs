@@ -167,10 +167,23 @@ fn single(a: &SimArgs, plan: &Plan) -> Result<()> {
         .map(|(k, v)| format!("{k} {v}"))
         .collect();
     outln!("  counters: {}", counters.join(", "));
-    if r.absorbed_wakes > 0 {
+    if r.absorbed_wakes > 0 && r.interleave.is_none() {
         outln!(
             "  absorbed wakes: {} (the task was awake; their tokens merged)",
             r.absorbed_wakes
+        );
+    }
+    if let Some(il) = &r.interleave {
+        outln!(
+            "  interleaved: {} accesses ({:.1}% waited for an earlier event), {} wakes reached a task still on its way to sleep; locks: {} waits ({} slept), {:.0} ns mean; {} checks waited {:.0} ns mean for calls in flight",
+            il.accesses,
+            100.0 * il.queued as f64 / il.accesses.max(1) as f64,
+            r.absorbed_wakes,
+            il.lock_blocks,
+            il.lock_sleeps,
+            il.lock_wait_ns as f64 / il.lock_blocks.max(1) as f64,
+            il.checks_delayed,
+            il.check_hold_ns as f64 / il.checks_delayed.max(1) as f64,
         );
     }
     print_views(a, &r.mitigations, &r);

@@ -293,6 +293,10 @@ pub struct Coherence {
     spill: Spill,
     /// No access starts before this (the event loop's time).
     floor: u64,
+    /// Locks are real (interleaved runs): a lock word is charged as the
+    /// RMW it is, and the waits are the simulator's, reported through
+    /// [`Coherence::lock_waited`].
+    real_locks: bool,
 }
 
 /// The levels of `Coherence::tiers` past `Same`, nearest first.
@@ -345,6 +349,7 @@ impl Coherence {
                 ..Spill::default()
             },
             floor: 0,
+            real_locks: false,
         }
     }
 
@@ -352,6 +357,19 @@ impl Coherence {
     /// that end earlier can be forgotten.
     pub fn set_floor(&mut self, t: u64) {
         self.floor = t;
+    }
+
+    /// Interleaved runs: locks are real (see `real_locks`).
+    pub fn set_real_locks(&mut self) {
+        self.real_locks = true;
+    }
+
+    /// Interleaved runs: a lock attempt at `line` found it held and waited
+    /// `wait_ns` for it.
+    pub fn lock_waited(&mut self, line: u64, wait_ns: u64) {
+        let st = &mut self.locks.get(line).stat;
+        st.contended += 1;
+        st.wait_ns += wait_ns;
     }
 
     /// The cost table in use.
@@ -367,7 +385,9 @@ impl Coherence {
     /// One access by `cpu` starting at `now`; returns when it completes.
     pub fn access(&mut self, cpu: u32, line: u64, kind: Kind, now: u64) -> u64 {
         let mut now = now;
-        if kind == Kind::Lock {
+        if kind == Kind::Lock && self.real_locks {
+            self.locks.get(line).stat.acquisitions += 1;
+        } else if kind == Kind::Lock {
             // Spin until the previous holder's release, in virtual time.
             let l = self.locks.get(line);
             let st = &mut l.stat;
@@ -394,7 +414,7 @@ impl Coherence {
             l.stat.transfers += 1;
             l.stat.cost_ns += done - now;
         }
-        if kind == Kind::Unlock {
+        if kind == Kind::Unlock && !self.real_locks {
             let l = self.locks.get(line);
             l.released_at = done;
             l.last_holder = cpu;

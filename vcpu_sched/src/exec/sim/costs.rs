@@ -52,7 +52,39 @@ pub struct CostTable {
     /// buffers on Skylake-derived cores (Cascade Lake, Ice Lake), 16 on
     /// Golden Cove and later (Sapphire, Granite Rapids), 22 on Zen 3/4.
     pub mlp: u32,
+    /// How long a waiter for a held `std` mutex spins before it sleeps in
+    /// the kernel (interleaved runs only): `std`'s futex mutex polls the
+    /// lock 100 times with a spin-loop hint (PAUSE) between polls. AMD:
+    /// 100 PAUSEs measured on this project's AMD EPYC development machine,
+    /// 3.2 us (`c2c`'s spin row, docs/data/c2c/). Intel: the optimization
+    /// manual's PAUSE latency since Skylake, "as many as 140 cycles" (Intel
+    /// 64 and IA-32 Architectures Optimization Reference Manual, "Pause
+    /// Latency in Skylake Microarchitecture"), at 2.5 GHz: 5.6 us
+    /// (estimated: the clock is a round figure of these parts').
+    pub lock_spin_ns: u64,
+    /// What the releaser of a lock with a sleeping waiter pays for the
+    /// wake syscall (interleaved runs only): one syscall, 240 ns measured
+    /// with `perf bench syscall basic` on the development machine
+    /// (docs/data/core-ops/linux.txt); estimated for every preset (no
+    /// bare-metal figure of these parts found; under kvm_pvm a syscall is
+    /// emulated, so this errs high).
+    pub futex_wake_ns: u64,
+    /// From that wake to the sleeper running its call again (interleaved
+    /// runs only): one wakeup and context switch, 1,070 ns per switch in a
+    /// published bare-metal pipe ping-pong (Linux 6.6, 11th-generation
+    /// Core i7, <https://ddumbying.vercel.app/experiments/ctx-switch-overhead>);
+    /// estimated for every preset.
+    pub wakeup_ns: u64,
 }
+
+/// `CostTable::lock_spin_ns` on AMD parts (measured, see there).
+const AMD_SPIN_NS: u64 = 3_200;
+/// ... on Intel parts (estimated, see there).
+const INTEL_SPIN_NS: u64 = 5_600;
+/// `CostTable::futex_wake_ns` (see there).
+const FUTEX_WAKE_NS: u64 = 240;
+/// `CostTable::wakeup_ns` (see there).
+const WAKEUP_NS: u64 = 1_070;
 
 impl CostTable {
     /// The transfer latency at `level`.
@@ -68,7 +100,9 @@ impl CostTable {
         }
     }
 
-    /// Every latency scaled by `f` (sensitivity runs), L1 hits included.
+    /// Every cache latency scaled by `f` (sensitivity runs), L1 hits
+    /// included; the lock costs (software and kernel paths, not line
+    /// transfers) are kept.
     pub fn scaled(&self, f: f64) -> Self {
         let s = |x: u64| ((x as f64) * f).round().max(1.0) as u64;
         Self {
@@ -81,6 +115,7 @@ impl CostTable {
             remote_ns: s(self.remote_ns),
             memory_ns: s(self.memory_ns),
             mlp: self.mlp,
+            ..*self
         }
     }
 
@@ -118,7 +153,12 @@ impl CostTable {
             // CCD on the line's home socket ~108, other socket 197
             // (measured). L1/DRAM: Genoa's stand in (estimated).
             "milan-2s" => Self::amd(10, 23, 108, 197, 1, 110, 22),
-            "test" => Self::amd(5, 20, 60, 100, 1, 200, 4),
+            "test" => Self {
+                lock_spin_ns: 1_000,
+                futex_wake_ns: 200,
+                wakeup_ns: 1_000,
+                ..Self::amd(5, 20, 60, 100, 1, 200, 4)
+            },
             _ => return None,
         })
     }
@@ -134,6 +174,9 @@ impl CostTable {
             package_ns: socket,
             remote_ns: remote,
             memory_ns: mem,
+            lock_spin_ns: INTEL_SPIN_NS,
+            futex_wake_ns: FUTEX_WAKE_NS,
+            wakeup_ns: WAKEUP_NS,
         }
     }
 
@@ -148,6 +191,9 @@ impl CostTable {
             package_ns: ccd,
             remote_ns: remote,
             memory_ns: mem,
+            lock_spin_ns: AMD_SPIN_NS,
+            futex_wake_ns: FUTEX_WAKE_NS,
+            wakeup_ns: WAKEUP_NS,
         }
     }
 }

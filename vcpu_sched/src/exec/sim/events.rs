@@ -1,8 +1,11 @@
 //! The events of the simulated CPUs: a burst's end, a kick, a tick, a
 //! timer, a wakeup step, a check; and the core calls they make (`wake`,
-//! `schedule`, `tick`), each charged by [`Sim::call`].
+//! `schedule`, `tick`), each started by [`Sim::begin`] with what follows
+//! it ([`Then`]): run to completion, that follows at once; interleaved,
+//! when the call returns in virtual time.
 
 use super::costs::INSTR;
+use super::interleave::{AfterWake, Op, Out, Then};
 use super::queue::Ev;
 use super::state::{Sim, CHECK_NS, PERIOD_NS, TICK_NS};
 use super::workload::SimWorkload;
@@ -12,24 +15,26 @@ impl Sim<'_> {
     /// Handles the event `ev` (sequence number `seq`) at `t`.
     pub(super) fn handle(&mut self, t: u64, seq: u64, ev: Ev) {
         match ev {
+            Ev::BurstEnd { cpu } | Ev::Kick { cpu } | Ev::Tick { cpu } | Ev::Step { cpu }
+                if self.defer_if_busy(cpu, t, seq, ev) => {}
             Ev::BurstEnd { cpu } => self.burst_end(cpu, t, seq),
             Ev::Kick { cpu } => self.kick(cpu, t),
             Ev::Tick { cpu } => self.tick(cpu, t),
             Ev::Timer { task } => self.timer(task, t),
             Ev::Check => {
-                self.checker.observe(&self.s, t);
+                self.check_at(t);
                 self.push(t + CHECK_NS, Ev::Check);
             }
             Ev::Step { cpu } => {
                 let at = t.max(self.cpus[cpu as usize].free_at);
                 self.step(cpu, at);
             }
+            Ev::Call { slot } => self.call_event(slot as usize, t),
         }
     }
 
     /// `cpu`'s task finished its step (unless the event is stale): the
-    /// workload's model says what it does next ([`Sim::step_done`]), and
-    /// unless the model keeps the CPU busy, `cpu` calls `schedule`.
+    /// workload's model says what it does next ([`Sim::step_done`]).
     fn burst_end(&mut self, cpu: u32, t: u64, seq: u64) {
         let c = self.cpus[cpu as usize];
         if c.burst != seq {
@@ -38,9 +43,11 @@ impl Sim<'_> {
         let Some(id) = c.curr else { return };
         let n = self.task_of(id);
         self.tasks[n].remaining = 0;
-        let Some((prev, now)) = self.step_done(n, id, cpu, t) else {
-            return;
-        };
+        self.step_done(n, id, cpu, t);
+    }
+
+    /// `cpu`'s task stops running (per `prev`): `cpu` calls `schedule`.
+    pub(super) fn then_schedule(&mut self, cpu: u32, prev: Prev, now: u64) {
         self.cpus[cpu as usize].burst = 0;
         self.schedule(cpu, prev, now);
     }
@@ -62,7 +69,12 @@ impl Sim<'_> {
     /// task; the next tick one period later.
     fn tick(&mut self, cpu: u32, t: u64) {
         let at = t.max(self.cpus[cpu as usize].free_at);
-        let (_, end) = self.call(cpu, at, INSTR.tick_ns, |s, now| s.tick(cpu, now));
+        self.begin(cpu, at, INSTR.tick_ns, Op::Tick, Then::Tick { at }, true);
+        self.push(t + TICK_NS, Ev::Tick { cpu });
+    }
+
+    /// `cpu`'s tick, which reached it at `at`, ended at `end`.
+    fn ticked(&mut self, cpu: u32, at: u64, end: u64) {
         self.cpus[cpu as usize].free_at = end;
         if self.cpus[cpu as usize].curr.is_some() && !self.stepping(cpu) {
             // the tick's time delays the running task
@@ -74,11 +86,11 @@ impl Sim<'_> {
             self.tasks[n].remaining = left;
             self.cpus[cpu as usize].burst = self.push(end + left, Ev::BurstEnd { cpu });
         }
-        self.push(t + TICK_NS, Ev::Tick { cpu });
     }
 
     /// A task's timer fires: cyclic's period (rearmed), or a task's first
-    /// start; its CPU wakes it.
+    /// start; its CPU wakes it (without waiting for the call: a timer's
+    /// wake has never occupied its CPU in this model).
     fn timer(&mut self, task: u32, t: u64) {
         let id = self.ids[task as usize];
         let waker = self.s.task_cpu(id).unwrap_or(0);
@@ -86,25 +98,73 @@ impl Sim<'_> {
             self.tasks[task as usize].fired_at = Some(t);
             self.push(t + PERIOD_NS, Ev::Timer { task });
         }
-        let (_, end) = self.call(waker, t, INSTR.wake_ns, |s, now| {
-            s.wake(id, Some(waker), now)
-        });
-        let _ = end;
+        // not counted as a delivered or absorbed wakeup
+        self.begin(
+            waker,
+            t,
+            INSTR.wake_ns,
+            Op::Wake { id, waker },
+            Then::Nothing,
+            false,
+        );
     }
 
-    pub(super) fn wake(&mut self, n: u32, waker: u32, now: u64) -> u64 {
+    /// `waker` wakes task `n` at `now`; `next` says what it does then.
+    pub(super) fn wake(&mut self, n: u32, waker: u32, now: u64, next: AfterWake) {
         let id = self.ids[n as usize];
-        let (r, t) = self.call(waker, now, INSTR.wake_ns, |s, now| {
-            s.wake(id, Some(waker), now)
-        });
-        // pingpong counts a delivered token; messaging counts reads and
-        // transcode frames at their barrier instead
-        match r {
-            Ok(true) if self.cfg.workload == SimWorkload::Pingpong => self.done += 1,
-            Ok(false) if self.cfg.workload != SimWorkload::Transcode => self.absorbed += 1,
-            _ => {}
+        self.begin(
+            waker,
+            now,
+            INSTR.wake_ns,
+            Op::Wake { id, waker },
+            Then::Woke { next },
+            true,
+        );
+    }
+
+    /// What follows a call of `cpu` that returned `out` at `t`.
+    pub(super) fn cont(&mut self, cpu: u32, then: Then, out: Out, t: u64) {
+        match (then, out) {
+            (Then::Tick { at }, _) => self.ticked(cpu, at, t),
+            (Then::Woke { next }, Out::Woke(r)) => {
+                // pingpong counts a delivered token (a partner still on
+                // its way to sleep, interleaved, takes it too: its block
+                // returns at once); messaging counts reads and transcode
+                // frames at their barrier instead
+                if let (Ok(_), SimWorkload::Pingpong) = (&r, self.cfg.workload) {
+                    self.done += 1;
+                }
+                match r {
+                    Ok(true) if self.cfg.workload == SimWorkload::Pingpong => {}
+                    Ok(false) if self.cfg.workload != SimWorkload::Transcode => self.absorbed += 1,
+                    _ => {}
+                }
+                self.woke(cpu, next, t);
+            }
+            (Then::Scheduled, Out::Picked(r)) => self.scheduled(cpu, r, t),
+            (Then::Nothing, _) => {}
+            (then, _) => unreachable!("{then:?}: a call's continuation matches its kind"),
         }
-        t
+    }
+
+    /// `cpu`'s wake returned at `t`: what it does next.
+    fn woke(&mut self, cpu: u32, next: AfterWake, t: u64) {
+        match next {
+            AfterWake::Continue(id) => {
+                self.cpus[cpu as usize].free_at = t;
+                self.start(cpu, id, t);
+            }
+            AfterWake::Schedule(prev) => self.then_schedule(cpu, prev, t),
+            AfterWake::Step => {
+                if !self.plans[cpu as usize].0.is_empty() {
+                    self.cpus[cpu as usize].free_at = t;
+                    self.push(t, Ev::Step { cpu });
+                } else {
+                    let then = self.plans[cpu as usize].1;
+                    self.schedule(cpu, then, t);
+                }
+            }
+        }
     }
 
     pub(super) fn start(&mut self, cpu: u32, id: TaskId, now: u64) {
@@ -161,27 +221,31 @@ impl Sim<'_> {
 
     /// The next wakeup of `cpu`'s plan; after the last, its `schedule`.
     pub(super) fn step(&mut self, cpu: u32, now: u64) {
-        let mut now = now;
         if let Some(w) = self.plans[cpu as usize].0.pop() {
             if self.cfg.workload == SimWorkload::Runq {
                 // the request's stamp
                 self.tasks[w as usize].fired_at = Some(now);
             }
-            now = self.wake(w, cpu, now);
-            if !self.plans[cpu as usize].0.is_empty() {
-                self.cpus[cpu as usize].free_at = now;
-                self.push(now, Ev::Step { cpu });
-                return;
-            }
+            self.wake(w, cpu, now, AfterWake::Step);
+            return;
         }
         let then = self.plans[cpu as usize].1;
         self.schedule(cpu, then, now);
     }
 
     pub(super) fn schedule(&mut self, cpu: u32, prev: Prev, now: u64) {
-        let (r, t) = self.call(cpu, now, INSTR.schedule_ns, |s, now| {
-            s.schedule(cpu, prev, now)
-        });
+        self.begin(
+            cpu,
+            now,
+            INSTR.schedule_ns,
+            Op::Schedule { prev },
+            Then::Scheduled,
+            true,
+        );
+    }
+
+    /// `cpu`'s `schedule` returned `r` at `t`: it runs what it picked.
+    fn scheduled(&mut self, cpu: u32, r: crate::Result<Pick>, t: u64) {
         self.cpus[cpu as usize].free_at = t;
         match r.expect(crate::exec::CPU_OK) {
             Pick::Same => {

@@ -75,7 +75,7 @@ impl Sim<'_> {
     /// buffers (which differs from run to run) cannot change a result;
     /// aligned structures keep exactly their real lines. Addresses in no
     /// region keep their real line, tagged apart.
-    fn line_of(&mut self, addr: u64) -> u64 {
+    pub(super) fn line_of(&mut self, addr: u64) -> u64 {
         // Keyed by the address itself, not its real line: in an unaligned
         // region two addresses of one real line can be two model lines.
         let slot = ((addr >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15)

@@ -29,6 +29,7 @@
 pub mod coherence;
 pub mod costs;
 mod events;
+mod interleave;
 mod memory;
 mod model;
 mod queue;
@@ -44,6 +45,7 @@ use topology::HostTopology;
 
 pub use coherence::Coherence;
 pub use costs::{CostTable, Level, INSTR};
+pub use interleave::InterleaveStats;
 use queue::Ev;
 pub use report::{C2cRow, LockRow, SimReport};
 use state::Sim;
@@ -69,6 +71,7 @@ pub fn run_with_progress(
     cfg.check()?;
     let mut sim = Sim::new(topo.clone(), cfg)?;
     let (reached, partial) = event_loop(&mut sim, cfg.duration_ns, stop, progress);
+    sim.drain();
     Ok(sim.report(&topo, reached.max(1), partial))
 }
 

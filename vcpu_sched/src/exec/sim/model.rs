@@ -2,46 +2,47 @@
 //! ends (write or read a pipe, hand the token to its partner, answer a
 //! request, meet at a barrier), and the pipes' invariants.
 
+use super::interleave::AfterWake;
 use super::state::{senders, Sim};
 use super::workload::SimWorkload;
 use crate::workload::defs;
 use crate::{Prev, TaskId};
 
+/// messaging: what a pipe operation leaves its task to do.
+enum PipeOp {
+    /// Go on computing.
+    Done,
+    /// Wake this task, then go on computing.
+    Wake(u32),
+    /// Block.
+    Wait,
+}
+
 impl Sim<'_> {
-    /// Task `n` (`id`) on `cpu` ended its step at `t`. Returns how `cpu`
-    /// then calls `schedule` and when; `None` when the model keeps the CPU
-    /// busy itself (the task goes on computing, or the CPU wakes tasks
-    /// one by one first).
-    pub(super) fn step_done(
-        &mut self,
-        n: usize,
-        id: TaskId,
-        cpu: u32,
-        t: u64,
-    ) -> Option<(Prev, u64)> {
+    /// Task `n` (`id`) on `cpu` ended its step at `t`: what it does next
+    /// (go on computing, wake tasks, block), ending in its CPU's
+    /// `schedule` unless it goes on.
+    pub(super) fn step_done(&mut self, n: usize, id: TaskId, cpu: u32, t: u64) {
         let task = self.tasks[n];
         let vm = &self.vms[task.vm as usize];
-        let mut now = t;
-        let prev = match self.cfg.workload {
-            SimWorkload::Messaging => match self.pipe_op(n, cpu, now) {
-                Some(t) => {
-                    // the pipe took or gave a message: the task
-                    // goes on computing; a preemption its wake
-                    // caused arrives as a kick, after the wake's
-                    // core call
+        match self.cfg.workload {
+            SimWorkload::Messaging => match self.pipe_op(n) {
+                // the pipe took or gave a message: the task goes on
+                // computing; a preemption its wake caused arrives as a
+                // kick, after the wake's core call
+                PipeOp::Done => {
                     self.cpus[cpu as usize].free_at = t;
                     self.start(cpu, id, t);
-                    return None;
                 }
-                None => Prev::Block,
+                PipeOp::Wake(w) => self.wake(w, cpu, t, AfterWake::Continue(id)),
+                PipeOp::Wait => self.then_schedule(cpu, Prev::Block, t),
             },
             SimWorkload::Pingpong => {
                 // the partner: tasks 2p and 2p+1 of a VM
                 let next = vm[task.idx as usize ^ 1];
-                now = self.wake(next, cpu, now);
-                Prev::Block
+                self.wake(next, cpu, t, AfterWake::Schedule(Prev::Block));
             }
-            SimWorkload::Cyclic => Prev::Block,
+            SimWorkload::Cyclic => self.then_schedule(cpu, Prev::Block, t),
             SimWorkload::Runq => {
                 let v = task.vm as usize;
                 if task.idx == 0 {
@@ -49,17 +50,17 @@ impl Sim<'_> {
                     // all the answers
                     self.barrier[v] = 0;
                     let workers = self.vms[v][1..].to_vec();
-                    self.plan(cpu, workers, Prev::Block, now);
-                    return None;
+                    self.plan(cpu, workers, Prev::Block, t);
                 } else {
                     self.done += 1;
                     self.barrier[v] += 1;
                     if self.barrier[v] as usize == self.vms[v].len() - 1 {
                         let m = self.vms[v][0];
-                        now = self.wake(m, cpu, now);
+                        self.wake(m, cpu, t, AfterWake::Schedule(Prev::Block));
+                    } else {
+                        self.then_schedule(cpu, Prev::Block, t);
                     }
                 }
-                Prev::Block
             }
             SimWorkload::Transcode => {
                 let v = task.vm as usize;
@@ -72,21 +73,19 @@ impl Sim<'_> {
                         .copied()
                         .filter(|&o| o as usize != n)
                         .collect();
-                    self.plan(cpu, others, Prev::Keep, now);
-                    return None;
+                    self.plan(cpu, others, Prev::Keep, t);
                 } else {
-                    Prev::Block
+                    self.then_schedule(cpu, Prev::Block, t);
                 }
             }
-        };
-        Some((prev, now))
+        }
     }
 
-    /// messaging: task `n` on `cpu` writes its next message (sender) or
-    /// reads one (receiver) at `now`. Returns when it is done (after the
-    /// wake it made, if any), or None if it must wait. The pipes are the
-    /// workload's memory, not the scheduler's: they cost nothing here.
-    fn pipe_op(&mut self, n: usize, cpu: u32, now: u64) -> Option<u64> {
+    /// messaging: task `n` writes its next message (sender) or reads one
+    /// (receiver): done, done once it has woken a task, or it must wait.
+    /// The pipes are the workload's memory, not the scheduler's: they
+    /// cost nothing here.
+    fn pipe_op(&mut self, n: usize) -> PipeOp {
         let (vcpus, task) = (self.cfg.vcpus, self.tasks[n]);
         let (s, receivers) = (senders(vcpus), vcpus - senders(vcpus));
         let base = task.vm as usize * receivers;
@@ -96,29 +95,28 @@ impl Sim<'_> {
             let pipe = &mut self.pipes[p];
             if pipe.count as usize >= defs::MESSAGING_PIPE {
                 pipe.writers.push_back(n as u32);
-                return None;
+                return PipeOp::Wait;
             }
             pipe.count += 1;
             self.written += 1;
             self.tasks[n].sent = task.sent.wrapping_add(1);
             if std::mem::take(&mut pipe.reader_waits) {
-                let reader = self.vms[task.vm as usize][s + (p - base)];
-                return Some(self.wake(reader, cpu, now));
+                return PipeOp::Wake(self.vms[task.vm as usize][s + (p - base)]);
             }
-            Some(now)
+            PipeOp::Done
         } else {
             let pipe = &mut self.pipes[base + idx - s];
             if pipe.count == 0 {
                 pipe.reader_waits = true;
-                return None;
+                return PipeOp::Wait;
             }
             pipe.count -= 1;
             self.done += 1;
             // one freed slot, one writer woken (Linux's pipes wait
             // exclusively since 5.5, as the thread workload's do)
             match pipe.writers.pop_front() {
-                Some(w) => Some(self.wake(w, cpu, now)),
-                None => Some(now),
+                Some(w) => PipeOp::Wake(w),
+                None => PipeOp::Done,
             }
         }
     }

@@ -37,6 +37,10 @@ pub(super) enum Ev {
     Step {
         cpu: u32,
     },
+    /// An interleaved call's next move (see `interleave`).
+    Call {
+        slot: u32,
+    },
 }
 
 /// Bits of an event's CPU or task number in its queue key.
@@ -60,6 +64,7 @@ impl Ev {
             Ev::Timer { task } => (3, task),
             Ev::Check => (4, 0),
             Ev::Step { cpu } => (5, cpu),
+            Ev::Call { slot } => (6, slot),
         };
         debug_assert!(idx < 1 << EV_IDX_BITS && seq < 1 << EV_SEQ_BITS);
         ((t.min(EV_T_MAX) as u128) << EV_TIME_SHIFT)
@@ -79,6 +84,7 @@ impl Ev {
             2 => Ev::Tick { cpu: idx },
             3 => Ev::Timer { task: idx },
             5 => Ev::Step { cpu: idx },
+            6 => Ev::Call { slot: idx },
             _ => Ev::Check,
         };
         (t, seq, ev)
@@ -180,6 +186,26 @@ impl Queue {
                 Some(t)
             }
         }
+    }
+
+    /// The time of the earliest event queued (`u64::MAX` when none): an
+    /// event pushed at an earlier time would be popped next.
+    pub(super) fn min_time(&mut self) -> u64 {
+        if let Some(c) = self.popped.take() {
+            self.full[c] = u128::MAX;
+            self.set(c, NONE);
+        }
+        let root = self.tree[1];
+        let tree = if root == NONE {
+            u64::MAX
+        } else {
+            root >> self.rank_bits
+        };
+        let heap = self
+            .heap
+            .peek()
+            .map_or(u64::MAX, |&Reverse(k)| (k >> EV_TIME_SHIFT) as u64);
+        tree.min(heap)
     }
 
     /// Sets leaf `c`'s tree key and the minima above it.

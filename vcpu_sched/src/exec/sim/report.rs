@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use topology::HostTopology;
 
+use super::interleave::InterleaveStats;
 use super::state::Sim;
 use super::workload::SimWorkload;
 
@@ -73,11 +74,17 @@ pub struct SimReport {
     pub counters: crate::SchedCounters,
     /// messaging, pingpong: wakes that found their task already awake.
     /// The workloads wake only a task that waits (a pipe's reader or
-    /// writer, a pair's partner), so this stays 0; anything else is a
-    /// flaw of the model (an earlier token-ring messaging model merged
-    /// messages this way).
+    /// writer, a pair's partner), so run to completion this stays 0;
+    /// anything else is a flaw of the model (an earlier token-ring
+    /// messaging model merged messages this way). Interleaved, a wake can
+    /// reach a task whose blocking `schedule` is still in flight: the wake
+    /// is remembered (pending) and that block returns at once, so the task
+    /// goes on and nothing is lost; those are counted here.
     #[serde(default)]
     pub absorbed_wakes: u64,
+    /// What interleaving did (`None`: each call ran to completion).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interleave: Option<InterleaveStats>,
 }
 
 impl Sim<'_> {
@@ -155,6 +162,7 @@ impl Sim<'_> {
             partial,
             counters: self.s.counters(),
             absorbed_wakes: self.absorbed,
+            interleave: self.il.as_ref().map(|il| il.stats),
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use topology::HostTopology;
 
 use super::coherence::Coherence;
+use super::interleave::Interleave;
 use super::queue::{Ev, Queue};
 use super::workload::{SimConfig, SimWorkload};
 use crate::check::InvariantChecker;
@@ -77,7 +78,10 @@ pub(super) const CHECK_NS: u64 = 10_000_000;
 /// One simulation: the real core, the simulated machine around it, and
 /// what the report counts.
 pub(super) struct Sim<'a> {
-    pub(super) s: Scheduler,
+    /// Shared with the coroutines of interleaved calls.
+    pub(super) s: Arc<Scheduler>,
+    /// Interleaving's state, when on.
+    pub(super) il: Option<Interleave>,
     pub(super) cfg: &'a SimConfig,
     pub(super) kicks: Arc<Kicks>,
     pub(super) coh: Coherence,
@@ -133,9 +137,19 @@ impl<'a> Sim<'a> {
             ..SchedConfig::default()
         };
         let kicks = Arc::new(Kicks::default());
-        let s = Scheduler::new(topo.clone(), cfg.mitigations, sc, kicks.clone())?;
+        let s = Arc::new(Scheduler::new(
+            topo.clone(),
+            cfg.mitigations,
+            sc,
+            kicks.clone(),
+        )?);
+        let mut coh = Coherence::new(&topo, cfg.cost);
+        if cfg.interleave {
+            coh.set_real_locks();
+        }
         let mut sim = Sim {
-            coh: Coherence::new(&topo, cfg.cost),
+            il: cfg.interleave.then(|| Interleave::new(topo.num_cpus())),
+            coh,
             cpus: vec![Cpu::default(); s.num_cpus()],
             s,
             cfg,

@@ -115,6 +115,9 @@ pub struct SimConfig {
     pub mitigations: Mitigations,
     /// The memory cost table.
     pub cost: CostTable,
+    /// Interleave the CPUs' core calls at every shared access (see
+    /// `interleave`) instead of running each call to completion.
+    pub interleave: bool,
 }
 
 impl SimConfig {
