@@ -115,6 +115,11 @@ fn compare(a: &SimArgs, plan: &Plan) -> Result<()> {
     outln!("{}", c.render_table());
     outln!("{}", share_table(&cells, &m.firsts));
     for (cell, r) in cells.iter().zip(&m.firsts) {
+        if let Some(line) = r.as_ref().and_then(interleave_line) {
+            outln!("interleaved [{}]: {line}", cell.label);
+        }
+    }
+    for (cell, r) in cells.iter().zip(&m.firsts) {
         if let Some(r) = r {
             print_views(a, &cell.label, r);
         }
@@ -173,18 +178,8 @@ fn single(a: &SimArgs, plan: &Plan) -> Result<()> {
             r.absorbed_wakes
         );
     }
-    if let Some(il) = &r.interleave {
-        outln!(
-            "  interleaved: {} accesses ({:.1}% waited for an earlier event), {} wakes reached a task still on its way to sleep; locks: {} waits ({} slept), {:.0} ns mean; {} checks waited {:.0} ns mean for calls in flight",
-            il.accesses,
-            100.0 * il.queued as f64 / il.accesses.max(1) as f64,
-            r.absorbed_wakes,
-            il.lock_blocks,
-            il.lock_sleeps,
-            il.lock_wait_ns as f64 / il.lock_blocks.max(1) as f64,
-            il.checks_delayed,
-            il.check_hold_ns as f64 / il.checks_delayed.max(1) as f64,
-        );
+    if let Some(line) = interleave_line(&r) {
+        outln!("  interleaved: {line}");
     }
     print_views(a, &r.mitigations, &r);
     if let Some(path) = &a.json {
@@ -198,4 +193,23 @@ fn single(a: &SimArgs, plan: &Plan) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// What interleaving did in run `r` (its first repetition in a
+/// comparison), or `None` if each call ran to completion.
+fn interleave_line(r: &SimReport) -> Option<String> {
+    let il = r.interleave.as_ref()?;
+    Some(format!(
+        "{} accesses, {} waits for another CPU's earlier event, {} wakes reached a task still on its way to sleep; locks: {} waits ({} slept), {:.0} ns mean; {} checks waited {:.0} ns mean for calls in flight; pass-bys {}, push requests {}",
+        il.accesses,
+        il.queued,
+        r.absorbed_wakes,
+        il.lock_blocks,
+        il.lock_sleeps,
+        il.lock_wait_ns as f64 / il.lock_blocks.max(1) as f64,
+        il.checks_delayed,
+        il.check_hold_ns as f64 / il.checks_delayed.max(1) as f64,
+        r.counters.balance_passed_by,
+        r.counters.push_requests,
+    ))
 }

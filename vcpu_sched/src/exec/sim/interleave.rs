@@ -40,7 +40,7 @@ use super::costs::INSTR;
 use super::queue::Ev;
 use super::state::Sim;
 use crate::sync::recorder::{self, Kind, Suspend, Yielder};
-use crate::{CpuId, Pick, Prev, Scheduler, TaskId};
+use crate::{Pick, Prev, Scheduler, TaskId};
 
 /// A coroutine's stack: the core's deepest call (a `schedule` that
 /// balances) uses a few KiB; the rest is never touched (mmap'ed lazily).
@@ -157,8 +157,9 @@ struct Parked {
 pub struct InterleaveStats {
     /// Accesses charged.
     pub accesses: u64,
-    /// Of them, those that had to wait for another CPU's earlier event
-    /// (queued as an event instead of going on at once).
+    /// Times a call had to wait for another CPU's earlier event before an
+    /// access could issue or its result be used (an event queued instead
+    /// of going on at once).
     pub queued: u64,
     /// Lock attempts that found the lock held by another call.
     pub lock_blocks: u64,
@@ -458,12 +459,13 @@ impl Sim<'_> {
     /// Kicks the call just running on `cpu` sent, as events one transfer
     /// after `now`.
     fn kicks_at(&mut self, cpu: u32, now: u64) {
-        let kicked: Vec<CpuId> =
-            std::mem::take(&mut *self.kicks.0.lock().unwrap_or_else(|e| e.into_inner()));
-        for c in kicked {
+        self.kicks.take_into(&mut self.kicked);
+        let kicked = std::mem::take(&mut self.kicked);
+        for &c in &kicked {
             let lat = self.coh.cost().transfer(self.coh.level(cpu, c));
             self.push(now + lat, Ev::Kick { cpu: c });
         }
+        self.kicked = kicked;
     }
 
     /// Slot `k`'s call returned `out`, ending at `end`.

@@ -7,7 +7,7 @@ use super::queue::Ev;
 use super::regions;
 use super::state::{Sim, LINE_MEMO};
 use crate::sync::recorder::{self, Kind};
-use crate::{CpuId, Scheduler};
+use crate::Scheduler;
 
 impl Sim<'_> {
     /// Names the core's shared structures, sorted by address, for
@@ -61,12 +61,13 @@ impl Sim<'_> {
         t = t.max(group_end);
         self.sched_ns += t - now;
         self.calls += 1;
-        let kicked: Vec<CpuId> =
-            std::mem::take(&mut *self.kicks.0.lock().unwrap_or_else(|e| e.into_inner()));
-        for k in kicked {
+        self.kicks.take_into(&mut self.kicked);
+        let kicked = std::mem::take(&mut self.kicked);
+        for &k in &kicked {
             let lat = self.coh.cost().transfer(self.coh.level(cpu, k));
             self.push(t + lat, Ev::Kick { cpu: k });
         }
+        self.kicked = kicked;
         (r, t)
     }
 

@@ -94,7 +94,9 @@ impl Ev {
 /// An empty leaf: after every real key.
 const NONE: u64 = u64::MAX;
 
-/// The event queue: a winner tree of per-CPU burst ends beside a heap.
+/// A winner tree of keys, one live key per index (a CPU's burst end, an
+/// interleaved call's next move): pushing an index's key replaces its
+/// previous one.
 ///
 /// The tree compares `u64`s, not the full keys: a leaf's tree key is its
 /// time above a rank, a counter of pushes into the tree, so that among
@@ -102,37 +104,35 @@ const NONE: u64 = u64::MAX;
 /// would have it. When the counter runs out, the live leaves are ranked
 /// anew in their order. (A `u128` minimum compiles to a branch that
 /// mispredicts on every other level; a `u64` one to a conditional move.)
-pub(super) struct Queue {
-    heap: BinaryHeap<Reverse<u128>>,
-    /// Node 1 is the root, node j's children are 2j and 2j+1, CPU c's leaf
-    /// is `leaves + c`; empty leaves hold [`NONE`].
+struct Tree {
+    /// Node 1 is the root, node j's children are 2j and 2j+1, index c's
+    /// leaf is `leaves + c`; empty leaves hold [`NONE`].
     tree: Vec<u64>,
     leaves: usize,
-    /// Each CPU's full key ([`u128::MAX`] when empty).
+    /// Each index's full key ([`u128::MAX`] when empty).
     full: Vec<u128>,
-    /// The CPU that holds each rank.
+    /// The index that holds each rank.
     owner: Vec<u32>,
     /// The next rank to give.
     next_rank: u64,
     rank_bits: u32,
-    /// The CPU whose burst end was popped last: its leaf still holds it
-    /// until the next pop, unless a new burst end replaced it first (the
-    /// usual case, which then costs one walk up the tree instead of two).
+    /// The index whose key was popped last: its leaf still holds it
+    /// until the next pop, unless a new key replaced it first (the usual
+    /// case for a CPU's burst ends, which then costs one walk up the tree
+    /// instead of two).
     popped: Option<usize>,
 }
 
-impl Queue {
-    /// A queue for `cpus` CPUs.
-    pub(super) fn new(cpus: usize) -> Self {
-        let leaves = cpus.max(1).next_power_of_two();
-        // room for every CPU and many pushes between renumberings
+impl Tree {
+    fn new(n: usize) -> Self {
+        let leaves = n.max(1).next_power_of_two();
+        // room for every index and many pushes between renumberings
         let rank_bits = (leaves.trailing_zeros() + 4).max(16);
         assert!(
             rank_bits + (128 - EV_TIME_SHIFT) <= 64,
-            "{cpus} CPUs: too many for the event queue"
+            "{n} CPUs: too many for the event queue"
         );
         Self {
-            heap: BinaryHeap::new(),
             tree: vec![NONE; 2 * leaves],
             leaves,
             full: vec![u128::MAX; leaves],
@@ -143,69 +143,37 @@ impl Queue {
         }
     }
 
-    /// Queues `key`.
-    pub(super) fn push(&mut self, key: u128) {
-        match Ev::unkey(key).2 {
-            Ev::BurstEnd { cpu } => {
-                let c = cpu as usize;
-                if self.popped == Some(c) {
-                    self.popped = None;
-                }
-                if self.next_rank == 1 << self.rank_bits {
-                    self.rerank();
-                }
-                let r = self.next_rank;
-                self.next_rank += 1;
-                self.owner[r as usize] = cpu;
-                self.full[c] = key;
-                let t = (key >> EV_TIME_SHIFT) as u64;
-                self.set(c, (t << self.rank_bits) | r);
-            }
-            _ => self.heap.push(Reverse(key)),
+    fn push(&mut self, c: usize, key: u128) {
+        if self.popped == Some(c) {
+            self.popped = None;
         }
+        if self.next_rank == 1 << self.rank_bits {
+            self.rerank();
+        }
+        let r = self.next_rank;
+        self.next_rank += 1;
+        self.owner[r as usize] = c as u32;
+        self.full[c] = key;
+        let t = (key >> EV_TIME_SHIFT) as u64;
+        self.set(c, (t << self.rank_bits) | r);
     }
 
-    /// Takes the smallest key.
-    pub(super) fn pop(&mut self) -> Option<u128> {
+    /// Drops the key popped last unless it was replaced.
+    fn forget_popped(&mut self) {
         if let Some(c) = self.popped.take() {
             self.full[c] = u128::MAX;
             self.set(c, NONE);
         }
-        let root = self.tree[1];
-        let (c, t) = if root == NONE {
-            (0, u128::MAX)
-        } else {
-            let c = self.owner[(root & ((1 << self.rank_bits) - 1)) as usize] as usize;
-            (c, self.full[c])
-        };
-        match self.heap.peek() {
-            Some(&Reverse(h)) if h < t => self.heap.pop().map(|Reverse(k)| k),
-            _ if root == NONE => None,
-            _ => {
-                self.popped = Some(c);
-                Some(t)
-            }
-        }
     }
 
-    /// The time of the earliest event queued (`u64::MAX` when none): an
-    /// event pushed at an earlier time would be popped next.
-    pub(super) fn min_time(&mut self) -> u64 {
-        if let Some(c) = self.popped.take() {
-            self.full[c] = u128::MAX;
-            self.set(c, NONE);
-        }
+    /// The smallest live key and its index ([`u128::MAX`] when none).
+    fn top(&self) -> (usize, u128) {
         let root = self.tree[1];
-        let tree = if root == NONE {
-            u64::MAX
-        } else {
-            root >> self.rank_bits
-        };
-        let heap = self
-            .heap
-            .peek()
-            .map_or(u64::MAX, |&Reverse(k)| (k >> EV_TIME_SHIFT) as u64);
-        tree.min(heap)
+        if root == NONE {
+            return (0, u128::MAX);
+        }
+        let c = self.owner[(root & ((1 << self.rank_bits) - 1)) as usize] as usize;
+        (c, self.full[c])
     }
 
     /// Sets leaf `c`'s tree key and the minima above it.
@@ -239,6 +207,78 @@ impl Queue {
     }
 }
 
+/// The event queue: a winner tree of per-CPU burst ends and one of
+/// interleaved calls' next moves, beside a heap for everything else.
+/// Popping takes the smallest of the three tops, so the order is exactly
+/// the keys' order.
+pub(super) struct Queue {
+    heap: BinaryHeap<Reverse<u128>>,
+    bursts: Tree,
+    /// Calls in flight number at most one per CPU plus the timers' wakes
+    /// under way; a slot beyond the tree's leaves goes to the heap.
+    calls: Tree,
+}
+
+impl Queue {
+    /// A queue for `cpus` CPUs.
+    pub(super) fn new(cpus: usize) -> Self {
+        Self {
+            heap: BinaryHeap::new(),
+            bursts: Tree::new(cpus),
+            calls: Tree::new(2 * cpus),
+        }
+    }
+
+    /// Queues `key`.
+    pub(super) fn push(&mut self, key: u128) {
+        match Ev::unkey(key).2 {
+            Ev::BurstEnd { cpu } => self.bursts.push(cpu as usize, key),
+            Ev::Call { slot } if (slot as usize) < self.calls.leaves => {
+                self.calls.push(slot as usize, key)
+            }
+            _ => self.heap.push(Reverse(key)),
+        }
+    }
+
+    /// Takes the smallest key.
+    pub(super) fn pop(&mut self) -> Option<u128> {
+        self.bursts.forget_popped();
+        self.calls.forget_popped();
+        let (b, bk) = self.bursts.top();
+        let (c, ck) = self.calls.top();
+        let hk = self.heap.peek().map_or(u128::MAX, |&Reverse(h)| h);
+        if hk < bk && hk < ck {
+            return self.heap.pop().map(|Reverse(k)| k);
+        }
+        if bk == u128::MAX && ck == u128::MAX {
+            return None;
+        }
+        if bk < ck {
+            self.bursts.popped = Some(b);
+            Some(bk)
+        } else {
+            self.calls.popped = Some(c);
+            Some(ck)
+        }
+    }
+
+    /// The time of the earliest event queued (`u64::MAX` when none): an
+    /// event pushed at an earlier time would be popped next.
+    pub(super) fn min_time(&mut self) -> u64 {
+        self.bursts.forget_popped();
+        self.calls.forget_popped();
+        let t = |k: u128| {
+            if k == u128::MAX {
+                u64::MAX
+            } else {
+                (k >> EV_TIME_SHIFT) as u64
+            }
+        };
+        let hk = self.heap.peek().map_or(u128::MAX, |&Reverse(h)| h);
+        t(self.bursts.top().1.min(self.calls.top().1).min(hk))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,27 +286,37 @@ mod tests {
 
     /// The queue pops exactly what a plain heap pops, given that a CPU's
     /// newer burst end replaces its older one (the simulator's stale
-    /// events are left out of the reference).
+    /// events are left out of the reference), and a call slot has one
+    /// event at a time (slots past the call tree's leaves go to the
+    /// heap); `min_time` is the reference's first time.
     #[test]
     fn pops_in_key_order_like_a_heap() {
         let mut rng = Rng::new(7);
         let mut q = Queue::new(5);
         // rank anew every few pushes, as a long run does
-        q.rank_bits = 4;
-        q.owner.truncate(16);
+        q.bursts.rank_bits = 4;
+        q.bursts.owner.truncate(16);
         // reference: live keys, and each CPU's live burst end
         let mut live: std::collections::BTreeSet<u128> = Default::default();
         let mut burst: [Option<u128>; 5] = [None; 5];
+        let mut call = [false; 24];
         let (mut now, mut seq) = (0u64, 0u64);
-        for _ in 0..20_000 {
+        for _ in 0..40_000 {
+            let want_min = live.first().map_or(u64::MAX, |&k| Ev::unkey(k).0);
+            assert_eq!(q.min_time(), want_min);
             if rng.below(2) > 0 {
                 seq += 1;
                 // few distinct times: many ties, which push order breaks
                 let t = now + rng.below(4);
                 let c = rng.below(5) as u32;
-                let ev = match rng.below(6) {
+                let slot = rng.below(24) as u32;
+                let ev = match rng.below(8) {
                     0..=3 => Ev::BurstEnd { cpu: c },
                     4 => Ev::Kick { cpu: c },
+                    5 if !call[slot as usize] => {
+                        call[slot as usize] = true;
+                        Ev::Call { slot }
+                    }
                     _ => Ev::Timer { task: c + 100 },
                 };
                 let k = ev.key(t, seq);
@@ -283,8 +333,10 @@ mod tests {
                 if let Some(k) = want {
                     let (t, _, ev) = Ev::unkey(k);
                     now = t;
-                    if let Ev::BurstEnd { cpu } = ev {
-                        burst[cpu as usize] = None;
+                    match ev {
+                        Ev::BurstEnd { cpu } => burst[cpu as usize] = None,
+                        Ev::Call { slot } => call[slot as usize] = false,
+                        _ => {}
                     }
                 }
             }

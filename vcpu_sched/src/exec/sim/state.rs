@@ -2,6 +2,7 @@
 //! own state (pipes, barriers, wakeup plans), the event queue, the
 //! coherence model and the counters of the report; how a run sets it up.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use topology::HostTopology;
@@ -18,11 +19,32 @@ use crate::{CpuId, KickCpu, Policy, Prev, SchedConfig, Scheduler, TaskId, TaskSp
 
 /// Records the core's kicks for the event loop.
 #[derive(Default)]
-pub(super) struct Kicks(pub(super) Mutex<Vec<CpuId>>);
+pub(super) struct Kicks {
+    list: Mutex<Vec<CpuId>>,
+    /// Whether `list` may hold any: an interleaved simulation looks after
+    /// every access, and almost always finds none.
+    any: AtomicBool,
+}
 
 impl KickCpu for Kicks {
     fn kick(&self, cpu: CpuId) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(cpu);
+        self.list
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(cpu);
+        self.any.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Kicks {
+    /// Moves the kicks sent since the last call into `out` (cleared first),
+    /// in order.
+    pub(super) fn take_into(&self, out: &mut Vec<CpuId>) {
+        out.clear();
+        // a load first: the line stays shared in the common case
+        if self.any.load(Ordering::Relaxed) && self.any.swap(false, Ordering::Relaxed) {
+            out.append(&mut self.list.lock().unwrap_or_else(|e| e.into_inner()));
+        }
     }
 }
 
@@ -84,6 +106,8 @@ pub(super) struct Sim<'a> {
     pub(super) il: Option<Interleave>,
     pub(super) cfg: &'a SimConfig,
     pub(super) kicks: Arc<Kicks>,
+    /// The kicks of the last call (a buffer kept between calls).
+    pub(super) kicked: Vec<CpuId>,
     pub(super) coh: Coherence,
     pub(super) q: Queue,
     pub(super) seq: u64,
@@ -154,6 +178,7 @@ impl<'a> Sim<'a> {
             s,
             cfg,
             kicks,
+            kicked: Vec::new(),
             q: Queue::new(topo.num_cpus()),
             seq: 0,
             tasks: Vec::new(),
