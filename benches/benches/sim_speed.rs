@@ -10,7 +10,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion};
-use vcpu_sched_sim::exec::sim::{run, CostTable, SimConfig, SimWorkload};
+use vcpu_sched_sim::exec::sim::{run, Arbitration, CostTable, SimConfig, SimWorkload};
 use vcpu_sched_sim::Mitigations;
 
 fn bench(c: &mut Criterion) {
@@ -33,6 +33,7 @@ fn bench(c: &mut Criterion) {
                 mitigations: mit,
                 cost,
                 interleave: false,
+                arbitration: Arbitration::Nearest,
             };
             g.bench_with_input(
                 BenchmarkId::new(workload.name(), format!("{name}/480cpus/1ms")),

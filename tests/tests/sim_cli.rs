@@ -73,6 +73,30 @@ fn bad_requests_name_the_problem() {
         &run(&["sim", "schbenchx", "--topology", "icx-2s"]),
         &["schbenchx", "runq"],
     );
+    assert_input_error(
+        &run(&[
+            "sim",
+            "cyclic",
+            "--topology",
+            "icx-2s",
+            "--interleave",
+            "--arbitration",
+            "random",
+        ]),
+        &["random", "nearest", "fifo"],
+    );
+    // the rule only means something when calls interleave
+    assert_input_error(
+        &run(&[
+            "sim",
+            "cyclic",
+            "--topology",
+            "icx-2s",
+            "--arbitration",
+            "fifo",
+        ]),
+        &["--interleave"],
+    );
 }
 
 #[test]

@@ -12,7 +12,7 @@ use clap::Args;
 use cli_common::args::{self as common, ignored};
 use cli_common::exit::InputError;
 use topology::HostTopology;
-use vcpu_sched_sim::exec::sim::{CostTable, SimConfig, SimWorkload};
+use vcpu_sched_sim::exec::sim::{Arbitration, CostTable, SimConfig, SimWorkload};
 use vcpu_sched_sim::{Mitigations, SchedError};
 
 /// `vmm sim WORKLOAD ...`.
@@ -75,6 +75,11 @@ pub struct SimArgs {
     /// running each call to completion.
     #[arg(long)]
     pub interleave: bool,
+    /// With --interleave: who gets a contended cache line next, `nearest`
+    /// (the waiter nearest its current owner) or `fifo` (in order of
+    /// arrival).
+    #[arg(long, value_name = "nearest|fifo", value_parser = arbitration)]
+    pub arbitration: Option<Arbitration>,
     /// Print contended acquisitions and wait time per lock class.
     #[arg(long)]
     pub lockstat: bool,
@@ -99,6 +104,11 @@ pub struct SimArgs {
 /// so the estimate is an upper bound.
 const SIM_S_PER_CPU_S: f64 = 51.0 / 480.0;
 
+/// How much longer an interleaved run takes: messaging with every fix on
+/// gnr-2s, 20 ms, 3.0-3.3x in pairs on the development machine
+/// (docs/simulator.md, "Interleaving"), rounded up.
+const INTERLEAVE_SLOWDOWN: f64 = 3.5;
+
 /// Refuses a simulation estimated over the limit ([`common::check_work`]):
 /// every size of the sweep (or the topology's CPUs) for every cell and
 /// repetition.
@@ -106,7 +116,12 @@ pub fn check_work(a: &SimArgs, plan: &Plan, sizes: &[usize]) -> Result<(), Input
     let cells = plan.variants.len() + usize::from(a.compare.is_some());
     let runs = cells * a.reps.unwrap_or(1) * sizes.len();
     let cpu_s: f64 = sizes.iter().sum::<usize>() as f64 * a.duration.as_secs_f64();
-    let estimate = cpu_s * SIM_S_PER_CPU_S * (cells * a.reps.unwrap_or(1)) as f64;
+    let slowdown = if a.interleave {
+        INTERLEAVE_SLOWDOWN
+    } else {
+        1.0
+    };
+    let estimate = cpu_s * SIM_S_PER_CPU_S * slowdown * (cells * a.reps.unwrap_or(1)) as f64;
     common::check_work(
         &format!(
             "the simulation ({runs} runs of {} virtual on up to {} CPUs)",
@@ -199,6 +214,14 @@ impl Plan {
         if a.compare.is_none() && a.reps.is_some() {
             return Err(ignored("--reps", "--compare", "a single run").into());
         }
+        if a.arbitration.is_some() && !a.interleave {
+            return Err(ignored(
+                "--arbitration",
+                "--interleave",
+                "a run whose calls run to completion",
+            )
+            .into());
+        }
         if let Some(path) = &a.json {
             common::check_output_file("--json", path, false)?;
         }
@@ -249,6 +272,7 @@ impl Plan {
             mitigations: mit,
             cost: self.cost,
             interleave: a.interleave,
+            arbitration: a.arbitration.unwrap_or(Arbitration::Nearest),
         }
     }
 }
@@ -305,6 +329,17 @@ fn check_shape(workload: SimWorkload, vcpus: usize) -> Result<(), InputError> {
         _ => return Ok(()),
     };
     Err(InputError(format!("--vcpus {vcpus}: {why}")))
+}
+
+/// `--arbitration`.
+fn arbitration(s: &str) -> Result<Arbitration, String> {
+    match s {
+        "nearest" => Ok(Arbitration::Nearest),
+        "fifo" => Ok(Arbitration::Fifo),
+        _ => Err(format!(
+            "'{s}' is no arbitration rule: give nearest (the waiter nearest the line's owner) or fifo (order of arrival)"
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ impl Sim<'_> {
                 self.step(cpu, at);
             }
             Ev::Call { slot } => self.call_event(slot as usize, t),
+            Ev::Grant { idx } => self.grant_event(idx, t),
         }
     }
 

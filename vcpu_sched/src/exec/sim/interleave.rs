@@ -161,6 +161,9 @@ pub struct InterleaveStats {
     /// access could issue or its result be used (an event queued instead
     /// of going on at once).
     pub queued: u64,
+    /// Writes that found their line in transfer or contended and waited
+    /// for the line's arbitration.
+    pub line_waits: u64,
     /// Lock attempts that found the lock held by another call.
     pub lock_blocks: u64,
     /// Of them, waits longer than the spin window (the waiter slept).
@@ -191,6 +194,11 @@ pub(super) struct Interleave {
     parked: Vec<Parked>,
     /// The run is over: calls in flight finish, nothing follows them.
     ending: bool,
+    /// Lines whose arbitration is due (an `Ev::Grant` queued): line ->
+    /// its index in `grant_lines`.
+    grant_due: HashMap<u64, u32>,
+    grant_lines: Vec<u64>,
+    grant_free: Vec<u32>,
     pub(super) stats: InterleaveStats,
 }
 
@@ -207,6 +215,9 @@ impl Interleave {
             check_due: None,
             parked: Vec::new(),
             ending: false,
+            grant_due: HashMap::new(),
+            grant_lines: Vec::new(),
+            grant_free: Vec::new(),
             stats: InterleaveStats::default(),
         }
     }
@@ -310,7 +321,9 @@ impl Sim<'_> {
             return;
         }
         if let Some((line, kind)) = slot.pending.take() {
-            let resume = self.charge_access(k, line, kind, t);
+            let Some(resume) = self.charge_access(k, line, kind, t) else {
+                return;
+            };
             if resume >= self.q.min_time() {
                 self.il().stats.queued += 1;
                 self.push(resume, Ev::Call { slot: k as u32 });
@@ -352,7 +365,10 @@ impl Sim<'_> {
                         self.push(issue, Ev::Call { slot: k as u32 });
                         return;
                     }
-                    now = self.charge_access(k, line, a.kind, issue);
+                    let Some(resume) = self.charge_access(k, line, a.kind, issue) else {
+                        return;
+                    };
+                    now = resume;
                     if now >= self.q.min_time() {
                         self.il().stats.queued += 1;
                         self.push(now, Ev::Call { slot: k as u32 });
@@ -400,10 +416,24 @@ impl Sim<'_> {
     /// Charges slot `k`'s access at its issue time `at`; returns when the
     /// call goes on (a load: at once, the next load overlaps it; anything
     /// else: when it completes).
-    fn charge_access(&mut self, k: usize, line: u64, kind: Kind, at: u64) -> u64 {
+    ///
+    /// A write that finds the line in transfer, or others waiting for it,
+    /// waits in the line's queue (`None`): the line's arbitration
+    /// ([`Coherence::grant_next`](super::Coherence::grant_next)) resumes it.
+    fn charge_access(&mut self, k: usize, line: u64, kind: Kind, at: u64) -> Option<u64> {
         let cpu = self.il().slots[k].cpu;
         let mlp = self.coh.cost().mlp.max(1);
-        let d = self.coh.access(cpu, line, kind, at) + INSTR.per_access_ns;
+        let d = if kind == Kind::Load {
+            self.coh.access(cpu, line, kind, at)
+        } else {
+            match self.coh.write_request(cpu, line, kind, at, k as u64) {
+                Ok(d) => d,
+                Err(free_at) => {
+                    self.wait_for_line(line, free_at);
+                    return None;
+                }
+            }
+        } + INSTR.per_access_ns;
         let il = self.il.as_mut().expect("interleaving is on");
         il.stats.accesses += 1;
         let slot = &mut il.slots[k];
@@ -414,12 +444,60 @@ impl Sim<'_> {
                 slot.t = slot.group_end;
                 slot.in_group = 0;
             }
-            return at;
+            return Some(at);
         }
         slot.t = d;
         slot.group_end = d;
         slot.in_group = 0;
-        d
+        Some(d)
+    }
+
+    /// A write waits for `line`, free at `free_at`: the line's next
+    /// arbitration is due then, unless one is already.
+    fn wait_for_line(&mut self, line: u64, free_at: u64) {
+        let il = self.il();
+        il.stats.line_waits += 1;
+        if il.grant_due.contains_key(&line) {
+            return;
+        }
+        let idx = match il.grant_free.pop() {
+            Some(i) => {
+                il.grant_lines[i as usize] = line;
+                i
+            }
+            None => {
+                il.grant_lines.push(line);
+                (il.grant_lines.len() - 1) as u32
+            }
+        };
+        il.grant_due.insert(line, idx);
+        self.push(free_at, Ev::Grant { idx });
+    }
+
+    /// An `Ev::Grant` event at `t`: the line it names is free, and its
+    /// arbitration picks the waiting write that gets it; that call resumes
+    /// when its access completes.
+    pub(super) fn grant_event(&mut self, idx: u32, t: u64) {
+        let line = self.il().grant_lines[idx as usize];
+        let granted = self.coh.grant_next(line, t);
+        let il = self.il();
+        if let Some((token, done, more)) = granted {
+            il.stats.accesses += 1;
+            let w = token as usize;
+            let d = done + INSTR.per_access_ns;
+            let slot = &mut il.slots[w];
+            slot.t = d;
+            slot.group_end = d;
+            slot.in_group = 0;
+            self.push(d, Ev::Call { slot: w as u32 });
+            if more {
+                self.push(done, Ev::Grant { idx });
+                return;
+            }
+        }
+        let il = self.il();
+        il.grant_due.remove(&line);
+        il.grant_free.push(idx);
     }
 
     /// Slot `k` released the lock at `addr` (model line `line`) at `done`,
@@ -546,9 +624,11 @@ impl Sim<'_> {
         while self.il().in_flight > 0 {
             let Some(key) = self.q.pop() else { break };
             let (t, _, ev) = Ev::unkey(key);
-            if let Ev::Call { slot } = ev {
-                self.coh.set_floor(t);
-                self.call_event(slot as usize, t);
+            self.coh.set_floor(t);
+            match ev {
+                Ev::Call { slot } => self.call_event(slot as usize, t),
+                Ev::Grant { idx } => self.grant_event(idx, t),
+                _ => {}
             }
         }
     }
@@ -591,6 +671,7 @@ mod tests {
             mitigations: Mitigations::all(),
             cost: CostTable::for_preset("test").unwrap(),
             interleave,
+            arbitration: crate::exec::sim::Arbitration::Nearest,
         };
         let mut sim = Sim::new(topo.clone(), &cfg).unwrap();
         // only the probes' events

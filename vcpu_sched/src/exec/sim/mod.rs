@@ -27,6 +27,7 @@
 //! core's structures.
 
 pub mod coherence;
+pub mod contention;
 pub mod costs;
 mod events;
 mod interleave;
@@ -43,7 +44,7 @@ use std::sync::Arc;
 
 use topology::HostTopology;
 
-pub use coherence::Coherence;
+pub use coherence::{Arbitration, Coherence};
 pub use costs::{CostTable, Level, INSTR};
 pub use interleave::InterleaveStats;
 use queue::Ev;

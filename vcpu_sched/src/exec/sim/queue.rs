@@ -41,6 +41,11 @@ pub(super) enum Ev {
     Call {
         slot: u32,
     },
+    /// A contended line is free: its arbitration picks the next owner
+    /// (see `interleave`).
+    Grant {
+        idx: u32,
+    },
 }
 
 /// Bits of an event's CPU or task number in its queue key.
@@ -65,6 +70,7 @@ impl Ev {
             Ev::Check => (4, 0),
             Ev::Step { cpu } => (5, cpu),
             Ev::Call { slot } => (6, slot),
+            Ev::Grant { idx } => (7, idx),
         };
         debug_assert!(idx < 1 << EV_IDX_BITS && seq < 1 << EV_SEQ_BITS);
         ((t.min(EV_T_MAX) as u128) << EV_TIME_SHIFT)
@@ -85,6 +91,7 @@ impl Ev {
             3 => Ev::Timer { task: idx },
             5 => Ev::Step { cpu: idx },
             6 => Ev::Call { slot: idx },
+            7 => Ev::Grant { idx },
             _ => Ev::Check,
         };
         (t, seq, ev)

@@ -170,6 +170,7 @@ impl<'a> Sim<'a> {
         let mut coh = Coherence::new(&topo, cfg.cost);
         if cfg.interleave {
             coh.set_real_locks();
+            coh.set_arbitration(cfg.arbitration);
         }
         let mut sim = Sim {
             il: cfg.interleave.then(|| Interleave::new(topo.num_cpus())),

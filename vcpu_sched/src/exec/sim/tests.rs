@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use topology::HostTopology;
 
-use super::{run, CostTable, SimConfig, SimWorkload};
+use super::{run, Arbitration, CostTable, SimConfig, SimWorkload};
 use crate::Mitigations;
 
 fn cfg(w: SimWorkload, seed: u64, mit: Mitigations) -> SimConfig {
@@ -19,6 +19,7 @@ fn cfg(w: SimWorkload, seed: u64, mit: Mitigations) -> SimConfig {
         mitigations: mit,
         cost: CostTable::for_preset("icx-2s").unwrap(),
         interleave: false,
+        arbitration: Arbitration::Nearest,
     }
 }
 

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::coherence::Arbitration;
 use super::costs::CostTable;
 use super::queue::{EV_IDX_BITS, EV_T_MAX};
 use crate::workload::defs;
@@ -118,6 +119,8 @@ pub struct SimConfig {
     /// Interleave the CPUs' core calls at every shared access (see
     /// `interleave`) instead of running each call to completion.
     pub interleave: bool,
+    /// Interleaved runs: who gets a contended line next.
+    pub arbitration: Arbitration,
 }
 
 impl SimConfig {
