@@ -25,11 +25,13 @@
 //! wake per access). Locks are real: the sync layer's mutex tries the
 //! lock and, when another call holds it, suspends with
 //! [`Suspend::Blocked`]; the simulator queues the waiter on the lock's
-//! address in order of arrival and resumes the first when the holder's
-//! release completes. Waiting costs what `std`'s futex mutex costs: a
-//! waiter spins for the cost table's `lock_spin_ns`, then sleeps in the
-//! kernel; a sleeper is resumed `wakeup_ns` after the release and the
-//! releaser pays `futex_wake_ns` for waking it.
+//! address in order of arrival; when the holder's release completes, the
+//! first waiter still spinning gets it at once, and only if none spins is
+//! the first sleeper woken. Waiting costs what `std`'s futex mutex costs:
+//! a waiter spins for the cost table's `lock_spin_ns`, then sleeps in the
+//! kernel; a sleeper is resumed `wakeup_ns` after the release (a caller
+//! arriving meanwhile takes the free lock first) and the releaser pays
+//! `futex_wake_ns` for waking it.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -506,7 +508,17 @@ impl Sim<'_> {
     fn hand_over(&mut self, k: usize, line: u64, addr: u64, done: u64) -> u64 {
         let cost = *self.coh.cost();
         let il = self.il.as_mut().expect("interleaving is on");
-        let Some(w) = il.waiters.get_mut(&addr).and_then(|q| q.pop_front()) else {
+        let Some(q) = il.waiters.get_mut(&addr).filter(|q| !q.is_empty()) else {
+            return done;
+        };
+        // `std`'s futex mutex is not fair: a waiter still spinning sees
+        // the release and takes the lock at once, ahead of any asleep (the
+        // first of those is woken only when nobody spins); so the first
+        // spinner in order of arrival, else the first sleeper
+        let slots = &il.slots;
+        let spinning = |w: &usize| done.saturating_sub(slots[*w].blocked_at) <= cost.lock_spin_ns;
+        let i = q.iter().position(spinning).unwrap_or(0);
+        let Some(w) = q.remove(i) else {
             return done;
         };
         let waited = done.saturating_sub(il.slots[w].blocked_at);
