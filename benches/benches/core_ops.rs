@@ -279,7 +279,7 @@ fn sim_stop() -> Counts {
     for a in &buf {
         match a.kind {
             Kind::Load => c[0] += 1,
-            Kind::Store => c[1] += 1,
+            Kind::Store | Kind::StoreSeqCst => c[1] += 1,
             Kind::Rmw => c[2] += 1,
             Kind::Lock => c[3] += 1,
             Kind::Unlock => {}

@@ -138,8 +138,14 @@ pub mod recorder {
     pub enum Kind {
         /// A read.
         Load,
-        /// A plain write.
+        /// A plain write (relaxed or release): on x86 a `mov`, which
+        /// retires into the store buffer.
         Store,
+        /// A sequentially consistent write: on x86 an `xchg`, a locked
+        /// instruction that drains the store buffer first. Charged as a
+        /// write like [`Kind::Store`]; only the interleaved simulator's
+        /// store buffer tells them apart.
+        StoreSeqCst,
         /// A read-modify-write (CAS, fetch_add, swap).
         Rmw,
         /// A lock acquisition on the lock's word.
@@ -350,7 +356,11 @@ mod wrapped {
                 /// See `std`.
                 #[inline(always)]
                 pub fn store(&self, v: $t, o: Ordering) {
-                    self.at(Kind::Store);
+                    self.at(if o == Ordering::SeqCst {
+                        Kind::StoreSeqCst
+                    } else {
+                        Kind::Store
+                    });
                     self.0.store(v, o)
                 }
                 /// See `std`.

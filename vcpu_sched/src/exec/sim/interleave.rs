@@ -5,13 +5,15 @@
 //! states (a claimed source, a runqueue in balance, a held lock).
 //!
 //! WHAT: [`SimConfig::interleave`](super::SimConfig). A call's accesses are
-//! charged by the same coherence model and rules as a call run to
-//! completion (loads overlap in groups of `mlp`, everything else waits for
-//! what came before), but each one only when virtual time reaches it: the
-//! call is suspended and an event queued at the access's issue time unless
-//! no other event comes first, in which case it goes on at once (the usual
-//! case, and the reason interleaving is cheap). A store, RMW, lock or
-//! unlock takes effect when it completes: the call resumes then.
+//! charged by the same coherence model as a call run to completion, but
+//! each one only when virtual time reaches it: the call is suspended and
+//! an event queued at the access's issue time unless no other event comes
+//! first, in which case it goes on at once. Loads overlap in groups of
+//! `mlp`; a plain (relaxed or release) store goes into a store buffer and
+//! the call goes on at once, the buffer draining in order in the
+//! background; an RMW, a SeqCst store (an `xchg` on x86), a lock or an
+//! unlock waits for what came before it and for the store buffer, and
+//! takes effect when it completes: the call resumes then.
 //!
 //! WHY: run to completion, a call never sees another half done: the
 //! claim (`pull_busy`) and the `in_balance` flag are set and cleared
@@ -130,6 +132,9 @@ struct Slot {
     t: u64,
     /// When the loads of the current group are all back.
     group_end: u64,
+    /// When the plain stores in its store buffer have all reached their
+    /// lines (a locked access waits for it).
+    drained: u64,
     in_group: u32,
     /// An access waiting for virtual time to reach its issue: (model
     /// line, kind).
@@ -294,6 +299,7 @@ impl Sim<'_> {
             start: now,
             t,
             group_end: t,
+            drained: t,
             in_group: 0,
             pending: None,
             done: None,
@@ -355,10 +361,14 @@ impl Sim<'_> {
                 CoroutineResult::Yield(Suspend::Access(a)) => {
                     let line = self.line_of(a.addr);
                     let slot = &self.il().slots[k];
-                    let issue = if a.kind == Kind::Load {
-                        slot.t
-                    } else {
-                        slot.t.max(slot.group_end)
+                    let issue = match a.kind {
+                        // loads pass the store buffer
+                        Kind::Load => slot.t,
+                        // a plain store waits for what came before it,
+                        // not for the stores ahead of it in the buffer
+                        Kind::Store => slot.t.max(slot.group_end),
+                        // locked instructions drain the store buffer
+                        _ => slot.t.max(slot.group_end).max(slot.drained),
                     };
                     if issue >= self.q.min_time() {
                         let il = self.il();
@@ -425,7 +435,9 @@ impl Sim<'_> {
     fn charge_access(&mut self, k: usize, line: u64, kind: Kind, at: u64) -> Option<u64> {
         let cpu = self.il().slots[k].cpu;
         let mlp = self.coh.cost().mlp.max(1);
-        let d = if kind == Kind::Load {
+        let d = if matches!(kind, Kind::Load | Kind::Store) {
+            // a buffered store drains in the background, so the call never
+            // waits in the line's queue for it
             self.coh.access(cpu, line, kind, at)
         } else {
             match self.coh.write_request(cpu, line, kind, at, k as u64) {
@@ -446,6 +458,13 @@ impl Sim<'_> {
                 slot.t = slot.group_end;
                 slot.in_group = 0;
             }
+            return Some(at);
+        }
+        if kind == Kind::Store {
+            // into the store buffer: the call goes on at once; the buffer
+            // drains in order, this store by `d`
+            slot.drained = slot.drained.max(d);
+            slot.t = at;
             return Some(at);
         }
         slot.t = d;
@@ -709,6 +728,72 @@ mod tests {
             assert_eq!(il.stats.lock_blocks, 2, "{:?}", il.stats);
         }
         ORDER.with(|o| o.borrow().clone())
+    }
+
+    /// Four lines, each alone.
+    #[repr(align(64))]
+    struct Cell(crate::sync::shared::AtomicU64);
+    static CELLS: [Cell; 4] = [
+        Cell(crate::sync::shared::AtomicU64::new(0)),
+        Cell(crate::sync::shared::AtomicU64::new(0)),
+        Cell(crate::sync::shared::AtomicU64::new(0)),
+        Cell(crate::sync::shared::AtomicU64::new(0)),
+    ];
+
+    fn store_relaxed(_: &Scheduler, _: u32) {
+        for c in &CELLS {
+            c.0.store(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn store_seqcst(_: &Scheduler, _: u32) {
+        for c in &CELLS {
+            c.0.store(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// How long CPU 0's call of `probe` takes when CPU 3 (another L2)
+    /// wrote the four lines last.
+    fn stores_take(probe: fn(&Scheduler, u32)) -> u64 {
+        let topo = Arc::new(topology::load("package:1 l3:1 l2:4 core:1 pu:1").unwrap());
+        let cfg = SimConfig {
+            workload: SimWorkload::Cyclic,
+            vms: 1,
+            vcpus: 1,
+            duration_ns: 1_000_000,
+            work_ns: None,
+            seed: 1,
+            mitigations: Mitigations::all(),
+            cost: CostTable::for_preset("test").unwrap(),
+            interleave: true,
+            arbitration: crate::exec::sim::Arbitration::Nearest,
+        };
+        let mut sim = Sim::new(topo.clone(), &cfg).unwrap();
+        sim.q = Queue::new(topo.num_cpus());
+        let mut run = |sim: &mut Sim<'_>, cpu: u32, at: u64| {
+            let before = sim.sched_ns;
+            let k = sim.new_slot(cpu, at, 0, Op::Probe(probe), Then::Nothing, true);
+            sim.push(at, Ev::Call { slot: k as u32 });
+            while let Some(key) = sim.q.pop() {
+                let (t, seq, ev) = Ev::unkey(key);
+                sim.coh.set_floor(t);
+                sim.handle(t, seq, ev);
+            }
+            sim.sched_ns - before
+        };
+        run(&mut sim, 3, 0);
+        run(&mut sim, 0, 100_000)
+    }
+
+    /// Plain stores retire into the store buffer: a call of four of them
+    /// to lines another core holds does not wait for the transfers; four
+    /// SeqCst stores (`xchg` on x86) wait for each.
+    #[test]
+    fn plain_stores_do_not_wait_for_their_lines_seqcst_ones_do() {
+        let c = CostTable::for_preset("test").unwrap();
+        let (relaxed, seqcst) = (stores_take(store_relaxed), stores_take(store_seqcst));
+        assert!(relaxed < c.llc_ns, "relaxed {relaxed}");
+        assert!(seqcst >= 4 * c.llc_ns, "seqcst {seqcst}");
     }
 
     #[test]
