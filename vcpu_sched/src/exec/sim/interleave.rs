@@ -679,6 +679,40 @@ mod tests {
         static ORDER: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
     }
 
+    /// 4 CPUs, each its own L2 under one L3, the `test` cost table.
+    fn probe_cfg(interleave: bool) -> SimConfig {
+        SimConfig {
+            workload: SimWorkload::Cyclic,
+            vms: 1,
+            vcpus: 1,
+            duration_ns: 1_000_000,
+            work_ns: None,
+            seed: 1,
+            mitigations: Mitigations::all(),
+            cost: CostTable::for_preset("test").unwrap(),
+            interleave,
+            arbitration: crate::exec::sim::Arbitration::Nearest,
+        }
+    }
+
+    /// A simulator of `cfg` with none of its workload's events: only what
+    /// a test starts happens.
+    fn probe_sim(cfg: &SimConfig) -> Sim<'_> {
+        let topo = Arc::new(topology::load("package:1 l3:1 l2:4 core:1 pu:1").unwrap());
+        let mut sim = Sim::new(topo.clone(), cfg).unwrap();
+        sim.q = Queue::new(topo.num_cpus());
+        sim
+    }
+
+    /// Handles events until none is left.
+    fn run_events(sim: &mut Sim<'_>) {
+        while let Some(k) = sim.q.pop() {
+            let (t, seq, ev) = Ev::unkey(k);
+            sim.coh.set_floor(t);
+            sim.handle(t, seq, ev);
+        }
+    }
+
     /// Takes CPU 0's runqueue lock and notes who got it.
     fn take_rq0(s: &Scheduler, cpu: u32) {
         let g = s.lock_rq(0);
@@ -691,22 +725,8 @@ mod tests {
     /// calls were started in (1, 2, 3), which is all run to completion
     /// can give.
     fn order(interleave: bool) -> Vec<u32> {
-        let topo = Arc::new(topology::load("package:1 l3:1 l2:4 core:1 pu:1").unwrap());
-        let cfg = SimConfig {
-            workload: SimWorkload::Cyclic,
-            vms: 1,
-            vcpus: 1,
-            duration_ns: 1_000_000,
-            work_ns: None,
-            seed: 1,
-            mitigations: Mitigations::all(),
-            cost: CostTable::for_preset("test").unwrap(),
-            interleave,
-            arbitration: crate::exec::sim::Arbitration::Nearest,
-        };
-        let mut sim = Sim::new(topo.clone(), &cfg).unwrap();
-        // only the probes' events
-        sim.q = Queue::new(topo.num_cpus());
+        let cfg = probe_cfg(interleave);
+        let mut sim = probe_sim(&cfg);
         ORDER.with(|o| o.borrow_mut().clear());
         for (cpu, at) in [(1, 100), (2, 110), (3, 105)] {
             let op = Op::Probe(take_rq0);
@@ -718,11 +738,7 @@ mod tests {
                 sim.begin(cpu, at, 0, op, Then::Nothing, true);
             }
         }
-        while let Some(k) = sim.q.pop() {
-            let (t, seq, ev) = Ev::unkey(k);
-            sim.coh.set_floor(t);
-            sim.handle(t, seq, ev);
-        }
+        run_events(&mut sim);
         if let Some(il) = &sim.il {
             assert_eq!(il.in_flight, 0);
             assert_eq!(il.stats.lock_blocks, 2, "{:?}", il.stats);
@@ -755,30 +771,13 @@ mod tests {
     /// How long CPU 0's call of `probe` takes when CPU 3 (another L2)
     /// wrote the four lines last.
     fn stores_take(probe: fn(&Scheduler, u32)) -> u64 {
-        let topo = Arc::new(topology::load("package:1 l3:1 l2:4 core:1 pu:1").unwrap());
-        let cfg = SimConfig {
-            workload: SimWorkload::Cyclic,
-            vms: 1,
-            vcpus: 1,
-            duration_ns: 1_000_000,
-            work_ns: None,
-            seed: 1,
-            mitigations: Mitigations::all(),
-            cost: CostTable::for_preset("test").unwrap(),
-            interleave: true,
-            arbitration: crate::exec::sim::Arbitration::Nearest,
-        };
-        let mut sim = Sim::new(topo.clone(), &cfg).unwrap();
-        sim.q = Queue::new(topo.num_cpus());
-        let mut run = |sim: &mut Sim<'_>, cpu: u32, at: u64| {
+        let cfg = probe_cfg(true);
+        let mut sim = probe_sim(&cfg);
+        let run = |sim: &mut Sim<'_>, cpu: u32, at: u64| {
             let before = sim.sched_ns;
             let k = sim.new_slot(cpu, at, 0, Op::Probe(probe), Then::Nothing, true);
             sim.push(at, Ev::Call { slot: k as u32 });
-            while let Some(key) = sim.q.pop() {
-                let (t, seq, ev) = Ev::unkey(key);
-                sim.coh.set_floor(t);
-                sim.handle(t, seq, ev);
-            }
+            run_events(sim);
             sim.sched_ns - before
         };
         run(&mut sim, 3, 0);
