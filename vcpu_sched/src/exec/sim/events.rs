@@ -4,8 +4,8 @@
 //! it ([`Then`]): run to completion, that follows at once; interleaved,
 //! when the call returns in virtual time.
 
+use super::calls::{AfterWake, Op, Out, Then};
 use super::costs::INSTR;
-use super::interleave::{AfterWake, Op, Out, Then};
 use super::queue::Ev;
 use super::state::{Sim, CHECK_NS, PERIOD_NS, TICK_NS};
 use super::workload::SimWorkload;

@@ -35,200 +35,14 @@
 //! arriving meanwhile takes the free lock first) and the releaser pays
 //! `futex_wake_ns` for waking it.
 
-use std::collections::{HashMap, VecDeque};
-
 use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, CoroutineResult};
 
+use super::calls::{Interleave, Op, Out, Parked, Slot, Then, STACK_BYTES};
 use super::costs::INSTR;
 use super::queue::Ev;
 use super::state::Sim;
 use crate::sync::recorder::{self, Kind, Suspend, Yielder};
-use crate::{Pick, Prev, Scheduler, TaskId};
-
-/// A coroutine's stack: the core's deepest call (a `schedule` that
-/// balances) uses a few KiB; the rest is never touched (mmap'ed lazily).
-const STACK_BYTES: usize = 256 * 1024;
-
-/// A core call a simulated CPU makes.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Op {
-    Wake {
-        id: TaskId,
-        waker: u32,
-    },
-    Schedule {
-        prev: Prev,
-    },
-    Tick,
-    /// A test's own code as a core call.
-    #[cfg(test)]
-    Probe(fn(&Scheduler, u32)),
-}
-
-/// What it returned.
-pub(super) enum Out {
-    Woke(crate::Result<bool>),
-    Picked(crate::Result<Pick>),
-    Ticked,
-}
-
-impl Op {
-    pub(super) fn run(self, s: &Scheduler, cpu: u32, now: u64) -> Out {
-        match self {
-            Op::Wake { id, waker } => Out::Woke(s.wake(id, Some(waker), now)),
-            Op::Schedule { prev } => Out::Picked(s.schedule(cpu, prev, now)),
-            Op::Tick => {
-                // a tick of a managed CPU cannot fail
-                let _ = s.tick(cpu, now);
-                Out::Ticked
-            }
-            #[cfg(test)]
-            Op::Probe(f) => {
-                f(s, cpu);
-                Out::Ticked
-            }
-        }
-    }
-}
-
-/// What the simulator does when a call returns.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Then {
-    /// Nothing (a timer's wake).
-    Nothing,
-    /// The CPU's tick, which reached it at `at`: the running task is
-    /// delayed by it.
-    Tick { at: u64 },
-    /// A wake: count it, then `next`.
-    Woke { next: AfterWake },
-    /// A `schedule`: run what it picked.
-    Scheduled,
-}
-
-/// What the waking CPU does once its wake returned.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum AfterWake {
-    /// Its task goes on computing.
-    Continue(TaskId),
-    /// Its task blocks (or yields, per `Prev`): `schedule`.
-    Schedule(Prev),
-    /// The next wakeup of its plan.
-    Step,
-}
-
-type Co = Coroutine<(), Suspend, Out, DefaultStack>;
-
-/// One call in flight.
-struct Slot {
-    co: Option<Co>,
-    cpu: u32,
-    /// Whether the CPU waits for it (a timer's wake does not occupy its
-    /// CPU, as when run to completion).
-    occupies: bool,
-    then: Then,
-    start: u64,
-    /// The call's clock: when its next non-load may issue.
-    t: u64,
-    /// When the loads of the current group are all back.
-    group_end: u64,
-    /// When the plain stores in its store buffer have all reached their
-    /// lines (a locked access waits for it).
-    drained: u64,
-    in_group: u32,
-    /// An access waiting for virtual time to reach its issue: (model
-    /// line, kind).
-    pending: Option<(u64, Kind)>,
-    /// Its result, waiting for virtual time to reach its end.
-    done: Option<Out>,
-    /// When it found a lock held.
-    blocked_at: u64,
-    /// It was handed a lock and retries: if it finds it taken again (a
-    /// caller barged in), it goes back to the head of the queue.
-    retrying: bool,
-}
-
-/// A call that could not start because the invariant checker is waiting
-/// for every call to end.
-struct Parked {
-    cpu: u32,
-    now: u64,
-    instr: u64,
-    op: Op,
-    then: Then,
-    occupies: bool,
-}
-
-/// What interleaving did, for the report.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct InterleaveStats {
-    /// Accesses charged.
-    pub accesses: u64,
-    /// Times a call had to wait for another CPU's earlier event before an
-    /// access could issue or its result be used (an event queued instead
-    /// of going on at once).
-    pub queued: u64,
-    /// Writes that found their line in transfer or contended and waited
-    /// for the line's arbitration.
-    pub line_waits: u64,
-    /// Lock attempts that found the lock held by another call.
-    pub lock_blocks: u64,
-    /// Of them, waits longer than the spin window (the waiter slept).
-    pub lock_sleeps: u64,
-    /// Virtual ns calls spent waiting for locks.
-    pub lock_wait_ns: u64,
-    /// Invariant checks delayed until every call in flight ended.
-    pub checks_delayed: u64,
-    /// Virtual ns new calls were held back for those checks.
-    pub check_hold_ns: u64,
-}
-
-/// The interleaved simulator's state besides [`Sim`]'s.
-pub(super) struct Interleave {
-    slots: Vec<Slot>,
-    free: Vec<usize>,
-    stacks: Vec<DefaultStack>,
-    /// Calls waiting for a lock, by its real address, in arrival order.
-    waiters: HashMap<u64, VecDeque<usize>>,
-    /// Per CPU: a call it waits for is in flight.
-    busy: Vec<bool>,
-    /// Per CPU: events that reached it while busy: (time, sequence
-    /// number, event), handled in order when it is free again.
-    deferred: Vec<Vec<(u64, u64, Ev)>>,
-    in_flight: usize,
-    /// A check is due: new calls park until every call in flight ends.
-    check_due: Option<u64>,
-    parked: Vec<Parked>,
-    /// The run is over: calls in flight finish, nothing follows them.
-    ending: bool,
-    /// Lines whose arbitration is due (an `Ev::Grant` queued): line ->
-    /// its index in `grant_lines`.
-    grant_due: HashMap<u64, u32>,
-    grant_lines: Vec<u64>,
-    grant_free: Vec<u32>,
-    pub(super) stats: InterleaveStats,
-}
-
-impl Interleave {
-    pub(super) fn new(cpus: usize) -> Self {
-        Self {
-            slots: Vec::new(),
-            free: Vec::new(),
-            stacks: Vec::new(),
-            waiters: HashMap::new(),
-            busy: vec![false; cpus],
-            deferred: vec![Vec::new(); cpus],
-            in_flight: 0,
-            check_due: None,
-            parked: Vec::new(),
-            ending: false,
-            grant_due: HashMap::new(),
-            grant_lines: Vec::new(),
-            grant_free: Vec::new(),
-            stats: InterleaveStats::default(),
-        }
-    }
-}
 
 impl Sim<'_> {
     fn il(&mut self) -> &mut Interleave {
@@ -673,7 +487,7 @@ mod tests {
     use super::*;
     use crate::exec::sim::queue::Queue;
     use crate::exec::sim::{CostTable, SimConfig, SimWorkload};
-    use crate::Mitigations;
+    use crate::{Mitigations, Scheduler};
 
     thread_local! {
         static ORDER: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };

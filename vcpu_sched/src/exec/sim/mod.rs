@@ -26,6 +26,7 @@
 //! memory model, `queue` the event queue, [`regions`] the names of the
 //! core's structures.
 
+mod calls;
 pub mod coherence;
 pub mod contention;
 pub mod costs;
@@ -44,9 +45,9 @@ use std::sync::Arc;
 
 use topology::HostTopology;
 
+pub use calls::InterleaveStats;
 pub use coherence::{Arbitration, Coherence};
 pub use costs::{CostTable, Level, INSTR};
-pub use interleave::InterleaveStats;
 use queue::Ev;
 pub use report::{C2cRow, LockRow, SimReport};
 use state::Sim;

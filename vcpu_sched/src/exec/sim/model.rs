@@ -2,7 +2,7 @@
 //! ends (write or read a pipe, hand the token to its partner, answer a
 //! request, meet at a barrier), and the pipes' invariants.
 
-use super::interleave::AfterWake;
+use super::calls::AfterWake;
 use super::state::{senders, Sim};
 use super::workload::SimWorkload;
 use crate::workload::defs;

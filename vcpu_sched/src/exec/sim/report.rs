@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use topology::HostTopology;
 
-use super::interleave::InterleaveStats;
+use super::calls::InterleaveStats;
 use super::state::Sim;
 use super::workload::SimWorkload;
 

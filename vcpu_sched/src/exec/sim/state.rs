@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use topology::HostTopology;
 
+use super::calls::Interleave;
 use super::coherence::Coherence;
-use super::interleave::Interleave;
 use super::queue::{Ev, Queue};
 use super::workload::{SimConfig, SimWorkload};
 use crate::check::InvariantChecker;
