@@ -240,8 +240,9 @@ impl Sim<'_> {
     }
 
     /// Charges slot `k`'s access at its issue time `at`; returns when the
-    /// call goes on (a load: at once, the next load overlaps it; anything
-    /// else: when it completes).
+    /// call goes on (a load: at once, the next load overlaps it; a plain
+    /// store: at once, into the store buffer; anything else: when it
+    /// completes).
     ///
     /// A write that finds the line in transfer, or others waiting for it,
     /// waits in the line's queue (`None`): the line's arbitration
