@@ -114,9 +114,13 @@ pub(super) struct Slot {
     pub(super) retrying: bool,
 }
 
-/// A call that could not start because the invariant checker is waiting
-/// for every call to end.
-pub(super) struct Parked {
+/// A call about to start: `cpu` makes core call `op` at `now` (`instr` ns
+/// of instructions before its first access), `then` follows when it
+/// returns, and `occupies` says whether the CPU waits for it. Kept in
+/// `Interleave::parked` while the invariant checker waits for every call
+/// to end.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct CallStart {
     pub(super) cpu: u32,
     pub(super) now: u64,
     pub(super) instr: u64,
@@ -164,7 +168,7 @@ pub(super) struct Interleave {
     pub(super) in_flight: usize,
     /// A check is due: new calls park until every call in flight ends.
     pub(super) check_due: Option<u64>,
-    pub(super) parked: Vec<Parked>,
+    pub(super) parked: Vec<CallStart>,
     /// The run is over: calls in flight finish, nothing follows them.
     pub(super) ending: bool,
     /// Lines whose arbitration is due (an `Ev::Grant` queued): line ->

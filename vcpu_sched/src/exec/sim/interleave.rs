@@ -38,7 +38,7 @@
 use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, CoroutineResult};
 
-use super::calls::{Interleave, Op, Out, Parked, Slot, Then, STACK_BYTES};
+use super::calls::{CallStart, Interleave, Op, Out, Slot, Then, STACK_BYTES};
 use super::costs::INSTR;
 use super::queue::Ev;
 use super::state::Sim;
@@ -69,31 +69,32 @@ impl Sim<'_> {
         if occupies {
             il.busy[cpu as usize] = true;
         }
+        let start = CallStart {
+            cpu,
+            now,
+            instr,
+            op,
+            then,
+            occupies,
+        };
         if il.check_due.is_some() {
-            il.parked.push(Parked {
-                cpu,
-                now,
-                instr,
-                op,
-                then,
-                occupies,
-            });
+            il.parked.push(start);
             return;
         }
-        let k = self.new_slot(cpu, now, instr, op, then, occupies);
+        let k = self.new_slot(start);
         self.advance(k, now);
     }
 
-    /// A slot for a call of `cpu` starting at `now` (see [`Sim::begin`]).
-    fn new_slot(
-        &mut self,
-        cpu: u32,
-        now: u64,
-        instr: u64,
-        op: Op,
-        then: Then,
-        occupies: bool,
-    ) -> usize {
+    /// A slot for the call `start` describes.
+    fn new_slot(&mut self, start: CallStart) -> usize {
+        let CallStart {
+            cpu,
+            now,
+            instr,
+            op,
+            then,
+            occupies,
+        } = start;
         let il = self.il.as_mut().expect("interleaving is on");
         let stack = match il.stacks.pop() {
             Some(s) => s,
@@ -380,18 +381,6 @@ impl Sim<'_> {
         releaser
     }
 
-    /// Kicks the call just running on `cpu` sent, as events one transfer
-    /// after `now`.
-    fn kicks_at(&mut self, cpu: u32, now: u64) {
-        self.kicks.take_into(&mut self.kicked);
-        let kicked = std::mem::take(&mut self.kicked);
-        for &c in &kicked {
-            let lat = self.coh.cost().transfer(self.coh.level(cpu, c));
-            self.push(now + lat, Ev::Kick { cpu: c });
-        }
-        self.kicked = kicked;
-    }
-
     /// Slot `k`'s call returned `out`, ending at `end`.
     fn finish(&mut self, k: usize, out: Out, end: u64) {
         let il = self.il();
@@ -519,6 +508,18 @@ mod tests {
         sim
     }
 
+    /// `cpu` starts `op` at `at`, waiting for it, with nothing after.
+    fn probe_start(cpu: u32, at: u64, op: Op) -> CallStart {
+        CallStart {
+            cpu,
+            now: at,
+            instr: 0,
+            op,
+            then: Then::Nothing,
+            occupies: true,
+        }
+    }
+
     /// Handles events until none is left.
     fn run_events(sim: &mut Sim<'_>) {
         while let Some(k) = sim.q.pop() {
@@ -547,7 +548,7 @@ mod tests {
             let op = Op::Probe(take_rq0);
             if interleave {
                 // each call starts at its time, as if from an event there
-                let k = sim.new_slot(cpu, at, 0, op, Then::Nothing, true);
+                let k = sim.new_slot(probe_start(cpu, at, op));
                 sim.push(at, Ev::Call { slot: k as u32 });
             } else {
                 sim.begin(cpu, at, 0, op, Then::Nothing, true);
@@ -590,7 +591,7 @@ mod tests {
         let mut sim = probe_sim(&cfg);
         let run = |sim: &mut Sim<'_>, cpu: u32, at: u64| {
             let before = sim.sched_ns;
-            let k = sim.new_slot(cpu, at, 0, Op::Probe(probe), Then::Nothing, true);
+            let k = sim.new_slot(probe_start(cpu, at, Op::Probe(probe)));
             sim.push(at, Ev::Call { slot: k as u32 });
             run_events(sim);
             sim.sched_ns - before

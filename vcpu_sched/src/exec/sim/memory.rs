@@ -61,14 +61,21 @@ impl Sim<'_> {
         t = t.max(group_end);
         self.sched_ns += t - now;
         self.calls += 1;
+        self.kicks_at(cpu, t);
+        (r, t)
+    }
+
+    /// The kicks a core call of `cpu` sent (run to completion: all of the
+    /// call's, at its end; interleaved: since its last access), as events
+    /// at the kicked CPUs one transfer after `now`.
+    pub(super) fn kicks_at(&mut self, cpu: u32, now: u64) {
         self.kicks.take_into(&mut self.kicked);
         let kicked = std::mem::take(&mut self.kicked);
-        for &k in &kicked {
-            let lat = self.coh.cost().transfer(self.coh.level(cpu, k));
-            self.push(t + lat, Ev::Kick { cpu: k });
+        for &c in &kicked {
+            let lat = self.coh.cost().transfer(self.coh.level(cpu, c));
+            self.push(now + lat, Ev::Kick { cpu: c });
         }
         self.kicked = kicked;
-        (r, t)
     }
 
     /// The model's line of an address: region number and line offset from
