@@ -242,18 +242,42 @@ fn check_levels_nest(cpus: &[CpuLocation], n: &LevelCounts) -> Result<()> {
     Ok(())
 }
 
-/// The distance matrix as given (checked to be `n_nodes` squared), or the
-/// default one.
+/// The distance matrix as given, or the default one. A given matrix must be
+/// `n_nodes` squared and shaped as an ACPI SLIT, since that is where a
+/// guest's copy goes: 10 on the diagonal, 11..=255 elsewhere (255:
+/// unreachable). Linux checks the same (`slit_valid`) and drops a table
+/// that breaks it, so a guest would silently lose its NUMA distances.
 fn distance_matrix(distances: Option<Vec<u32>>, n_nodes: usize) -> Result<Vec<u32>> {
-    match distances {
-        Some(d) if d.len() != n_nodes * n_nodes => Err(TopologyError::Unsupported(format!(
+    let Some(d) = distances else {
+        return Ok(default_distances(n_nodes));
+    };
+    if d.len() != n_nodes * n_nodes {
+        return Err(TopologyError::Unsupported(format!(
             "distance matrix has {} entries for {} nodes",
             d.len(),
             n_nodes
-        ))),
-        Some(d) => Ok(d),
-        None => Ok(default_distances(n_nodes)),
+        )));
     }
+    const FIX: &str = "NUMA distances are relative, as in an ACPI SLIT or \
+                       `numactl --hardware`: 10 from a node to itself, 11..=255 \
+                       between nodes; fix the XML's <distances2> values, or \
+                       remove the element to get 10 and 21";
+    for a in 0..n_nodes {
+        for b in 0..n_nodes {
+            let v = d[a * n_nodes + b];
+            let ok = if a == b {
+                v == 10
+            } else {
+                (11..=255).contains(&v)
+            };
+            if !ok {
+                return Err(TopologyError::Unsupported(format!(
+                    "NUMA distance from node {a} to node {b} is {v}. {FIX}"
+                )));
+            }
+        }
+    }
+    Ok(d)
 }
 
 /// Per node, the LLCs with at least one CPU on it, in order of appearance.

@@ -21,6 +21,47 @@ fn xml_with_distances() {
     assert_eq!(g.distance(0, 1), 32);
 }
 
+/// Found by the `topology_xml` fuzz target (CI, 2026-11-28): the fixture
+/// with a bit flipped in its distances. A matrix that is not SLIT-shaped
+/// (10 on the diagonal, 11..=255 elsewhere) is refused with the entry and
+/// the rule; before, it reached the guest's SLIT, which Linux drops.
+#[test]
+fn distances_that_are_not_slit_shaped_are_refused() {
+    let p = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/two-nodes-distance-32.xml"
+    );
+    let text = std::fs::read_to_string(p).unwrap();
+    // hwloc checks the element's length attribute against its text.
+    let with = |values: &str| {
+        let old = "<u64values length=\"12\">10 32 32 10 </u64values>";
+        assert!(text.contains(old));
+        let new = format!(
+            "<u64values length=\"{}\">{values} </u64values>",
+            values.len() + 1
+        );
+        text.replace(old, &new)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (values, entry) in [
+        ("10 32 32 11", "from node 1 to node 1 is 11"),
+        ("20 32 32 10", "from node 0 to node 0 is 20"),
+        ("10 10 32 10", "from node 0 to node 1 is 10"),
+        ("10 32 256 10", "from node 1 to node 0 is 256"),
+    ] {
+        let f = dir.path().join("d.xml");
+        std::fs::write(&f, with(values)).unwrap();
+        let e = topology::load(f.to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.contains(entry), "{values}: {e}");
+        assert!(e.contains("10 from a node to itself"), "{values}: {e}");
+    }
+    // 255 (unreachable) is a valid SLIT entry.
+    let f = dir.path().join("ok.xml");
+    std::fs::write(&f, with("10 255 32 10")).unwrap();
+    let t = topology::load(f.to_str().unwrap()).unwrap();
+    assert_eq!(t.distances(), &[10, 255, 32, 10]);
+}
+
 #[test]
 fn broken_xml_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
