@@ -24,8 +24,9 @@ pub struct SimArgs {
     /// milan-2s) or an hwloc synthetic string (then give --costs).
     #[arg(long, short, value_name = "PRESET|SPEC")]
     pub topology: String,
-    /// The preset whose latency table to use (default: --topology's).
-    #[arg(long, value_name = "PRESET")]
+    /// The latency table: a preset's (default: --topology's), or a TOML
+    /// file of one (as `c2c --out DIR` writes: DIR/costs.toml).
+    #[arg(long, value_name = "PRESET|FILE")]
     pub costs: Option<String>,
     /// Scale every latency of the table (sensitivity: 0.5, 1.5); 0.1..=10.
     #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = latency_scale)]
@@ -286,18 +287,46 @@ fn load(spec: &str) -> Result<Arc<HostTopology>> {
 }
 
 /// The latency table of --costs (default --topology's preset), scaled by
-/// --latency-scale.
+/// --latency-scale. --costs names a preset, or a TOML file with every
+/// field of [`CostTable`] (what `c2c --out DIR` writes as `DIR/costs.toml`).
 fn cost_table(a: &SimArgs) -> Result<CostTable, InputError> {
     let name = a.costs.clone().unwrap_or_else(|| a.topology.clone());
-    Ok(CostTable::for_preset(&name)
-        .filter(|_| name != "test")
-        .ok_or_else(|| {
-            InputError(format!(
-                "no latency table for {name:?}: give --costs with one of gnr-2s, spr-2s, \
-                 icx-2s, clx-2s, genoa-2s, milan-2s"
-            ))
-        })?
-        .scaled(a.latency_scale))
+    let table = if a.costs.is_some() && looks_like_file(&name) {
+        cost_file(&name)?
+    } else {
+        CostTable::for_preset(&name)
+            .filter(|_| name != "test")
+            .ok_or_else(|| {
+                InputError(format!(
+                    "no latency table for {name:?}: give --costs with one of gnr-2s, spr-2s, \
+                     icx-2s, clx-2s, genoa-2s, milan-2s, or a cost table file (FILE.toml, \
+                     as `cargo run -p benches --release --bin c2c -- --out DIR` writes)"
+                ))
+            })?
+    };
+    Ok(table.scaled(a.latency_scale))
+}
+
+/// A --costs value that names a file rather than a preset.
+fn looks_like_file(s: &str) -> bool {
+    s.contains('/') || s.ends_with(".toml") || std::path::Path::new(s).is_file()
+}
+
+/// A cost table from a TOML file, checked.
+fn cost_file(path: &str) -> Result<CostTable, InputError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| InputError(format!("--costs {path}: cannot read it: {e}")))?;
+    let t: CostTable = toml::from_str(&text).map_err(|e| {
+        InputError(format!(
+            "--costs {path}: not a cost table: {}. A table names every field: l1_hit_ns, \
+             smt_ns, l2_ns, llc_ns, die_ns, package_ns, remote_ns, memory_ns, mlp, \
+             lock_spin_ns, futex_wake_ns, wakeup_ns",
+            e.message()
+        ))
+    })?;
+    t.check()
+        .map_err(|e| InputError(format!("--costs {path}: {e}")))?;
+    Ok(t)
 }
 
 /// --compare's sets (at least two), or the one --mitigations set.

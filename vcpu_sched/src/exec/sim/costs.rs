@@ -2,7 +2,10 @@
 //! measurement, and one instruction-cost table shared by every variant.
 //!
 //! Latencies are one-way core-to-core cache-line transfer times (half a
-//! CAS ping-pong round trip) in ns. "measured" means the number is a
+//! CAS ping-pong round trip) in ns. A table can also come from a file
+//! (`vmm sim --costs FILE.toml`, every field of [`CostTable`] by name):
+//! `c2c --out DIR` writes `DIR/costs.toml`, the table of the machine it
+//! ran on. "measured" means the number is a
 //! published measurement of that machine; "estimated" means it stands in
 //! from a neighbouring machine, with the reason. Levels a preset does not
 //! have (a shared L2 on these parts, a die level on monolithic Intel
@@ -28,7 +31,8 @@ pub enum Level {
 }
 
 /// Transfer latencies of one machine, in ns.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CostTable {
     /// An L1 hit.
     pub l1_hit_ns: u64,
@@ -87,6 +91,41 @@ const FUTEX_WAKE_NS: u64 = 240;
 const WAKEUP_NS: u64 = 1_070;
 
 impl CostTable {
+    /// Whether a table (from a file) can drive the model: every cost at
+    /// least 1 ns, at least one miss buffer, a DRAM access no cheaper than
+    /// an L1 hit. Farther levels may be cheaper than nearer ones (a
+    /// machine may measure so); the model does not rely on the order.
+    pub fn check(&self) -> Result<(), String> {
+        let fields = [
+            ("l1_hit_ns", self.l1_hit_ns),
+            ("smt_ns", self.smt_ns),
+            ("l2_ns", self.l2_ns),
+            ("llc_ns", self.llc_ns),
+            ("die_ns", self.die_ns),
+            ("package_ns", self.package_ns),
+            ("remote_ns", self.remote_ns),
+            ("memory_ns", self.memory_ns),
+            ("lock_spin_ns", self.lock_spin_ns),
+            ("futex_wake_ns", self.futex_wake_ns),
+            ("wakeup_ns", self.wakeup_ns),
+        ];
+        for (name, v) in fields {
+            if !(1..=10_000_000).contains(&v) {
+                return Err(format!("{name} = {v}: give 1..=10000000 ns"));
+            }
+        }
+        if self.mlp == 0 || self.mlp > 256 {
+            return Err(format!("mlp = {}: give 1..=256 miss buffers", self.mlp));
+        }
+        if self.memory_ns < self.l1_hit_ns {
+            return Err(format!(
+                "memory_ns = {} is below l1_hit_ns = {}: a DRAM access cannot be cheaper than an L1 hit",
+                self.memory_ns, self.l1_hit_ns
+            ));
+        }
+        Ok(())
+    }
+
     /// The transfer latency at `level`.
     pub fn transfer(&self, level: Level) -> u64 {
         match level {
@@ -230,3 +269,51 @@ pub const INSTR: InstrCosts = InstrCosts {
     tick_ns: 0,
     per_access_ns: 1,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_pass_the_file_check_and_bad_tables_do_not() {
+        for p in [
+            "gnr-2s", "spr-2s", "icx-2s", "clx-2s", "genoa-2s", "milan-2s", "test",
+        ] {
+            CostTable::for_preset(p).unwrap().check().unwrap();
+        }
+        let ok = CostTable::for_preset("genoa-2s").unwrap();
+        let e = CostTable { mlp: 0, ..ok }.check().unwrap_err();
+        assert!(e.contains("mlp = 0"), "{e}");
+        let e = CostTable { llc_ns: 0, ..ok }.check().unwrap_err();
+        assert!(e.contains("llc_ns = 0"), "{e}");
+        let e = CostTable { memory_ns: 0, ..ok }.check().unwrap_err();
+        assert!(e.contains("memory_ns = 0"), "{e}");
+        let e = CostTable {
+            l1_hit_ns: 200,
+            ..ok
+        }
+        .check()
+        .unwrap_err();
+        assert!(e.contains("below l1_hit_ns"), "{e}");
+    }
+
+    #[test]
+    fn a_table_reads_back_by_field_name_and_refuses_unknown_fields() {
+        let t = CostTable::for_preset("icx-2s").unwrap();
+        let v = serde_json::to_value(t).unwrap();
+        assert_eq!(v["llc_ns"], 51);
+        assert_eq!(serde_json::from_value::<CostTable>(v.clone()).unwrap(), t);
+        let mut extra = v.clone();
+        extra["llc_nss"] = 3.into();
+        let e = serde_json::from_value::<CostTable>(extra)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("llc_nss"), "{e}");
+        let mut missing = v;
+        missing.as_object_mut().unwrap().remove("mlp");
+        let e = serde_json::from_value::<CostTable>(missing)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mlp"), "{e}");
+    }
+}
