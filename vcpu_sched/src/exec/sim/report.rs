@@ -85,6 +85,18 @@ pub struct SimReport {
     /// What interleaving did (`None`: each call ran to completion).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interleave: Option<InterleaveStats>,
+    /// Every task's wakeup -> running latencies over the whole run, from
+    /// the core's own per-task tables (`Scheduler::task_stats`, as
+    /// `vmm sched-bench` reports them in its `task_summary`): median and
+    /// 99th percentile (upper bucket bounds) and mean, ns.
+    #[serde(default)]
+    pub wake_to_run_p50_ns: u64,
+    /// See `wake_to_run_p50_ns`.
+    #[serde(default)]
+    pub wake_to_run_p99_ns: u64,
+    /// See `wake_to_run_p50_ns`.
+    #[serde(default)]
+    pub wake_to_run_mean_ns: f64,
 }
 
 impl Sim<'_> {
@@ -141,6 +153,14 @@ impl Sim<'_> {
             })
             .collect();
         lockstat.sort_by(|a, b| b.wait_ns.cmp(&a.wait_ns).then(a.name.cmp(&b.name)));
+        let wake_to_run = crate::bench::TaskSummary::from_tasks(
+            self.ids
+                .iter()
+                .filter_map(|&id| self.s.task_stats(id).ok())
+                .collect::<Vec<_>>()
+                .iter(),
+        )
+        .wake_to_run;
         let mut violations = self.checker.violations.clone();
         violations.extend(self.s.anomalies());
         violations.extend(self.pipe_violations());
@@ -163,6 +183,9 @@ impl Sim<'_> {
             counters: self.s.counters(),
             absorbed_wakes: self.absorbed,
             interleave: self.il.as_ref().map(|il| il.stats),
+            wake_to_run_p50_ns: wake_to_run.quantile(0.5),
+            wake_to_run_p99_ns: wake_to_run.quantile(0.99),
+            wake_to_run_mean_ns: wake_to_run.mean(),
         }
     }
 }

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# The simulator's measured error on this machine (docs/simulator.md,
+# "Measured error against this machine"): each workload runs on the real
+# CPUs (`vmm sched-bench WORKLOAD --topology host`, the threads executor,
+# every CPU this process may use) and in the simulator on the same shape
+# with this machine's own cost table (`c2c`'s costs.toml), for `none` and
+# `all`; the error of the simulator per metric is sim / real - 1:
+#   * call cost: mean ns per scheduler call (`sched_ns_per_call`);
+#   * wake -> run: median and mean wakeup-to-running latency, from the
+#     core's per-task tables on both sides (`task_summary` / the sim
+#     report's `wake_to_run_*`);
+#   * throughput: the workload's metric (messaging, runq; cyclic's real
+#     metric is a p99, the simulator's a mean, so only wake -> run there);
+#   * direction: all / none on each side, against the real A/A band.
+#
+#   scripts/sim-error.sh             REPS (default 3) x 2 s real, 200 ms sim
+#   COSTS=FILE OUT=DIR WORKLOADS="runq" scripts/sim-error.sh
+#
+# The shapes: the simulator's tasks are set to the thread workload's
+# defaults at this CPU count (messaging: 1 group of 10 senders and 10
+# receivers; runq: 1 message task and 8 workers; cyclic: 8 RT tasks), on
+# an hwloc string of this machine's CPUs as two cores sharing one LLC.
+# Output: OUT/real-W.txt|json, OUT/sim-W-SET-SEED.json|txt, OUT/table.md,
+# OUT/meta.txt. Needs a quiet machine: run nothing else meanwhile.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/bench.sh
+source scripts/lib/bench.sh
+out=${OUT:-docs/data/sim/error-2cpu}
+reps=${REPS:-3}
+costs=${COSTS:-docs/data/c2c-2/costs.toml}
+vmm_binary
+[ -n "${VMM_BIN:-}" ] || cargo build --release --quiet -p vmm-sim
+sim_bin=$(dirname "$bin")/vmm-sim
+[ -x "$sim_bin" ] || { echo "sim-error: no vmm-sim beside $bin (cargo build --release -p vmm-sim)" >&2; exit 2; }
+[ -f "$costs" ] || { echo "sim-error: no cost table $costs (cargo run -p benches --release --bin c2c -- --out DIR)" >&2; exit 2; }
+ncpu=$(nproc)
+if [ "$ncpu" -ne 2 ]; then
+    echo "sim-error: the simulator's shape is written for 2 CPUs; this machine has $ncpu" >&2
+    exit 2
+fi
+topo="package:1 l3:1 l2:2 core:1 pu:1"
+mkdir -p "$out"
+record_meta "$out"
+echo "costs=$costs" >>"$out/meta.txt"
+for w in ${WORKLOADS:-messaging runq cyclic}; do
+    case $w in
+        messaging) shape=(--vms 1 --vcpus 20) ;;
+        runq) shape=(--vms 1 --vcpus 9) ;;
+        cyclic) shape=(--vms 1 --vcpus 8) ;;
+        *) echo "sim-error: no shape for $w" >&2; exit 2 ;;
+    esac
+    if [ ! -f "$out/real-$w.json" ]; then
+        { echo "\$ vmm sched-bench $w --topology host --compare 'none;all' --reps $reps --duration 2s"
+          vmm sched-bench "$w" --topology host --compare 'none;all' --reps "$reps" --duration 2s \
+              --json "$out/real-$w.json"; } >"$out/real-$w.txt"
+    fi
+    for set in none all; do
+        for seed in $(seq 1 "$reps"); do
+            f=$out/sim-$w-$set-$seed
+            [ -f "$f.json" ] && continue
+            { echo "\$ vmm sim $w --topology '$topo' --costs $costs ${shape[*]} --duration 200ms -m $set --seed $seed"
+              "$sim_bin" "$w" --topology "$topo" --costs "$costs" "${shape[@]}" --duration 200ms \
+                  -m "$set" --seed "$seed" --json "$f.json"; } >"$f.txt"
+        done
+    done
+done
+python3 - "$out" ${WORKLOADS:-messaging runq cyclic} <<'EOF' | tee "$out/table.md"
+import glob, json, statistics as st, sys
+out, workloads = sys.argv[1], sys.argv[2:]
+def mean(v): return st.mean(v) if v else float("nan")
+def pct(sim, real): return f"{(sim / real - 1) * 100:+.0f}%" if real else "n/a"
+rows, dirs = [], []
+for w in workloads:
+    real = json.load(open(f"{out}/real-{w}.json"))
+    byset = {}
+    for r in real["runs"]:
+        byset.setdefault(r["mitigations"], []).append(r)
+    aa = [x for x in real["rows"] if x["kind"] == "aa"][0]
+    band = (aa["relative_min_pct"], aa["relative_max_pct"])
+    sims = {}
+    for s in ("none", "all"):
+        sims[s] = [json.load(open(f)) for f in sorted(glob.glob(f"{out}/sim-{w}-{s}-*.json"))]
+        rr = byset.get(s, [])
+        rc, sc = mean([r["sched_ns_per_call"] for r in rr]), mean([r["sched_ns_per_call"] for r in sims[s]])
+        rp50 = mean([r["task_summary"]["wake_to_run_p50_ns"] for r in rr])
+        sp50 = mean([r["wake_to_run_p50_ns"] for r in sims[s]])
+        rmean = mean([r["task_summary"]["wake_to_run"]["mean"] for r in rr])
+        smean = mean([r["wake_to_run_mean_ns"] for r in sims[s]])
+        if w == "cyclic":
+            rt = st_ = None
+        else:
+            rt, st_ = mean([r["metric"]["value"] for r in rr]), mean([r["metric"] for r in sims[s]])
+        rows.append((w, s, len(rr), len(sims[s]), rc, sc, rp50, sp50, rmean, smean, rt, st_))
+    rel = [x for x in real["rows"] if x["mitigations"] == "all"][0]
+    real_dir = rel["relative_pct"]
+    higher = real["higher_is_better"]
+    if w == "cyclic":
+        # the simulator's metric is a mean latency: lower is better there too
+        sim_dir = 100 * mean([r["metric"] for r in sims["none"]]) / mean([r["metric"] for r in sims["all"]])
+    else:
+        sim_dir = 100 * mean([r["metric"] for r in sims["all"]]) / mean([r["metric"] for r in sims["none"]])
+    outside = not (band[0] <= real_dir <= band[1])
+    dirs.append((w, real_dir, band, sim_dir, outside))
+print("| workload | set | runs real / sim | ns per call: real / sim (error) | wake -> run p50, us: real / sim (error) | wake -> run mean, us: real / sim (error) | throughput: real / sim (error) |")
+print("|---|---|---|---|---|---|---|")
+for (w, s, nr, ns, rc, sc, rp, sp, rm, sm, rt, st_) in rows:
+    thr = "n/a (metrics differ)" if rt is None else f"{rt:,.0f} / {st_:,.0f} ({pct(st_, rt)})"
+    print(f"| {w} | {s} | {nr} / {ns} | {rc:,.0f} / {sc:,.0f} ({pct(sc, rc)}) | "
+          f"{rp/1e3:,.1f} / {sp/1e3:,.1f} ({pct(sp, rp)}) | {rm/1e3:,.1f} / {sm/1e3:,.1f} ({pct(sm, rm)}) | {thr} |")
+print()
+print("| workload | all vs none, real (A/A band) | all vs none, sim | real effect outside its A/A? | direction |")
+print("|---|---|---|---|---|")
+for (w, rd, band, sd, outside) in dirs:
+    if outside:
+        agree = "agree" if (rd > 100) == (sd > 100) else "**disagree**"
+    else:
+        agree = "real within noise: not judged"
+    print(f"| {w} | {rd:.1f}% ({band[0]:.1f}-{band[1]:.1f}) | {sd:.1f}% | {'yes' if outside else 'no'} | {agree} |")
+EOF
