@@ -24,8 +24,8 @@
 //!   buffers (the same chase with 1, 2, 4, ... 32 independent chains: the
 //!   fewest chains whose time per load is within 10% of the best), 100
 //!   spin-loop hints (`std`'s mutex spins that many times before it
-//!   sleeps), a system call (`sched_yield` with nothing else to run, as
-//!   a futex wake that finds no waiter), a wakeup on the same CPU (two
+//!   sleeps), a system call (`getpid`, as cheap as a futex wake that finds
+//!   no waiter), a wakeup on the same CPU (two
 //!   threads pinned to one CPU taking turns through `park`/`unpark`,
 //!   `std`'s futex: one-way = a wake and a switch) and a wakeup of a
 //!   thread sleeping on another, idle CPU (the same across the pair:
@@ -248,15 +248,15 @@ fn spin100(sets: u64) -> f64 {
     t.elapsed().as_nanos() as f64 / sets as f64
 }
 
-/// ns of one system call that finds nothing to do (`sched_yield` with no
-/// other runnable thread on this CPU).
+/// ns of one system call that does next to nothing (`getpid`, which
+/// `std::process::id` makes every time: glibc stopped caching it in 2.25).
 fn syscall_ns(cpu: u32, n: u64) -> f64 {
     std::thread::scope(|s| {
         s.spawn(move || {
             let _ = pin_current_thread(cpu);
             let t = Instant::now();
             for _ in 0..n {
-                std::thread::yield_now();
+                std::hint::black_box(std::process::id());
             }
             t.elapsed().as_nanos() as f64 / n as f64
         })
@@ -459,7 +459,7 @@ fn main() {
          | {machine} | DRAM access | {dram:.1} | same | [measured] the chase through 128 MiB (4 KiB pages: page walks included); median of {n} |\n\
          | {machine} | miss buffers | {mlp} | same | [derived] fewest independent chains whose ns per load is within 10% of the best: {} |\n\
          | {machine} | 100 spin-loop hints | {spin:.0} | same | [measured] `std::hint::spin_loop` (PAUSE) x 100, as `std`'s mutex spins before it sleeps; median of {n} |\n\
-         | {machine} | system call | {sys:.0} | same | [measured] `sched_yield` with nothing else runnable on the CPU; median of {n} |\n\
+         | {machine} | system call | {sys:.0} | same | [measured] `getpid` (`std::process::id`), a syscall that does next to nothing, as a futex wake that finds no waiter; median of {n} |\n\
          | {machine} | wakeup, same CPU | {wake_same:.0} | same | [measured] two threads pinned to one CPU take turns via `park`/`unpark` (futex); one-way; median of {n} |\n\
          | {machine} | wakeup of an idle CPU | {wake_idle:.0} | same | [measured] the same across CPUs {c0} and {c1}: wake, interrupt, idle exit, switch; one-way; median of {n} |\n",
         mlp_curve
@@ -609,7 +609,7 @@ fn cost_table(m: &Measured, machine: &str) -> (CostTable, String) {
         format!("memory_ns = {}  # measured: pointer chase in 128 MiB, 4 KiB pages", t.memory_ns),
         format!("mlp = {}  # derived: fewest parallel chases within 10% of the best time per load", t.mlp),
         format!("lock_spin_ns = {}  # measured: 100 spin-loop hints, as std's mutex spins", t.lock_spin_ns),
-        format!("futex_wake_ns = {}  # measured: one system call that finds nothing to do (sched_yield)", t.futex_wake_ns),
+        format!("futex_wake_ns = {}  # measured: one system call that does next to nothing (getpid)", t.futex_wake_ns),
         format!("wakeup_ns = {}  # measured: park/unpark ping-pong on one CPU, one-way (a wake and a switch)", t.wakeup_ns),
     ]);
     let mut text = lines.join("\n");
