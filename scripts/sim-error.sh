@@ -11,7 +11,9 @@
 #     report's `wake_to_run_*`);
 #   * throughput: the workload's metric (messaging, runq; cyclic's real
 #     metric is a p99, the simulator's a mean, so only wake -> run there);
-#   * direction: all / none on each side, against the real A/A band.
+#   * direction: all against none on each side, from each side's own
+#     `--compare 'none;all'` (its A/A row and paired 95% interval): judged
+#     only where the real interval excludes 100%.
 #
 #   scripts/sim-error.sh             REPS (default 3) x 2 s real, 200 ms sim
 #   COSTS=FILE OUT=DIR WORKLOADS="runq" scripts/sim-error.sh
@@ -55,6 +57,11 @@ for w in ${WORKLOADS:-messaging runq cyclic}; do
           vmm sched-bench "$w" --topology host --compare 'none;all' --reps "$reps" --duration 2s \
               --json "$out/real-$w.json"; } >"$out/real-$w.txt"
     fi
+    if [ ! -f "$out/sim-$w-compare.json" ]; then
+        { echo "\$ vmm sim $w --topology '$topo' --costs $costs ${shape[*]} --duration 200ms --compare 'none;all' --reps $reps"
+          "$sim_bin" "$w" --topology "$topo" --costs "$costs" "${shape[@]}" --duration 200ms \
+              --compare 'none;all' --reps "$reps" --json "$out/sim-$w-compare.json"; } >"$out/sim-$w-compare.txt"
+    fi
     for set in none all; do
         for seed in $(seq 1 "$reps"); do
             f=$out/sim-$w-$set-$seed
@@ -92,16 +99,12 @@ for w in workloads:
         else:
             rt, st_ = mean([r["metric"]["value"] for r in rr]), mean([r["metric"] for r in sims[s]])
         rows.append((w, s, len(rr), len(sims[s]), rc, sc, rp50, sp50, rmean, smean, rt, st_))
-    rel = [x for x in real["rows"] if x["mitigations"] == "all"][0]
-    real_dir = rel["relative_pct"]
-    higher = real["higher_is_better"]
-    if w == "cyclic":
-        # the simulator's metric is a mean latency: lower is better there too
-        sim_dir = 100 * mean([r["metric"] for r in sims["none"]]) / mean([r["metric"] for r in sims["all"]])
-    else:
-        sim_dir = 100 * mean([r["metric"] for r in sims["all"]]) / mean([r["metric"] for r in sims["none"]])
-    outside = not (band[0] <= real_dir <= band[1])
-    dirs.append((w, real_dir, band, sim_dir, outside))
+    def effect(c):
+        row = [x for x in c["rows"] if x["mitigations"] == "all"][0]
+        p = row.get("paired") or {}
+        ci = p.get("ci95_pct") or [float("nan")] * 2
+        return row["relative_pct"], ci, p.get("verdict", "?")
+    dirs.append((w, effect(real), effect(json.load(open(f"{out}/sim-{w}-compare.json")))))
 print("| workload | set | runs real / sim | ns per call: real / sim (error) | wake -> run p50, us: real / sim (error) | wake -> run mean, us: real / sim (error) | throughput: real / sim (error) |")
 print("|---|---|---|---|---|---|---|")
 for (w, s, nr, ns, rc, sc, rp, sp, rm, sm, rt, st_) in rows:
@@ -109,12 +112,14 @@ for (w, s, nr, ns, rc, sc, rp, sp, rm, sm, rt, st_) in rows:
     print(f"| {w} | {s} | {nr} / {ns} | {rc:,.0f} / {sc:,.0f} ({pct(sc, rc)}) | "
           f"{rp/1e3:,.1f} / {sp/1e3:,.1f} ({pct(sp, rp)}) | {rm/1e3:,.1f} / {sm/1e3:,.1f} ({pct(sm, rm)}) | {thr} |")
 print()
-print("| workload | all vs none, real (A/A band) | all vs none, sim | real effect outside its A/A? | direction |")
-print("|---|---|---|---|---|")
-for (w, rd, band, sd, outside) in dirs:
-    if outside:
-        agree = "agree" if (rd > 100) == (sd > 100) else "**disagree**"
+print("| workload | all vs none, real: paired [95% CI] | all vs none, sim: paired [95% CI] | direction |")
+print("|---|---|---|---|")
+for (w, (rr, rci, rv), (sr, sci, sv)) in dirs:
+    if rv == "cannot_tell_apart":
+        agree = "real cannot tell apart: not judged"
+    elif sv == "cannot_tell_apart":
+        agree = f"**disagree**: real {rv}, sim cannot tell apart"
     else:
-        agree = "real within noise: not judged"
-    print(f"| {w} | {rd:.1f}% ({band[0]:.1f}-{band[1]:.1f}) | {sd:.1f}% | {'yes' if outside else 'no'} | {agree} |")
+        agree = "agree" if rv == sv else f"**disagree**: real {rv}, sim {sv}"
+    print(f"| {w} | {rr:.1f}% [{rci[0]:.1f}-{rci[1]:.1f}] {rv} | {sr:.1f}% [{sci[0]:.1f}-{sci[1]:.1f}] {sv} | {agree} |")
 EOF

@@ -30,7 +30,10 @@
 //!   `std`'s futex: one-way = a wake and a switch) and a wakeup of a
 //!   thread sleeping on another, idle CPU (the same across the pair:
 //!   the wake, the interrupt to the idle CPU, its exit from idle and the
-//!   switch).
+//!   switch; and the waker's `unpark` call alone). `costs.toml` turns the
+//!   wakeups into the executor costs the model charges when given them
+//!   (`switch_ns`, `kick_ns`, `idle_exit_ns`): this machine's executors
+//!   run tasks or CPUs as host threads.
 //!
 //! `cargo run -p benches --release --bin c2c -- [--out DIR]` prints the
 //! tables in markdown; with `--out` it also writes `DIR/pairs.csv` (every
@@ -270,6 +273,12 @@ fn syscall_ns(cpu: u32, n: u64) -> f64 {
 /// sleeps until the other wakes it. `a == b`: a wake and a switch on one
 /// CPU; otherwise the wake of a thread asleep on another, idle CPU.
 fn wake_ping_pong(a: u32, b: u32, n: u64) -> f64 {
+    wake_ping_pong_split(a, b, n).0
+}
+
+/// [`wake_ping_pong`], and the mean ns the first thread's `unpark` call
+/// itself took (the waker's share: the futex wake system call).
+fn wake_ping_pong_split(a: u32, b: u32, n: u64) -> (f64, f64) {
     let turn = AtomicU64::new(0);
     let start = Barrier::new(2);
     std::thread::scope(|s| {
@@ -291,14 +300,20 @@ fn wake_ping_pong(a: u32, b: u32, n: u64) -> f64 {
             let _ = pin_current_thread(a);
             start.wait();
             let t = Instant::now();
+            let mut waking = Duration::ZERO;
             for i in 0..n {
                 turn.store(2 * i + 1, Ordering::Release);
+                let w = Instant::now();
                 second.thread().unpark();
+                waking += w.elapsed();
                 while turn.load(Ordering::Acquire) != 2 * i + 2 {
                     std::thread::park();
                 }
             }
-            t.elapsed().as_nanos() as f64 / (2 * n) as f64
+            (
+                t.elapsed().as_nanos() as f64 / (2 * n) as f64,
+                waking.as_nanos() as f64 / n as f64,
+            )
         });
         tx.send(first.thread().clone()).expect("second thread");
         first.join().expect("wake thread")
@@ -437,7 +452,11 @@ fn main() {
     let spin = med(&mut || spin100(100_000));
     let sys = med(&mut || syscall_ns(c0, 200_000));
     let wake_same = med(&mut || wake_ping_pong(c0, c0, 20_000));
-    let wake_idle = med(&mut || wake_ping_pong(c0, c1, 20_000));
+    let mut idle_runs: Vec<(f64, f64)> = (0..o.samples)
+        .map(|_| wake_ping_pong_split(c0, c1, 20_000))
+        .collect();
+    let wake_idle = median(&mut idle_runs.iter().map(|r| r.0).collect::<Vec<_>>());
+    let unpark_idle = median(&mut idle_runs.iter_mut().map(|r| r.1).collect::<Vec<_>>());
     let mut core_csv = String::from("measurement,ns\n");
     for (k, ns) in &mlp_curve {
         core_csv.push_str(&format!("chase_128MiB_{k}_chains_per_load,{ns:.2}\n"));
@@ -449,6 +468,7 @@ fn main() {
         ("syscall", sys),
         ("wakeup_same_cpu", wake_same),
         ("wakeup_idle_cpu", wake_idle),
+        ("unpark_of_idle_cpu_thread", unpark_idle),
     ] {
         core_csv.push_str(&format!("{name},{ns:.2}\n"));
     }
@@ -461,7 +481,8 @@ fn main() {
          | {machine} | 100 spin-loop hints | {spin:.0} | same | [measured] `std::hint::spin_loop` (PAUSE) x 100, as `std`'s mutex spins before it sleeps; median of {n} |\n\
          | {machine} | system call | {sys:.0} | same | [measured] `getpid` (`std::process::id`), a syscall that does next to nothing, as a futex wake that finds no waiter; median of {n} |\n\
          | {machine} | wakeup, same CPU | {wake_same:.0} | same | [measured] two threads pinned to one CPU take turns via `park`/`unpark` (futex); one-way; median of {n} |\n\
-         | {machine} | wakeup of an idle CPU | {wake_idle:.0} | same | [measured] the same across CPUs {c0} and {c1}: wake, interrupt, idle exit, switch; one-way; median of {n} |\n",
+         | {machine} | wakeup of an idle CPU | {wake_idle:.0} | same | [measured] the same across CPUs {c0} and {c1}: wake, interrupt, idle exit, switch; one-way; median of {n} |\n\
+         | {machine} | the waker's `unpark` of it | {unpark_idle:.0} | same | [measured] the `unpark` call alone in that ping-pong (the futex wake system call), mean per call; median of {n} |\n",
         mlp_curve
             .iter()
             .map(|(k, ns)| format!("{k}: {ns:.1}"))
@@ -480,6 +501,8 @@ fn main() {
         spin,
         syscall: sys,
         wakeup: wake_same,
+        wakeup_idle: wake_idle,
+        unpark: unpark_idle,
     };
     let (table, toml_text) = cost_table(&measured, &machine);
     if let Err(e) = table.check() {
@@ -535,6 +558,8 @@ struct Measured {
     spin: f64,
     syscall: f64,
     wakeup: f64,
+    wakeup_idle: f64,
+    unpark: f64,
 }
 
 /// This machine's cost table, and its TOML with each value's source. The
@@ -603,6 +628,9 @@ fn cost_table(m: &Measured, machine: &str) -> (CostTable, String) {
         lock_spin_ns: round(m.spin),
         futex_wake_ns: round(m.syscall),
         wakeup_ns: round(m.wakeup),
+        switch_ns: round(m.wakeup),
+        kick_ns: round(m.unpark),
+        idle_exit_ns: round(m.wakeup_idle - m.wakeup - m.unpark),
     };
     lines.extend([
         format!("l1_hit_ns = {}  # measured: {:.2} ns per load, pointer chase in 16 KiB", t.l1_hit_ns, m.l1),
@@ -611,6 +639,13 @@ fn cost_table(m: &Measured, machine: &str) -> (CostTable, String) {
         format!("lock_spin_ns = {}  # measured: 100 spin-loop hints, as std's mutex spins", t.lock_spin_ns),
         format!("futex_wake_ns = {}  # measured: one system call that does next to nothing (getpid)", t.futex_wake_ns),
         format!("wakeup_ns = {}  # measured: park/unpark ping-pong on one CPU, one-way (a wake and a switch)", t.wakeup_ns),
+        "# what this machine's executors add (their tasks or CPUs are host threads):".to_string(),
+        format!("switch_ns = {}  # measured: as wakeup_ns, a switch between two host threads on one CPU", t.switch_ns),
+        format!("kick_ns = {}  # measured: the waker's unpark of a thread asleep on the other CPU", t.kick_ns),
+        format!(
+            "idle_exit_ns = {}  # derived: cross-CPU park/unpark one-way ({:.0}) less wakeup_ns and kick_ns",
+            t.idle_exit_ns, m.wakeup_idle
+        ),
     ]);
     let mut text = lines.join("\n");
     text.push('\n');
@@ -700,6 +735,8 @@ mod tests {
             spin: 3210.0,
             syscall: 230.0,
             wakeup: 2400.0,
+            wakeup_idle: 30_000.0,
+            unpark: 1_600.0,
         };
         let (t, text) = cost_table(&m, "test machine");
         let back: CostTable = toml::from_str(&text).unwrap();

@@ -79,6 +79,26 @@ pub struct CostTable {
     /// Core i7, <https://ddumbying.vercel.app/experiments/ctx-switch-overhead>);
     /// estimated for every preset.
     pub wakeup_ns: u64,
+    /// What an executor adds to a switch between two tasks on one CPU
+    /// (the incoming task's thread woken, the outgoing one parked), ns:
+    /// charged before the picked task runs. 0 on every preset: the
+    /// model's CPUs are hardware ones, whose switch is the `schedule`
+    /// call the model charges. `c2c`'s `costs.toml` sets it for the
+    /// machine it ran on, whose executors run each task or CPU as a host
+    /// thread (a same-CPU `park`/`unpark` one-way).
+    #[serde(default)]
+    pub switch_ns: u64,
+    /// What the waker pays to wake an idle CPU (on threads: a futex wake
+    /// of a sleeping thread, the `unpark`), ns, added to the waking call.
+    /// 0 on every preset (an IPI's send has no cited figure here yet).
+    #[serde(default)]
+    pub kick_ns: u64,
+    /// From a kick's arrival at an idle CPU until it runs its `schedule`,
+    /// ns (the interrupt and the exit from idle). 0 on every preset (no
+    /// cited figure yet); `c2c` measures it as the cross-CPU wakeup of a
+    /// sleeping thread less the same-CPU one and the waker's `unpark`.
+    #[serde(default)]
+    pub idle_exit_ns: u64,
 }
 
 /// `CostTable::lock_spin_ns` on AMD parts (measured, see there).
@@ -112,6 +132,17 @@ impl CostTable {
         for (name, v) in fields {
             if !(1..=10_000_000).contains(&v) {
                 return Err(format!("{name} = {v}: give 1..=10000000 ns"));
+            }
+        }
+        for (name, v) in [
+            ("switch_ns", self.switch_ns),
+            ("kick_ns", self.kick_ns),
+            ("idle_exit_ns", self.idle_exit_ns),
+        ] {
+            if v > 10_000_000 {
+                return Err(format!(
+                    "{name} = {v}: give 0..=10000000 ns (0: not charged)"
+                ));
             }
         }
         if self.mlp == 0 || self.mlp > 256 {
@@ -216,6 +247,9 @@ impl CostTable {
             lock_spin_ns: INTEL_SPIN_NS,
             futex_wake_ns: FUTEX_WAKE_NS,
             wakeup_ns: WAKEUP_NS,
+            switch_ns: 0,
+            kick_ns: 0,
+            idle_exit_ns: 0,
         }
     }
 
@@ -233,6 +267,9 @@ impl CostTable {
             lock_spin_ns: AMD_SPIN_NS,
             futex_wake_ns: FUTEX_WAKE_NS,
             wakeup_ns: WAKEUP_NS,
+            switch_ns: 0,
+            kick_ns: 0,
+            idle_exit_ns: 0,
         }
     }
 }
@@ -309,6 +346,12 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("llc_nss"), "{e}");
+        // the executor costs may be left out (0: not charged)
+        let mut older = v.clone();
+        for f in ["switch_ns", "kick_ns", "idle_exit_ns"] {
+            older.as_object_mut().unwrap().remove(f);
+        }
+        assert_eq!(serde_json::from_value::<CostTable>(older).unwrap(), t);
         let mut missing = v;
         missing.as_object_mut().unwrap().remove("mlp");
         let e = serde_json::from_value::<CostTable>(missing)

@@ -254,7 +254,12 @@ impl Sim<'_> {
                     self.start(cpu, id, t);
                 }
             }
-            Pick::Switch(id) => self.start(cpu, id, t),
+            Pick::Switch(id) => {
+                // an executor's switch (0 on the presets: see CostTable)
+                let t = t + self.coh.cost().switch_ns;
+                self.cpus[cpu as usize].free_at = t;
+                self.start(cpu, id, t);
+            }
             Pick::Idle => {
                 let c = &mut self.cpus[cpu as usize];
                 c.curr = None;

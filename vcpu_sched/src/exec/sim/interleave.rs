@@ -171,7 +171,12 @@ impl Sim<'_> {
                 .resume(());
             recorder::leave();
             recorder::set_recording(false);
-            self.kicks_at(cpu, now);
+            let sent = self.kicks_at(cpu, now);
+            if sent > now {
+                let slot = &mut self.il().slots[k];
+                slot.t = slot.t.max(sent);
+                now = sent;
+            }
             match r {
                 CoroutineResult::Yield(Suspend::Access(a)) => {
                     let line = self.line_of(a.addr);

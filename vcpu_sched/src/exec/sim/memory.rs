@@ -59,23 +59,36 @@ impl Sim<'_> {
             }
         }
         t = t.max(group_end);
+        let t = self.kicks_at(cpu, t);
         self.sched_ns += t - now;
         self.calls += 1;
-        self.kicks_at(cpu, t);
         (r, t)
     }
 
     /// The kicks a core call of `cpu` sent (run to completion: all of the
     /// call's, at its end; interleaved: since its last access), as events
-    /// at the kicked CPUs one transfer after `now`.
-    pub(super) fn kicks_at(&mut self, cpu: u32, now: u64) {
+    /// at the kicked CPUs one transfer after `now`; returns when the
+    /// sender goes on. A kick of an idle CPU also costs the sender
+    /// `kick_ns` and arrives `idle_exit_ns` later (both 0 on the presets:
+    /// see [`CostTable`](super::CostTable)).
+    pub(super) fn kicks_at(&mut self, cpu: u32, now: u64) -> u64 {
         self.kicks.take_into(&mut self.kicked);
         let kicked = std::mem::take(&mut self.kicked);
+        let cost = *self.coh.cost();
+        let mut t = now;
         for &c in &kicked {
-            let lat = self.coh.cost().transfer(self.coh.level(cpu, c));
-            self.push(now + lat, Ev::Kick { cpu: c });
+            let lat = cost.transfer(self.coh.level(cpu, c));
+            let k = self.cpus[c as usize];
+            let at = if k.curr.is_none() && k.free_at <= now {
+                t += cost.kick_ns;
+                t + lat + cost.idle_exit_ns
+            } else {
+                t + lat
+            };
+            self.push(at, Ev::Kick { cpu: c });
         }
         self.kicked = kicked;
+        t
     }
 
     /// The model's line of an address: region number and line offset from
