@@ -45,6 +45,9 @@ topo="package:1 l3:1 l2:2 core:1 pu:1"
 mkdir -p "$out"
 record_meta "$out"
 echo "costs=$costs" >>"$out/meta.txt"
+# the same table as a model of hardware CPUs: no executor costs
+hw_costs=$out/costs-hw.toml
+grep -v -E '^(switch_ns|kick_ns|idle_exit_ns) ' "$costs" >"$hw_costs"
 for w in ${WORKLOADS:-messaging runq cyclic}; do
     case $w in
         messaging) shape=(--vms 1 --vcpus 20) ;;
@@ -57,18 +60,22 @@ for w in ${WORKLOADS:-messaging runq cyclic}; do
           vmm sched-bench "$w" --topology host --compare 'none;all' --reps "$reps" --duration 2s \
               --json "$out/real-$w.json"; } >"$out/real-$w.txt"
     fi
-    if [ ! -f "$out/sim-$w-compare.json" ]; then
-        { echo "\$ vmm sim $w --topology '$topo' --costs $costs ${shape[*]} --duration 200ms --compare 'none;all' --reps $reps"
-          "$sim_bin" "$w" --topology "$topo" --costs "$costs" "${shape[@]}" --duration 200ms \
-              --compare 'none;all' --reps "$reps" --json "$out/sim-$w-compare.json"; } >"$out/sim-$w-compare.txt"
-    fi
-    for set in none all; do
-        for seed in $(seq 1 "$reps"); do
-            f=$out/sim-$w-$set-$seed
-            [ -f "$f.json" ] && continue
-            { echo "\$ vmm sim $w --topology '$topo' --costs $costs ${shape[*]} --duration 200ms -m $set --seed $seed"
-              "$sim_bin" "$w" --topology "$topo" --costs "$costs" "${shape[@]}" --duration 200ms \
-                  -m "$set" --seed "$seed" --json "$f.json"; } >"$f.txt"
+    for model in hw exec; do
+        if [ $model = hw ]; then table=$hw_costs; else table=$costs; fi
+        stem=$out/sim-$model-$w
+        if [ ! -f "$stem-compare.json" ]; then
+            { echo "\$ vmm sim $w --topology '$topo' --costs $table ${shape[*]} --duration 200ms --compare 'none;all' --reps $reps --json $stem-compare.json"
+              "$sim_bin" "$w" --topology "$topo" --costs "$table" "${shape[@]}" --duration 200ms \
+                  --compare 'none;all' --reps "$reps" --json "$stem-compare.json" 2>&1; } >"$stem-compare.txt"
+        fi
+        for set in none all; do
+            for seed in $(seq 1 "$reps"); do
+                f=$stem-$set-$seed
+                [ -f "$f.json" ] && continue
+                { echo "\$ vmm sim $w --topology '$topo' --costs $table ${shape[*]} --duration 200ms -m $set --seed $seed --json $f.json"
+                  "$sim_bin" "$w" --topology "$topo" --costs "$table" "${shape[@]}" --duration 200ms \
+                      -m "$set" --seed "$seed" --json "$f.json" 2>&1; } >"$f.txt"
+            done
         done
     done
 done
@@ -77,49 +84,47 @@ import glob, json, statistics as st, sys
 out, workloads = sys.argv[1], sys.argv[2:]
 def mean(v): return st.mean(v) if v else float("nan")
 def pct(sim, real): return f"{(sim / real - 1) * 100:+.0f}%" if real else "n/a"
-rows, dirs = [], []
-for w in workloads:
-    real = json.load(open(f"{out}/real-{w}.json"))
-    byset = {}
-    for r in real["runs"]:
-        byset.setdefault(r["mitigations"], []).append(r)
-    aa = [x for x in real["rows"] if x["kind"] == "aa"][0]
-    band = (aa["relative_min_pct"], aa["relative_max_pct"])
-    sims = {}
-    for s in ("none", "all"):
-        sims[s] = [json.load(open(f)) for f in sorted(glob.glob(f"{out}/sim-{w}-{s}-*.json"))]
-        rr = byset.get(s, [])
-        rc, sc = mean([r["sched_ns_per_call"] for r in rr]), mean([r["sched_ns_per_call"] for r in sims[s]])
-        rp50 = mean([r["task_summary"]["wake_to_run_p50_ns"] for r in rr])
-        sp50 = mean([r["wake_to_run_p50_ns"] for r in sims[s]])
-        rmean = mean([r["task_summary"]["wake_to_run"]["mean"] for r in rr])
-        smean = mean([r["wake_to_run_mean_ns"] for r in sims[s]])
-        if w == "cyclic":
-            rt = st_ = None
+def effect(c):
+    row = [x for x in c["rows"] if x["mitigations"] == "all"][0]
+    p = row.get("paired") or {}
+    ci = p.get("ci95_pct") or [float("nan")] * 2
+    return row["relative_pct"], ci, p.get("verdict", "?")
+MODELS = {"hw": "the model of hardware CPUs (executor costs 0)",
+          "exec": "with this machine's executor costs (switch_ns, kick_ns, idle_exit_ns)"}
+real = {w: json.load(open(f"{out}/real-{w}.json")) for w in workloads}
+for model, title in MODELS.items():
+    print(f"Simulator: {title}.\n")
+    print("| workload | set | runs real / sim | ns per call: real / sim (error) | wake -> run p50, us: real / sim (error) | wake -> run mean, us: real / sim (error) | throughput: real / sim (error) |")
+    print("|---|---|---|---|---|---|---|")
+    for w in workloads:
+        byset = {}
+        for r in real[w]["runs"]:
+            byset.setdefault(r["mitigations"], []).append(r)
+        for s in ("none", "all"):
+            sims = [json.load(open(f)) for f in sorted(glob.glob(f"{out}/sim-{model}-{w}-{s}-*.json"))]
+            rr = byset.get(s, [])
+            rc, sc = mean([r["sched_ns_per_call"] for r in rr]), mean([r["sched_ns_per_call"] for r in sims])
+            rp, sp = mean([r["task_summary"]["wake_to_run_p50_ns"] for r in rr]), mean([r["wake_to_run_p50_ns"] for r in sims])
+            rm, sm = mean([r["task_summary"]["wake_to_run"]["mean"] for r in rr]), mean([r["wake_to_run_mean_ns"] for r in sims])
+            if w == "cyclic":
+                thr = "n/a (metrics differ)"
+            else:
+                rt, stv = mean([r["metric"]["value"] for r in rr]), mean([r["metric"] for r in sims])
+                thr = f"{rt:,.0f} / {stv:,.0f} ({pct(stv, rt)})"
+            print(f"| {w} | {s} | {len(rr)} / {len(sims)} | {rc:,.0f} / {sc:,.0f} ({pct(sc, rc)}) | "
+                  f"{rp/1e3:,.1f} / {sp/1e3:,.1f} ({pct(sp, rp)}) | {rm/1e3:,.1f} / {sm/1e3:,.1f} ({pct(sm, rm)}) | {thr} |")
+    print()
+    print("| workload | all vs none, real: paired [95% CI] | all vs none, sim: paired [95% CI] | direction |")
+    print("|---|---|---|---|")
+    for w in workloads:
+        rr, rci, rv = effect(real[w])
+        sr, sci, sv = effect(json.load(open(f"{out}/sim-{model}-{w}-compare.json")))
+        if rv == "cannot_tell_apart":
+            agree = "real cannot tell apart: not judged"
+        elif sv == "cannot_tell_apart":
+            agree = f"**disagree**: real {rv}, sim cannot tell apart"
         else:
-            rt, st_ = mean([r["metric"]["value"] for r in rr]), mean([r["metric"] for r in sims[s]])
-        rows.append((w, s, len(rr), len(sims[s]), rc, sc, rp50, sp50, rmean, smean, rt, st_))
-    def effect(c):
-        row = [x for x in c["rows"] if x["mitigations"] == "all"][0]
-        p = row.get("paired") or {}
-        ci = p.get("ci95_pct") or [float("nan")] * 2
-        return row["relative_pct"], ci, p.get("verdict", "?")
-    dirs.append((w, effect(real), effect(json.load(open(f"{out}/sim-{w}-compare.json")))))
-print("| workload | set | runs real / sim | ns per call: real / sim (error) | wake -> run p50, us: real / sim (error) | wake -> run mean, us: real / sim (error) | throughput: real / sim (error) |")
-print("|---|---|---|---|---|---|---|")
-for (w, s, nr, ns, rc, sc, rp, sp, rm, sm, rt, st_) in rows:
-    thr = "n/a (metrics differ)" if rt is None else f"{rt:,.0f} / {st_:,.0f} ({pct(st_, rt)})"
-    print(f"| {w} | {s} | {nr} / {ns} | {rc:,.0f} / {sc:,.0f} ({pct(sc, rc)}) | "
-          f"{rp/1e3:,.1f} / {sp/1e3:,.1f} ({pct(sp, rp)}) | {rm/1e3:,.1f} / {sm/1e3:,.1f} ({pct(sm, rm)}) | {thr} |")
-print()
-print("| workload | all vs none, real: paired [95% CI] | all vs none, sim: paired [95% CI] | direction |")
-print("|---|---|---|---|")
-for (w, (rr, rci, rv), (sr, sci, sv)) in dirs:
-    if rv == "cannot_tell_apart":
-        agree = "real cannot tell apart: not judged"
-    elif sv == "cannot_tell_apart":
-        agree = f"**disagree**: real {rv}, sim cannot tell apart"
-    else:
-        agree = "agree" if rv == sv else f"**disagree**: real {rv}, sim {sv}"
-    print(f"| {w} | {rr:.1f}% [{rci[0]:.1f}-{rci[1]:.1f}] {rv} | {sr:.1f}% [{sci[0]:.1f}-{sci[1]:.1f}] {sv} | {agree} |")
+            agree = "agree" if rv == sv else f"**disagree**: real {rv}, sim {sv}"
+        print(f"| {w} | {rr:.1f}% [{rci[0]:.1f}-{rci[1]:.1f}] {rv} | {sr:.1f}% [{sci[0]:.1f}-{sci[1]:.1f}] {sv} | {agree} |")
+    print()
 EOF
