@@ -60,7 +60,9 @@ pub struct CostTable {
     /// the kernel (interleaved runs only): `std`'s futex mutex polls the
     /// lock 100 times with a spin-loop hint (PAUSE) between polls. AMD:
     /// 100 PAUSEs measured on this project's AMD EPYC development machine,
-    /// 3.2 us (`c2c`'s spin row, docs/data/c2c/). Intel: the optimization
+    /// 3.2 us (`c2c`'s "100 spin-loop hints" row: 3,194 ns in
+    /// docs/data/c2c-2/tables.md; the first figure, 3.2 us, was taken
+    /// before `c2c` had the row and kept in no file). Intel: the optimization
     /// manual's PAUSE latency since Skylake, "as many as 140 cycles" (Intel
     /// 64 and IA-32 Architectures Optimization Reference Manual, "Pause
     /// Latency in Skylake Microarchitecture"), at 2.5 GHz: 5.6 us
