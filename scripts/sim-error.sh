@@ -5,7 +5,9 @@
 # every CPU this process may use) and in the simulator on the same shape
 # with this machine's own cost table (`c2c`'s costs.toml), for `none` and
 # `all`; the error of the simulator per metric is sim / real - 1:
-#   * call cost: mean ns per scheduler call (`sched_ns_per_call`);
+#   * call cost: mean ns per `schedule` call (the threaded executors time
+#     only those: `sched_ns_per_call`; the simulator's
+#     `schedule_ns_per_call`);
 #   * wake -> run: median and mean wakeup-to-running latency, from the
 #     core's per-task tables on both sides (`task_summary` / the sim
 #     report's `wake_to_run_*`);
@@ -94,7 +96,7 @@ MODELS = {"hw": "the model of hardware CPUs (executor costs 0)",
 real = {w: json.load(open(f"{out}/real-{w}.json")) for w in workloads}
 for model, title in MODELS.items():
     print(f"Simulator: {title}.\n")
-    print("| workload | set | runs real / sim | ns per call: real / sim (error) | wake -> run p50, us: real / sim (error) | wake -> run mean, us: real / sim (error) | throughput: real / sim (error) |")
+    print("| workload | set | runs real / sim | ns per `schedule` call: real / sim (error) | wake -> run p50, us: real / sim (error) | wake -> run mean, us: real / sim (error) | throughput: real / sim (error) |")
     print("|---|---|---|---|---|---|---|")
     for w in workloads:
         byset = {}
@@ -103,7 +105,7 @@ for model, title in MODELS.items():
         for s in ("none", "all"):
             sims = [json.load(open(f)) for f in sorted(glob.glob(f"{out}/sim-{model}-{w}-{s}-*.json"))]
             rr = byset.get(s, [])
-            rc, sc = mean([r["sched_ns_per_call"] for r in rr]), mean([r["sched_ns_per_call"] for r in sims])
+            rc, sc = mean([r["sched_ns_per_call"] for r in rr]), mean([r["schedule_ns_per_call"] for r in sims])
             rp, sp = mean([r["task_summary"]["wake_to_run_p50_ns"] for r in rr]), mean([r["wake_to_run_p50_ns"] for r in sims])
             rm, sm = mean([r["task_summary"]["wake_to_run"]["mean"] for r in rr]), mean([r["wake_to_run_mean_ns"] for r in sims])
             if w == "cyclic":

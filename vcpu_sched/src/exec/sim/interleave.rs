@@ -63,6 +63,10 @@ impl Sim<'_> {
     ) {
         let Some(il) = self.il.as_mut() else {
             let (out, end) = self.call(cpu, now, instr, |s, now| op.run(s, cpu, now));
+            if matches!(then, Then::Scheduled) {
+                self.schedule_only.0 += end - now;
+                self.schedule_only.1 += 1;
+            }
             self.cont(cpu, then, out, end);
             return;
         };
@@ -403,6 +407,10 @@ impl Sim<'_> {
         }
         self.sched_ns += end - start;
         self.calls += 1;
+        if matches!(then, Then::Scheduled) {
+            self.schedule_only.0 += end - start;
+            self.schedule_only.1 += 1;
+        }
         self.cont(cpu, then, out, end);
         if occupies && !self.il().busy[cpu as usize] {
             self.release_deferred(cpu, end);

@@ -97,6 +97,11 @@ pub struct SimReport {
     /// See `wake_to_run_p50_ns`.
     #[serde(default)]
     pub wake_to_run_mean_ns: f64,
+    /// Mean virtual ns per `schedule` call alone (`sched_ns_per_call`
+    /// counts `wake` and `tick` too; the threaded executors of `vmm
+    /// sched-bench` time only `schedule`).
+    #[serde(default)]
+    pub schedule_ns_per_call: f64,
 }
 
 impl Sim<'_> {
@@ -186,6 +191,7 @@ impl Sim<'_> {
             wake_to_run_p50_ns: wake_to_run.quantile(0.5),
             wake_to_run_p99_ns: wake_to_run.quantile(0.99),
             wake_to_run_mean_ns: wake_to_run.mean(),
+            schedule_ns_per_call: self.schedule_only.0 as f64 / self.schedule_only.1.max(1) as f64,
         }
     }
 }

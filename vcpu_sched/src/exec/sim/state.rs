@@ -136,6 +136,9 @@ pub(super) struct Sim<'a> {
     pub(super) line_memo: Vec<(u64, u64)>,
     pub(super) sched_ns: u64,
     pub(super) calls: u64,
+    /// The `schedule` calls alone: (ns, calls), as the threaded executors
+    /// time them (`sched_ns_per_call` of `vmm sched-bench`).
+    pub(super) schedule_only: (u64, u64),
     pub(super) done: u64,
     /// messaging: messages written.
     pub(super) written: u64,
@@ -195,6 +198,7 @@ impl<'a> Sim<'a> {
             line_memo: vec![(0, 0); LINE_MEMO],
             sched_ns: 0,
             calls: 0,
+            schedule_only: (0, 0),
             done: 0,
             written: 0,
             absorbed: 0,
