@@ -285,3 +285,46 @@ fn interleaving_exercises_the_pass_by_push_request_and_lock_wait_paths() {
     let waited: u64 = r.lockstat.iter().map(|l| l.wait_ns).sum();
     assert_eq!(waited, il.lock_wait_ns);
 }
+
+/// The executor costs of a cost table (0 on every preset) are charged
+/// where they say: a kick of an idle CPU delays it by `idle_exit_ns` and
+/// costs its sender `kick_ns` (cyclic's timer wakeups reach idle CPUs:
+/// the latency grows by at least the idle exit), and a switch between
+/// tasks costs `switch_ns` (messaging, which switches on every message
+/// or so, moves fewer messages). Both run to completion and interleaved.
+#[test]
+fn executor_costs_delay_idle_wakeups_and_switches() {
+    let stop = AtomicBool::new(false);
+    let two = Arc::new(topology::load("package:1 l3:1 l2:2 core:1 pu:1").unwrap());
+    for interleave in [false, true] {
+        let base = |w: SimWorkload| SimConfig {
+            vms: 1,
+            vcpus: 4,
+            interleave,
+            ..cfg(w, 1, Mitigations::all())
+        };
+        let plain = run(two.clone(), &base(SimWorkload::Cyclic), &stop).unwrap();
+        let mut c = base(SimWorkload::Cyclic);
+        c.cost.idle_exit_ns = 20_000;
+        c.cost.kick_ns = 2_000;
+        let idle = run(two.clone(), &c, &stop).unwrap();
+        assert!(
+            idle.metric >= plain.metric + 15_000.0,
+            "interleave {interleave}: mean wakeup {} ns with a 20 us idle exit, {} without",
+            idle.metric,
+            plain.metric
+        );
+        assert!(idle.wake_to_run_mean_ns > plain.wake_to_run_mean_ns);
+
+        let plain = run(two.clone(), &base(SimWorkload::Messaging), &stop).unwrap();
+        let mut m = base(SimWorkload::Messaging);
+        m.cost.switch_ns = 5_000;
+        let slow = run(two.clone(), &m, &stop).unwrap();
+        assert!(
+            slow.metric < plain.metric * 0.9,
+            "interleave {interleave}: {} msg/s with 5 us switches, {} without",
+            slow.metric,
+            plain.metric
+        );
+    }
+}
