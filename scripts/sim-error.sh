@@ -19,13 +19,15 @@
 #
 #   scripts/sim-error.sh             REPS (default 3) x 2 s real, 200 ms sim
 #   COSTS=FILE OUT=DIR WORKLOADS="runq" scripts/sim-error.sh
+#   COMPARE=seeds OUT=DIR scripts/sim-error.sh   every fix's direction
 #
 # The shapes: the simulator's tasks are set to the thread workload's
 # defaults at this CPU count (messaging: 1 group of 10 senders and 10
 # receivers; runq: 1 message task and 8 workers; cyclic: 8 RT tasks), on
 # an hwloc string of this machine's CPUs as two cores sharing one LLC.
 # Output: OUT/real-W.txt|json, OUT/sim-W-SET-SEED.json|txt, OUT/table.md,
-# OUT/meta.txt. Needs a quiet machine: run nothing else meanwhile.
+# OUT/meta.txt. Needs a quiet machine: run nothing else meanwhile. Files
+# already there are kept (a stopped run resumes); the table is remade.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/bench.sh
@@ -33,6 +35,9 @@ source scripts/lib/bench.sh
 out=${OUT:-docs/data/sim/error-2cpu}
 reps=${REPS:-3}
 costs=${COSTS:-docs/data/c2c-2/costs.toml}
+# the comparison both sides run for the directions; its first set is the
+# baseline and it must hold `none` and `all` (the per-metric rows)
+compare=${COMPARE:-none;all}
 vmm_binary
 [ -n "${VMM_BIN:-}" ] || cargo build --release --quiet -p vmm-sim
 sim_bin=$(dirname "$bin")/vmm-sim
@@ -45,8 +50,11 @@ if [ "$ncpu" -ne 2 ]; then
 fi
 topo="package:1 l3:1 l2:2 core:1 pu:1"
 mkdir -p "$out"
-record_meta "$out"
-echo "costs=$costs" >>"$out/meta.txt"
+# a resumed run keeps the first run's record
+if [ ! -f "$out/meta.txt" ]; then
+    record_meta "$out"
+    echo "costs=$costs" >>"$out/meta.txt"
+fi
 # the same table as a model of hardware CPUs: no executor costs
 hw_costs=$out/costs-hw.toml
 grep -v -E '^(switch_ns|kick_ns|idle_exit_ns) ' "$costs" >"$hw_costs"
@@ -58,17 +66,17 @@ for w in ${WORKLOADS:-messaging runq cyclic}; do
         *) echo "sim-error: no shape for $w" >&2; exit 2 ;;
     esac
     if [ ! -f "$out/real-$w.json" ]; then
-        { echo "\$ vmm sched-bench $w --topology host --compare 'none;all' --reps $reps --duration 2s"
-          vmm sched-bench "$w" --topology host --compare 'none;all' --reps "$reps" --duration 2s \
+        { echo "\$ vmm sched-bench $w --topology host --compare '$compare' --reps $reps --duration 2s"
+          vmm sched-bench "$w" --topology host --compare "$compare" --reps "$reps" --duration 2s \
               --json "$out/real-$w.json"; } >"$out/real-$w.txt"
     fi
     for model in hw exec; do
         if [ $model = hw ]; then table=$hw_costs; else table=$costs; fi
         stem=$out/sim-$model-$w
         if [ ! -f "$stem-compare.json" ]; then
-            { echo "\$ vmm sim $w --topology '$topo' --costs $table ${shape[*]} --duration 200ms --compare 'none;all' --reps $reps --json $stem-compare.json"
+            { echo "\$ vmm sim $w --topology '$topo' --costs $table ${shape[*]} --duration 200ms --compare '$compare' --reps $reps --json $stem-compare.json"
               "$sim_bin" "$w" --topology "$topo" --costs "$table" "${shape[@]}" --duration 200ms \
-                  --compare 'none;all' --reps "$reps" --json "$stem-compare.json" 2>&1; } >"$stem-compare.txt"
+                  --compare "$compare" --reps "$reps" --json "$stem-compare.json" 2>&1; } >"$stem-compare.txt"
         fi
         for set in none all; do
             for seed in $(seq 1 "$reps"); do
@@ -86,8 +94,8 @@ import glob, json, statistics as st, sys
 out, workloads = sys.argv[1], sys.argv[2:]
 def mean(v): return st.mean(v) if v else float("nan")
 def pct(sim, real): return f"{(sim / real - 1) * 100:+.0f}%" if real else "n/a"
-def effect(c):
-    row = [x for x in c["rows"] if x["mitigations"] == "all"][0]
+def effect(c, m):
+    row = [x for x in c["rows"] if x["mitigations"] == m][0]
     p = row.get("paired") or {}
     ci = p.get("ci95_pct") or [float("nan")] * 2
     return row["relative_pct"], ci, p.get("verdict", "?")
@@ -116,17 +124,22 @@ for model, title in MODELS.items():
             print(f"| {w} | {s} | {len(rr)} / {len(sims)} | {rc:,.0f} / {sc:,.0f} ({pct(sc, rc)}) | "
                   f"{rp/1e3:,.1f} / {sp/1e3:,.1f} ({pct(sp, rp)}) | {rm/1e3:,.1f} / {sm/1e3:,.1f} ({pct(sm, rm)}) | {thr} |")
     print()
-    print("| workload | all vs none, real: paired [95% CI] | all vs none, sim: paired [95% CI] | direction |")
+    print("| workload | set vs baseline, real: paired [95% CI] | sim: paired [95% CI] | direction |")
     print("|---|---|---|---|")
     for w in workloads:
-        rr, rci, rv = effect(real[w])
-        sr, sci, sv = effect(json.load(open(f"{out}/sim-{model}-{w}-compare.json")))
-        if rv == "cannot_tell_apart":
-            agree = "real cannot tell apart: not judged"
-        elif sv == "cannot_tell_apart":
-            agree = f"**disagree**: real {rv}, sim cannot tell apart"
-        else:
-            agree = "agree" if rv == sv else f"**disagree**: real {rv}, sim {sv}"
-        print(f"| {w} | {rr:.1f}% [{rci[0]:.1f}-{rci[1]:.1f}] {rv} | {sr:.1f}% [{sci[0]:.1f}-{sci[1]:.1f}] {sv} | {agree} |")
+        simc = json.load(open(f"{out}/sim-{model}-{w}-compare.json"))
+        for row in real[w]["rows"]:
+            if row["kind"] != "variant":
+                continue
+            m = row["mitigations"]
+            rr, rci, rv = effect(real[w], m)
+            sr, sci, sv = effect(simc, m)
+            if rv == "cannot_tell_apart":
+                agree = "real cannot tell apart: not judged"
+            elif sv == "cannot_tell_apart":
+                agree = f"**disagree**: real {rv}, sim cannot tell apart"
+            else:
+                agree = "agree" if rv == sv else f"**disagree**: real {rv}, sim {sv}"
+            print(f"| {w} | {m}: {rr:.1f}% [{rci[0]:.1f}-{rci[1]:.1f}] {rv} | {sr:.1f}% [{sci[0]:.1f}-{sci[1]:.1f}] {sv} | {agree} |")
     print()
 EOF
