@@ -25,7 +25,8 @@
 # defaults at this CPU count (messaging: 1 group of 10 senders and 10
 # receivers; runq: 1 message task and 8 workers; cyclic: 8 RT tasks), on
 # an hwloc string of this machine's CPUs as two cores sharing one LLC.
-# Output: OUT/real-W.txt|json, OUT/sim-W-SET-SEED.json|txt, OUT/table.md,
+# Output: OUT/real-W.txt|json.gz, OUT/sim-MODEL-W-SET-SEED.json|txt,
+# OUT/sim-MODEL-W-compare.json|txt, OUT/costs-hw.toml, OUT/table.md,
 # OUT/meta.txt. Needs a quiet machine: run nothing else meanwhile. Files
 # already there are kept (a stopped run resumes); the table is remade.
 set -euo pipefail
@@ -65,10 +66,12 @@ for w in ${WORKLOADS:-messaging runq cyclic}; do
         cyclic) shape=(--vms 1 --vcpus 8) ;;
         *) echo "sim-error: no shape for $w" >&2; exit 2 ;;
     esac
-    if [ ! -f "$out/real-$w.json" ]; then
+    if [ ! -f "$out/real-$w.json.gz" ]; then
+        rm -f "$out/real-$w.json"
         { echo "\$ vmm sched-bench $w --topology host --compare '$compare' --reps $reps --duration 2s"
           vmm sched-bench "$w" --topology host --compare "$compare" --reps "$reps" --duration 2s \
               --json "$out/real-$w.json"; } >"$out/real-$w.txt"
+        gzip -n "$out/real-$w.json"
     fi
     for model in hw exec; do
         if [ $model = hw ]; then table=$hw_costs; else table=$costs; fi
@@ -90,7 +93,7 @@ for w in ${WORKLOADS:-messaging runq cyclic}; do
     done
 done
 python3 - "$out" ${WORKLOADS:-messaging runq cyclic} <<'EOF' | tee "$out/table.md"
-import glob, json, statistics as st, sys
+import glob, gzip, json, statistics as st, sys
 out, workloads = sys.argv[1], sys.argv[2:]
 def mean(v): return st.mean(v) if v else float("nan")
 def pct(sim, real): return f"{(sim / real - 1) * 100:+.0f}%" if real else "n/a"
@@ -101,7 +104,7 @@ def effect(c, m):
     return row["relative_pct"], ci, p.get("verdict", "?")
 MODELS = {"hw": "the model of hardware CPUs (executor costs 0)",
           "exec": "with this machine's executor costs (switch_ns, kick_ns, idle_exit_ns)"}
-real = {w: json.load(open(f"{out}/real-{w}.json")) for w in workloads}
+real = {w: json.load(gzip.open(f"{out}/real-{w}.json.gz")) for w in workloads}
 for model, title in MODELS.items():
     print(f"Simulator: {title}.\n")
     print("| workload | set | runs real / sim | ns per `schedule` call: real / sim (error) | wake -> run p50, us: real / sim (error) | wake -> run mean, us: real / sim (error) | throughput: real / sim (error) |")
