@@ -47,21 +47,31 @@ pub fn share_table(cells: &[Cell], firsts: &[Option<SimReport>]) -> String {
 pub fn print_views(a: &SimArgs, label: &str, r: &SimReport) {
     if a.c2c {
         outln!("c2c [{label}]: cache-line transfers per structure, hottest first");
-        outln!(
+        // interleaved, writes also wait in a line's queue for their turn:
+        // one more column (run to completion it would be all zeros)
+        let queued = r.interleave.is_some();
+        let head = format!(
             "  {:<40} {:>12} {:>14} {:>9}",
-            "structure.field",
-            "transfers",
-            "cost ms",
-            "ns/xfer"
+            "structure.field", "transfers", "cost ms", "ns/xfer"
         );
+        if queued {
+            outln!("{head} {:>14}", "queued ms");
+        } else {
+            outln!("{head}");
+        }
         for row in r.c2c.iter().take(12) {
-            outln!(
+            let line = format!(
                 "  {:<40} {:>12} {:>14.3} {:>9.1}",
                 row.name,
                 row.transfers,
                 row.cost_ns as f64 / 1e6,
                 row.cost_ns as f64 / row.transfers.max(1) as f64
             );
+            if queued {
+                outln!("{line} {:>14.3}", row.queued_ns as f64 / 1e6);
+            } else {
+                outln!("{line}");
+            }
         }
     }
     if a.lockstat {

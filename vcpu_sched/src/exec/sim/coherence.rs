@@ -266,6 +266,9 @@ pub struct LineStat {
     pub transfers: u64,
     /// Virtual ns spent on them, queueing included.
     pub cost_ns: u64,
+    /// Interleaved runs: virtual ns writes waited in the line's queue
+    /// for their turn (arbitration) before their transfer began.
+    pub queued_ns: u64,
 }
 
 /// Per-lock contention, for the lockstat report.
@@ -326,6 +329,8 @@ struct Waiter {
     cpu: u32,
     kind: Kind,
     token: u64,
+    /// When it asked for the line.
+    since: u64,
 }
 
 /// The levels of `Coherence::tiers` past `Same`, nearest first.
@@ -492,10 +497,12 @@ impl Coherence {
         if !queued && free_at <= at {
             return Ok(self.access(cpu, line, kind, at));
         }
-        self.waiters
-            .entry(line)
-            .or_default()
-            .push(Waiter { cpu, kind, token });
+        self.waiters.entry(line).or_default().push(Waiter {
+            cpu,
+            kind,
+            token,
+            since: at,
+        });
         Err(free_at.max(at))
     }
 
@@ -524,6 +531,7 @@ impl Coherence {
         };
         let w = q.remove(i);
         let more = !q.is_empty();
+        self.lines.get(line).stat.queued_ns += at.saturating_sub(w.since);
         let done = self.access(w.cpu, line, w.kind, at);
         Some((w.token, done, more))
     }

@@ -20,6 +20,11 @@ pub struct C2cRow {
     pub transfers: u64,
     /// Virtual ns they cost, queueing included.
     pub cost_ns: u64,
+    /// Interleaved runs: virtual ns writes waited in a line's queue
+    /// before their transfer (0 run to completion, where a write books
+    /// the first free gap instead: part of `cost_ns`).
+    #[serde(default)]
+    pub queued_ns: u64,
 }
 
 /// One lock class's contention.
@@ -126,18 +131,20 @@ impl Sim<'_> {
             _ => self.done as f64 / secs,
         };
         let name = |l: u64| self.region_name(l);
-        let mut c2c: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        let mut c2c: BTreeMap<&str, (u64, u64, u64)> = BTreeMap::new();
         for (l, st) in self.coh.line_stats() {
             let e = c2c.entry(name(l)).or_default();
             e.0 += st.transfers;
             e.1 += st.cost_ns;
+            e.2 += st.queued_ns;
         }
         let mut c2c: Vec<C2cRow> = c2c
             .into_iter()
-            .map(|(n, (tr, c))| C2cRow {
+            .map(|(n, (tr, c, q))| C2cRow {
                 name: n.to_string(),
                 transfers: tr,
                 cost_ns: c,
+                queued_ns: q,
             })
             .collect();
         c2c.sort_by(|a, b| b.cost_ns.cmp(&a.cost_ns).then(a.name.cmp(&b.name)));
