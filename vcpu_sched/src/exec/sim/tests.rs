@@ -284,6 +284,16 @@ fn interleaving_exercises_the_pass_by_push_request_and_lock_wait_paths() {
     assert_eq!(contended, il.lock_blocks, "{:?}", r.lockstat);
     let waited: u64 = r.lockstat.iter().map(|l| l.wait_ns).sum();
     assert_eq!(waited, il.lock_wait_ns);
+    // writes that waited for a line's turn show in their structure's
+    // `queued_ns` (run to completion nothing queues: a write books the
+    // line's first free gap, inside its cost)
+    assert!(il.line_waits > 0, "{il:?}");
+    assert!(r.c2c.iter().any(|c| c.queued_ns > 0), "{:?}", r.c2c);
+    assert!(
+        plain.c2c.iter().all(|c| c.queued_ns == 0),
+        "{:?}",
+        plain.c2c
+    );
 }
 
 /// The executor costs of a cost table (0 on every preset) are charged
