@@ -291,23 +291,23 @@ fn load(spec: &str) -> Result<Arc<HostTopology>> {
 /// field of [`CostTable`] (what `c2c --out DIR` writes as `DIR/costs.toml`).
 fn cost_table(a: &SimArgs) -> Result<CostTable, InputError> {
     let name = a.costs.clone().unwrap_or_else(|| a.topology.clone());
-    let table = if a.costs.is_some() && looks_like_file(&name) {
+    let preset = CostTable::for_preset(&name).filter(|_| name != "test");
+    let table = if a.costs.is_some() && preset.is_none() && looks_like_file(&name) {
         cost_file(&name)?
     } else {
-        CostTable::for_preset(&name)
-            .filter(|_| name != "test")
-            .ok_or_else(|| {
-                InputError(format!(
-                    "no latency table for {name:?}: give --costs with one of gnr-2s, spr-2s, \
-                     icx-2s, clx-2s, genoa-2s, milan-2s, or a cost table file (FILE.toml, \
-                     as `cargo run -p benches --release --bin c2c -- --out DIR` writes)"
-                ))
-            })?
+        preset.ok_or_else(|| {
+            InputError(format!(
+                "no latency table for {name:?}: give --costs with one of gnr-2s, spr-2s, \
+                 icx-2s, clx-2s, genoa-2s, milan-2s, or a cost table file (FILE.toml, \
+                 as `cargo run -p benches --release --bin c2c -- --out DIR` writes)"
+            ))
+        })?
     };
     Ok(table.scaled(a.latency_scale))
 }
 
-/// A --costs value that names a file rather than a preset.
+/// A --costs value that names a file rather than a preset (a preset's
+/// name wins over a file of that name in the working directory).
 fn looks_like_file(s: &str) -> bool {
     s.contains('/') || s.ends_with(".toml") || std::path::Path::new(s).is_file()
 }
