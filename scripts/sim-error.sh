@@ -58,7 +58,8 @@ if [ ! -f "$out/meta.txt" ]; then
 fi
 # the same table as a model of hardware CPUs: no executor costs
 hw_costs=$out/costs-hw.toml
-grep -v -E '^(switch_ns|kick_ns|idle_exit_ns) ' "$costs" >"$hw_costs"
+# (kept if there: a resumed run; never written over)
+[ -f "$hw_costs" ] || grep -v -E '^(switch_ns|kick_ns|idle_exit_ns) ' "$costs" >"$hw_costs"
 for w in ${WORKLOADS:-messaging runq cyclic}; do
     case $w in
         messaging) shape=(--vms 1 --vcpus 20) ;;
@@ -67,7 +68,6 @@ for w in ${WORKLOADS:-messaging runq cyclic}; do
         *) echo "sim-error: no shape for $w" >&2; exit 2 ;;
     esac
     if [ ! -f "$out/real-$w.json.gz" ]; then
-        rm -f "$out/real-$w.json"
         { echo "\$ vmm sched-bench $w --topology host --compare '$compare' --reps $reps --duration 2s"
           vmm sched-bench "$w" --topology host --compare "$compare" --reps "$reps" --duration 2s \
               --json "$out/real-$w.json"; } >"$out/real-$w.txt"

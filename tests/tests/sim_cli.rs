@@ -334,4 +334,22 @@ fn a_cost_table_file_drives_the_model() {
         ]),
         &["cannot read"],
     );
+    // not a regular file (a FIFO or /dev/zero would hang or fill memory)
+    let sub = dir.path().join("tables.toml");
+    std::fs::create_dir(&sub).unwrap();
+    assert_input_error(
+        &run(&[
+            "sim",
+            "cyclic",
+            "--topology",
+            TOPO,
+            "--costs",
+            sub.to_str().unwrap(),
+        ]),
+        &["not a regular file"],
+    );
+    assert_input_error(
+        &run(&["sim", "cyclic", "--topology", TOPO, "--costs", "/dev/zero"]),
+        &["not a regular file"],
+    );
 }

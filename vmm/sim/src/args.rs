@@ -314,8 +314,14 @@ fn looks_like_file(s: &str) -> bool {
 
 /// A cost table from a TOML file, checked.
 fn cost_file(path: &str) -> Result<CostTable, InputError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| InputError(format!("--costs {path}: cannot read it: {e}")))?;
+    // a regular file of at most 1 MiB (a FIFO or a device is refused,
+    // never read)
+    let text = topology::user_file::read_text(
+        std::path::Path::new(path),
+        1 << 20,
+        "a cost table file (FILE.toml)",
+    )
+    .map_err(|e| InputError(format!("--costs {path}: cannot read it: {e}")))?;
     let t: CostTable = toml::from_str(&text).map_err(|e| {
         InputError(format!(
             "--costs {path}: not a cost table: {}. A table names every field: l1_hit_ns, \
