@@ -226,8 +226,8 @@ fn ignored_flags_are_errors() {
         &["--mitigations applies to", "--executor host"],
     );
     user_error(
-        &["sched-bench", "messaging", "--burst-us", "5"],
-        &["--burst-us applies to", "messaging"],
+        &["sched-bench", "messaging", "--prio", "5"],
+        &["--prio applies to", "messaging"],
     );
     user_error(
         &["sched-bench", "runq", "--period-us", "5"],

@@ -3,10 +3,13 @@
 //! bench sched messaging`.
 //!
 //! Each group has F senders and F receivers (fair tasks); every sender
-//! writes to every receiver's pipe in turn, a receiver reads its pipe. A
-//! full pipe blocks the sender, an empty one the receiver, and each side
-//! wakes the other (a read wakes one waiting writer): a wakeup per message
-//! or so, mostly between CPUs.
+//! computes and writes to every receiver's pipe in turn, a receiver reads
+//! its pipe and computes, per message
+//! ([`defs::MESSAGING_BURST_US`](super::defs::MESSAGING_BURST_US), or
+//! `burst_us`). A full pipe blocks the sender, an empty one the receiver,
+//! and each side wakes the other (a read wakes one waiting writer); a
+//! blocked pipe operation is retried after the task's next compute, as
+//! the simulator's model has it (its system call finishing).
 //! Defaults: F = 10, one group per 20 CPUs (at least one), pipes of 16
 //! messages.
 //!
@@ -16,7 +19,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use super::{Metric, Running, Tally, Window, WorkloadParams, WorkloadResult};
+use super::{Burst, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult};
 use crate::error::Result;
 use crate::exec::{Action, Body, Cx, Spawner};
 use crate::task::{GroupId, TaskId, TaskSpec};
@@ -78,12 +81,17 @@ impl Pipe {
     }
 }
 
-/// A receiver: reads its pipe, counting messages inside the window.
+/// A receiver: reads its pipe and computes per message, counting
+/// messages inside the window.
 struct Receiver {
     m: Arc<Messaging>,
     pipes: Arc<Vec<Pipe>>,
     r: usize,
     got: u64,
+    burst_us: u64,
+    /// The compute in progress (after a read, or before the retry of one
+    /// that blocked).
+    burst: Option<Burst>,
 }
 
 impl Body for Receiver {
@@ -93,7 +101,15 @@ impl Body for Receiver {
                 self.m.t.publish(&[("received", self.got)], None);
                 return Action::Exit;
             }
-            if self.pipes[self.r].try_recv(cx).is_none() {
+            if let Some(b) = self.burst.as_mut() {
+                if !b.run(cx) {
+                    return Action::Continue;
+                }
+                self.burst = None;
+            }
+            let got = self.pipes[self.r].try_recv(cx).is_some();
+            self.burst = Some(Burst::of(self.burst_us));
+            if !got {
                 return Action::Block;
             }
             if self.m.w.inside(cx.now()) {
@@ -107,12 +123,16 @@ impl Body for Receiver {
     }
 }
 
-/// A sender: writes every receiver's pipe of its group in turn.
+/// A sender: computes, then writes the next receiver's pipe of its
+/// group, every receiver in turn.
 struct Sender {
     pipes: Arc<Vec<Pipe>>,
     s: usize,
     r: usize,
     i: u64,
+    burst_us: u64,
+    /// The compute in progress before the next write.
+    burst: Option<Burst>,
 }
 
 impl Body for Sender {
@@ -122,6 +142,11 @@ impl Body for Sender {
             if cx.stopping() {
                 return Action::Exit;
             }
+            let b = self.burst.get_or_insert_with(|| Burst::of(self.burst_us));
+            if !b.run(cx) {
+                return Action::Continue;
+            }
+            self.burst = None;
             if !self.pipes[(self.r + self.s) % f].try_send(cx, self.i) {
                 return Action::Block;
             }
@@ -171,6 +196,7 @@ pub(super) fn start(p: &WorkloadParams, ex: &dyn Spawner) -> Result<Arc<dyn Runn
     let n = ex.topology().num_cpus();
     let groups = p.groups.unwrap_or((n / 20).max(1));
     let f = p.group_size.unwrap_or(10);
+    let burst_us = p.burst_us.unwrap_or(super::defs::MESSAGING_BURST_US);
     let me = Arc::new(Messaging {
         w: Window::default(),
         t: Tally::default(),
@@ -185,6 +211,8 @@ pub(super) fn start(p: &WorkloadParams, ex: &dyn Spawner) -> Result<Arc<dyn Runn
                 pipes: pipes.clone(),
                 r,
                 got: 0,
+                burst_us,
+                burst: None,
             };
             ex.spawn(&spec(format!("g{g}r{r}"), gid), Box::new(body))?;
         }
@@ -194,6 +222,8 @@ pub(super) fn start(p: &WorkloadParams, ex: &dyn Spawner) -> Result<Arc<dyn Runn
                 s,
                 r: 0,
                 i: 0,
+                burst_us,
+                burst: None,
             };
             ex.spawn(&spec(format!("g{g}s{s}"), gid), Box::new(body))?;
         }

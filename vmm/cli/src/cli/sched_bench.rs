@@ -76,8 +76,8 @@ pub struct SchedBenchArgs {
     #[arg(long, value_name = "US", value_parser = args::period_us,
           allow_negative_numbers = true)]
     pub period_us: Option<u64>,
-    /// Compute per operation in microseconds (cyclic, runq, transcode,
-    /// stress); 1..=1000000.
+    /// Compute per operation in microseconds (cyclic, messaging, runq,
+    /// transcode, stress); 1..=1000000.
     #[arg(long, value_name = "US", value_parser = args::burst_us,
           allow_negative_numbers = true)]
     pub burst_us: Option<u64>,
@@ -102,7 +102,7 @@ const USES: [(&str, &[WorkloadKind]); 6] = {
         ("--groups", &[Messaging, Runq, Transcode]),
         ("--group-size", &[Messaging, Transcode]),
         ("--period-us", &[Cyclic, Stress]),
-        ("--burst-us", &[Cyclic, Runq, Transcode, Stress]),
+        ("--burst-us", &[Cyclic, Messaging, Runq, Transcode, Stress]),
         ("--prio", &[Cyclic, Transcode]),
     ]
 };
