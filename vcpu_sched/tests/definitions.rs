@@ -1,11 +1,13 @@
 //! The thread workloads follow the shared definitions
 //! (`vcpu_sched::workload::defs`) that the simulator and the micro-guests
-//! read too: here, that messaging computes per message, so that its
-//! message rate is bounded by the compute it is given.
+//! read too: messaging computes per message, so that its message rate is
+//! bounded by the compute it is given; pingpong's pairs hand their token
+//! back and forth, one compute per handoff, on every executor.
 
 use std::time::Duration;
 
 use vcpu_sched::bench::{run_workload, RunOptions};
+use vcpu_sched::exec::ExecutorKind;
 use vcpu_sched::workload::WorkloadKind;
 
 /// Messages per second of one sender and one receiver on the real CPUs,
@@ -38,4 +40,46 @@ fn messaging_computes_per_message() {
         fast > 5.0 * slow,
         "{fast} msg/s at 1 us against {slow} at 400 us"
     );
+}
+
+/// Transactions per second of `pairs` pairs in one group on the real
+/// CPUs, `burst_us` per handoff, on `executor`.
+fn pingpong(pairs: usize, burst_us: u64, executor: ExecutorKind) -> (f64, f64) {
+    let mut o = RunOptions::new(WorkloadKind::Pingpong, "host");
+    o.params.groups = Some(1);
+    o.params.group_size = Some(2 * pairs);
+    o.params.burst_us = Some(burst_us);
+    o.duration = Duration::from_millis(400);
+    o.warmup = Some(Duration::from_millis(100));
+    o.executor = executor;
+    o.check = executor != ExecutorKind::Host;
+    let r = run_workload(&o).unwrap_or_else(|e| panic!("{executor:?}: {e}"));
+    assert_eq!(r.tasks, 2 * pairs);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    (r.metric.value, r.extra["handoffs"])
+}
+
+#[test]
+fn pingpong_pairs_hand_their_token_back_and_forth() {
+    for ex in [
+        ExecutorKind::Threads,
+        ExecutorKind::Workers,
+        ExecutorKind::Host,
+    ] {
+        // one pair at 300 us a side: a round trip takes at least 600 us,
+        // so at most about 1,700 a second (twice that for the work
+        // unit's calibration), and the pair must keep going
+        let (tps, handoffs) = pingpong(1, 300, ex);
+        assert!(tps > 50.0 && tps < 3_400.0, "{ex:?}: {tps} trans/s");
+        assert!(handoffs > 100.0, "{ex:?}: {handoffs} handoffs");
+        // more pairs than CPUs still all make progress
+        let (tps, _) = pingpong(4, 5, ex);
+        assert!(tps > 0.0, "{ex:?}: 4 pairs: {tps} trans/s");
+    }
+    // an odd group cannot pair its tasks
+    let mut o = RunOptions::new(WorkloadKind::Pingpong, "host");
+    o.params.group_size = Some(3);
+    o.duration = Duration::from_millis(100);
+    let e = run_workload(&o).unwrap_err().to_string();
+    assert!(e.contains("even group size"), "{e}");
 }

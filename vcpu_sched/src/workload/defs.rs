@@ -26,6 +26,10 @@ pub const MESSAGING_PIPE: usize = 16;
 /// runq: compute per request, us.
 pub const RUNQ_BURST_US: u64 = 20;
 
+/// pingpong: compute per handoff, us (a request's handling on each
+/// side; no real benchmark defines it).
+pub const PINGPONG_BURST_US: u64 = 5;
+
 /// transcode: tasks per instance (VM), as the seed's FFmpeg instances.
 pub const TRANSCODE_TASKS: usize = 8;
 /// transcode: cores an instance is pinned to.

@@ -9,6 +9,7 @@
 //! | `cyclic`    | `stress-ng --cyclic` (RT FIFO timers)  | p99 wakeup latency (lower)  |
 //! | `messaging` | `hackbench --threads --pipe`           | messages/s (higher)         |
 //! | `runq`      | `schbench` (short bursts, many wakeups)| requests/s (higher)         |
+//! | `pingpong`  | netperf UDP_RR between pairs of tasks  | transactions/s (higher)     |
 //! | `transcode` | N FFmpeg instances, 8 FIFO-99 threads pinned to 4 cores / 8 CPUs | frames/s (higher) |
 //! | `stress`    | the invariant stress mix               | operations/s (higher)       |
 //!
@@ -26,6 +27,7 @@
 pub mod cyclic;
 pub mod defs;
 pub mod messaging;
+pub mod pingpong;
 pub mod runq;
 pub mod stress;
 pub mod transcode;
@@ -56,6 +58,8 @@ pub enum WorkloadKind {
     Runq,
     /// Pinned groups of 8 FIFO-99 tasks in compute bursts.
     Transcode,
+    /// Pairs of tasks handing one request back and forth.
+    Pingpong,
     /// The invariant stress mix (RT and fair, blocking, waking, affinity).
     Stress,
 }
@@ -76,6 +80,7 @@ impl WorkloadKind {
             WorkloadKind::Messaging => "messaging",
             WorkloadKind::Runq => "runq",
             WorkloadKind::Transcode => "transcode",
+            WorkloadKind::Pingpong => "pingpong",
             WorkloadKind::Stress => "stress",
         }
     }
@@ -95,13 +100,14 @@ impl FromStr for WorkloadKind {
             WorkloadKind::Messaging,
             WorkloadKind::Runq,
             WorkloadKind::Transcode,
+            WorkloadKind::Pingpong,
             WorkloadKind::Stress,
         ]
         .into_iter()
         .find(|k| k.name().eq_ignore_ascii_case(s.trim()))
         .ok_or_else(|| {
             SchedError::Workload(format!(
-                "unknown workload {s:?}; use cyclic, messaging, runq, transcode or stress"
+                "unknown workload {s:?}; use cyclic, messaging, runq, transcode, pingpong or stress"
             ))
         })
     }
@@ -113,9 +119,10 @@ impl FromStr for WorkloadKind {
 pub struct WorkloadParams {
     /// Number of tasks (cyclic, stress) or workers per message task (runq).
     pub tasks: Option<usize>,
-    /// Groups (messaging), message tasks (runq), VMs (transcode).
+    /// Groups (messaging, pingpong), message tasks (runq), VMs (transcode).
     pub groups: Option<usize>,
-    /// Senders and receivers per group (messaging), tasks per VM (transcode).
+    /// Senders and receivers per group (messaging), tasks per VM
+    /// (transcode), tasks per group (pingpong: pairs of them).
     pub group_size: Option<usize>,
     /// Timer period in microseconds (cyclic, stress sleeps).
     pub period_us: Option<u64>,
@@ -261,6 +268,7 @@ pub fn start(kind: WorkloadKind, p: &WorkloadParams, ex: &dyn Spawner) -> Result
         WorkloadKind::Messaging => messaging::start(p, ex),
         WorkloadKind::Runq => runq::start(p, ex),
         WorkloadKind::Transcode => transcode::start(p, ex),
+        WorkloadKind::Pingpong => pingpong::start(p, ex),
         WorkloadKind::Stress => stress::start(p, ex),
     }
 }
@@ -346,7 +354,10 @@ mod tests {
             assert_eq!(k.name().parse::<WorkloadKind>().unwrap(), k);
         }
         let e = "hackbench".parse::<WorkloadKind>().unwrap_err().to_string();
-        assert!(e.contains("cyclic, messaging, runq, transcode"), "{e}");
+        assert!(
+            e.contains("cyclic, messaging, runq, transcode, pingpong"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -34,9 +34,10 @@ pub enum SimWorkload {
     /// frame ([`defs::TRANSCODE_BURST_US`]) and meet at a barrier.
     /// Frames/s.
     Transcode,
-    /// UDP_RR-like ping-pong pairs: a VM's tasks 2p and 2p+1 hand one
-    /// request back and forth (no real bench defines it; 5 us per
-    /// transaction side). `--vcpus 2` gives a VM per pair; one VM of many
+    /// UDP_RR-like ping-pong pairs, as the thread workload
+    /// (`workload::pingpong`) runs them: a VM's tasks 2p and 2p+1 hand one
+    /// request back and forth, computing [`defs::PINGPONG_BURST_US`] per
+    /// side. `--vcpus 2` gives a VM per pair; one VM of many
     /// pairs is a benchmark run in one cgroup. Transactions/s.
     Pingpong,
     /// schbench-like, as the thread workload (`workload::runq`) runs it:
@@ -91,7 +92,7 @@ impl SimWorkload {
             Self::Messaging => defs::MESSAGING_BURST_US * 1000,
             Self::Cyclic => defs::CYCLIC_BURST_US * 1000,
             Self::Transcode => defs::TRANSCODE_BURST_US * 1000,
-            Self::Pingpong => 5_000,
+            Self::Pingpong => defs::PINGPONG_BURST_US * 1000,
             Self::Runq => defs::RUNQ_BURST_US * 1000,
         }
     }

@@ -23,7 +23,7 @@ use super::args::{self, ignored, mitigation_sets, outln, progress_bar, InputErro
 /// `vmm sched-bench WORKLOAD ...`.
 #[derive(Debug, Args)]
 pub struct SchedBenchArgs {
-    /// cyclic, messaging, runq, transcode or stress.
+    /// cyclic, messaging, runq, transcode, pingpong or stress.
     pub workload: String,
     /// Topology: `host` (the real CPUs), a preset (genoa-2s, gnr-2s, ...),
     /// an hwloc synthetic string or XML file. Anything but `host` is
@@ -63,12 +63,14 @@ pub struct SchedBenchArgs {
     #[arg(long, value_name = "N", value_parser = args::count,
           allow_negative_numbers = true)]
     pub tasks: Option<usize>,
-    /// Groups (messaging), message tasks (runq), VMs (transcode); 1..=4096.
+    /// Groups (messaging, pingpong), message tasks (runq), VMs
+    /// (transcode); 1..=4096.
     #[arg(long, value_name = "N", value_parser = args::count,
           allow_negative_numbers = true)]
     pub groups: Option<usize>,
     /// Senders and receivers per group (messaging), tasks per VM
-    /// (transcode); 1..=4096.
+    /// (transcode), tasks per group (pingpong, an even number: pairs);
+    /// 1..=4096.
     #[arg(long, value_name = "N", value_parser = args::count,
           allow_negative_numbers = true)]
     pub group_size: Option<usize>,
@@ -77,7 +79,7 @@ pub struct SchedBenchArgs {
           allow_negative_numbers = true)]
     pub period_us: Option<u64>,
     /// Compute per operation in microseconds (cyclic, messaging, runq,
-    /// transcode, stress); 1..=1000000.
+    /// transcode, pingpong, stress); 1..=1000000.
     #[arg(long, value_name = "US", value_parser = args::burst_us,
           allow_negative_numbers = true)]
     pub burst_us: Option<u64>,
@@ -99,10 +101,13 @@ const USES: [(&str, &[WorkloadKind]); 6] = {
     use WorkloadKind::*;
     [
         ("--tasks", &[Cyclic, Runq, Stress]),
-        ("--groups", &[Messaging, Runq, Transcode]),
-        ("--group-size", &[Messaging, Transcode]),
+        ("--groups", &[Messaging, Runq, Transcode, Pingpong]),
+        ("--group-size", &[Messaging, Transcode, Pingpong]),
         ("--period-us", &[Cyclic, Stress]),
-        ("--burst-us", &[Cyclic, Messaging, Runq, Transcode, Stress]),
+        (
+            "--burst-us",
+            &[Cyclic, Messaging, Runq, Transcode, Pingpong, Stress],
+        ),
         ("--prio", &[Cyclic, Transcode]),
     ]
 };
