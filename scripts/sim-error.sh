@@ -23,7 +23,8 @@
 #
 # The shapes: the simulator's tasks are set to the thread workload's
 # defaults at this CPU count (messaging: 1 group of 10 senders and 10
-# receivers; runq: 1 message task and 8 workers; cyclic: 8 RT tasks), on
+# receivers; runq: 1 message task and 8 workers; cyclic: 8 RT tasks;
+# pingpong: one pair), on
 # an hwloc string of this machine's CPUs as two cores sharing one LLC.
 # Output: OUT/real-W.txt|json.gz, OUT/sim-MODEL-W-SET-SEED.json|txt,
 # OUT/sim-MODEL-W-compare.json|txt, OUT/costs-hw.toml, OUT/table.md,
@@ -60,11 +61,12 @@ fi
 hw_costs=$out/costs-hw.toml
 # (kept if there: a resumed run; never written over)
 [ -f "$hw_costs" ] || grep -v -E '^(switch_ns|kick_ns|idle_exit_ns) ' "$costs" >"$hw_costs"
-for w in ${WORKLOADS:-messaging runq cyclic}; do
+for w in ${WORKLOADS:-messaging runq cyclic pingpong}; do
     case $w in
         messaging) shape=(--vms 1 --vcpus 20) ;;
         runq) shape=(--vms 1 --vcpus 9) ;;
         cyclic) shape=(--vms 1 --vcpus 8) ;;
+        pingpong) shape=(--vms 1 --vcpus 2) ;;
         *) echo "sim-error: no shape for $w" >&2; exit 2 ;;
     esac
     if [ ! -f "$out/real-$w.json.gz" ]; then
@@ -92,7 +94,7 @@ for w in ${WORKLOADS:-messaging runq cyclic}; do
         done
     done
 done
-python3 - "$out" ${WORKLOADS:-messaging runq cyclic} <<'EOF' | tee "$out/table.md"
+python3 - "$out" ${WORKLOADS:-messaging runq cyclic pingpong} <<'EOF' | tee "$out/table.md"
 import glob, gzip, json, statistics as st, sys
 out, workloads = sys.argv[1], sys.argv[2:]
 def mean(v): return st.mean(v) if v else float("nan")
