@@ -109,6 +109,9 @@ one() {
             { echo "$line"; eval "\"\$VMM_BIN\" $run" 2>&1; } >> "$out" || {
                 echo "FAILED $f: $line"; tail -5 "$out"; return 1; }
         done < <(grep '^\$ vmm sim ' "$f")
+        # a file that lost its command lines meanwhile (removed or edited
+        # during a long run) is never replaced by nothing
+        [ -s "$out" ] || { echo "FAILED $f: no '\$ vmm sim' line in it now"; return 1; }
         # the output names the JSON file it wrote: the committed path
         for json in "${jsons[@]}"; do
             sed -i "s|$TMPD/json_${json//\//_}|$json|g" "$out"
