@@ -322,34 +322,18 @@ fn a_cost_table_file_drives_the_model() {
         &["mlp = 0"],
     );
     bad("text.toml", "llc_ns = fast\n", &["not a cost table"]);
+    // a path that is not a readable regular file
+    let refused = |path: &str, want: &[&str]| {
+        assert_input_error(
+            &run(&["sim", "cyclic", "--topology", TOPO, "--costs", path]),
+            want,
+        )
+    };
     let missing = dir.path().join("none.toml");
-    assert_input_error(
-        &run(&[
-            "sim",
-            "cyclic",
-            "--topology",
-            TOPO,
-            "--costs",
-            missing.to_str().unwrap(),
-        ]),
-        &["cannot read"],
-    );
+    refused(missing.to_str().unwrap(), &["cannot read"]);
     // not a regular file (a FIFO or /dev/zero would hang or fill memory)
     let sub = dir.path().join("tables.toml");
     std::fs::create_dir(&sub).unwrap();
-    assert_input_error(
-        &run(&[
-            "sim",
-            "cyclic",
-            "--topology",
-            TOPO,
-            "--costs",
-            sub.to_str().unwrap(),
-        ]),
-        &["not a regular file"],
-    );
-    assert_input_error(
-        &run(&["sim", "cyclic", "--topology", TOPO, "--costs", "/dev/zero"]),
-        &["not a regular file"],
-    );
+    refused(sub.to_str().unwrap(), &["not a regular file"]);
+    refused("/dev/zero", &["not a regular file"]);
 }
