@@ -19,11 +19,12 @@
 //!   (`immediate_exit` + signal, so `KVM_RUN` returns `EINTR`); without a
 //!   stats fd it kicks every vCPU;
 //! * after any kick the runner asks `KVM_GET_MP_STATE`; a vCPU that waits
-//!   (halted, or an unstarted AP) sleeps in the scheduler for a
-//!   [`HaltSleep`]: 1 ms, doubling while it is found waiting again without
-//!   an exit in between, up to 16 ms, and never past its armed
+//!   (halted, or an unstarted AP) sleeps in the scheduler: a halted one
+//!   for a [`HaltSleep`]: 1 ms, doubling while it is found waiting again
+//!   without an exit in between, up to 16 ms, and never past its armed
 //!   TSC-deadline timer (so guest timers fire on time, give or take the
-//!   1 ms floor);
+//!   1 ms floor); an AP that waits for INIT/SIPI until the probe below
+//!   sees its SIPI ([`UNSTARTED_SLEEP_NS`], a safety net);
 //! * while it sleeps, the poller probes it each round (`KVM_GET_MP_STATE`,
 //!   which also accepts a pending SIPI, and `KVM_GET_LAPIC` for an
 //!   interrupt the LAPIC would deliver) and wakes it in the scheduler as
@@ -105,7 +106,21 @@ struct HaltState {
     probe: Box<[AtomicU8]>,
     /// The guest TSC rate; 0 until first read, `u32::MAX` if unreadable.
     tsc_khz: AtomicU32,
+    /// Per vCPU index: the [`HaltPoller`] probes this vCPU while it
+    /// sleeps (it holds a [`Probe`] for it), so an AP that waits for
+    /// INIT/SIPI need not come back by itself ([`UNSTARTED_SLEEP_NS`]).
+    probed: Box<[AtomicBool]>,
 }
+
+/// How long an AP that waits for INIT/SIPI sleeps when the poller probes
+/// it: KVM_GET_MP_STATE accepts its SIPI, and the poller wakes it then,
+/// so the end of this sleep is only a safety net. A bounded sleep made
+/// each unstarted AP re-enter `KVM_RUN` every 16 ms just to block again,
+/// holding a run slot until the next poll round: with 4 VMs of 12 vCPUs
+/// booting on 2 host CPUs those re-entries took most of the slots from
+/// the boot CPUs (measured: the workers ran vCPUs blocked in KVM most of
+/// the time; docs/results-vcpus.md, "Linux boot").
+pub const UNSTARTED_SLEEP_NS: u64 = 1_000_000_000;
 
 impl HaltState {
     fn tsc_khz(&self, vcpu: &Vcpu) -> Option<u32> {
@@ -120,9 +135,23 @@ impl HaltState {
         (k != u32::MAX).then_some(k)
     }
 
+    /// The sleep of vCPU `index` found waiting for INIT/SIPI in
+    /// `mp_state` while the poller probes it; `None` for a halted vCPU or
+    /// one the poller cannot probe (those sleep as [`HaltSleep`] says).
+    fn unstarted_sleep_ns(&self, index: usize, mp_state: u32) -> Option<u64> {
+        let probed = self
+            .probed
+            .get(index)
+            .is_some_and(|p| p.load(Ordering::Relaxed));
+        (mp_state != KVM_MP_STATE_HALTED && probed).then_some(UNSTARTED_SLEEP_NS.max(self.max_ns))
+    }
+
     /// The sleep for a vCPU found waiting in `mp_state`; `None` when its
     /// timer is due (it goes straight back into `KVM_RUN`).
     fn sleep_ns(&self, vcpu: &Vcpu, mp_state: u32) -> Option<u64> {
+        if let Some(ns) = self.unstarted_sleep_ns(vcpu.index(), mp_state) {
+            return Some(ns);
+        }
         let found = self.found.get(vcpu.index());
         let k = found.map_or(0, |f| f.load(Ordering::Relaxed));
         let mut ns = self
@@ -204,6 +233,7 @@ impl LinuxMapper {
                 found: (0..vcpus).map(|_| AtomicU8::new(0)).collect(),
                 probe: (0..vcpus).map(|_| AtomicU8::new(IN_GUEST)).collect(),
                 tsc_khz: AtomicU32::new(0),
+                probed: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
             }),
         }
     }
@@ -370,6 +400,11 @@ impl HaltPoller {
                 probe: Probe::new(v),
             })
             .collect();
+        if let Some(h) = &mapper.halt {
+            for (p, v) in h.probed.iter().zip(&vcpus) {
+                p.store(v.probe.is_some(), Ordering::Relaxed);
+            }
+        }
         if vcpus.iter().any(|v| v.stat.is_none()) {
             tracing::warn!(
                 "no KVM stats fd with a `blocking` stat: the halt poller kicks every vCPU each period"
@@ -626,7 +661,30 @@ mod tests {
             found: (0..vcpus).map(|_| AtomicU8::new(0)).collect(),
             probe: (0..vcpus).map(|_| AtomicU8::new(IN_GUEST)).collect(),
             tsc_khz: AtomicU32::new(0),
+            probed: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
         }
+    }
+
+    /// An AP waiting for INIT/SIPI sleeps until the poller's probe wakes
+    /// it, but only when the poller probes it; a halted vCPU never does.
+    #[test]
+    fn an_unstarted_ap_sleeps_until_its_probe_only_when_probed() {
+        use kvm_bindings::{KVM_MP_STATE_INIT_RECEIVED, KVM_MP_STATE_UNINITIALIZED};
+        let h = state(2);
+        assert_eq!(h.unstarted_sleep_ns(0, KVM_MP_STATE_UNINITIALIZED), None);
+        h.probed[0].store(true, Ordering::Relaxed);
+        assert_eq!(
+            h.unstarted_sleep_ns(0, KVM_MP_STATE_UNINITIALIZED),
+            Some(UNSTARTED_SLEEP_NS)
+        );
+        assert_eq!(
+            h.unstarted_sleep_ns(0, KVM_MP_STATE_INIT_RECEIVED),
+            Some(UNSTARTED_SLEEP_NS)
+        );
+        assert_eq!(h.unstarted_sleep_ns(0, KVM_MP_STATE_HALTED), None);
+        // vCPU 1 has no probe; an unknown index is not probed either
+        assert_eq!(h.unstarted_sleep_ns(1, KVM_MP_STATE_UNINITIALIZED), None);
+        assert_eq!(h.unstarted_sleep_ns(9, KVM_MP_STATE_UNINITIALIZED), None);
     }
 
     /// The entering thread waits while the poller holds the vCPU, and the
