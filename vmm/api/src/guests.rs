@@ -423,7 +423,7 @@ fn build_linux(job: &BootJob) -> Result<BuiltLinux, String> {
 ///
 /// [`HaltPoller`]: vmm_machine::vcpu_body::linux::HaltPoller
 fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<Booted, String> {
-    use vmm_machine::vcpu_body::linux::{apic_ids, HaltPoller, HaltSleep, IrqWakeups, LinuxMapper};
+    use vmm_machine::vcpu_body::linux::{apic_ids, HaltPoller, HaltSleep, LinuxMapper};
     let id = job.id.as_str();
     let (mut vm, (console, vconsole), guard) = build_linux(job)?;
     let mut vcpus = vm.take_vcpus();
@@ -434,12 +434,17 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
     let backends = vm.devices().backend_health();
     let cpu_hotplug = vm.devices().cpu_hotplug().cloned();
     let devices = vm.devices();
-    let mapper = Arc::new(LinuxMapper::new(
-        vm.devices(),
-        vcpus.len(),
-        HaltSleep::default(),
-    ));
-    let poller = HaltPoller::new(mapper.clone(), &vcpus);
+    // On threads of its own (`--executor host`, no pool) a halted vCPU
+    // waits inside `KVM_RUN` on its own thread and KVM wakes that thread
+    // for an interrupt, as under `vmm run --sched host`: no halt sleeps
+    // and no poller, so the host kernel's row is the plain 1:1 threads.
+    let host_threads = job.pool.is_none();
+    let mapper = Arc::new(if host_threads {
+        LinuxMapper::host(vm.devices())
+    } else {
+        LinuxMapper::new(vm.devices(), vcpus.len(), HaltSleep::default())
+    });
+    let poller = (!host_threads).then(|| HaltPoller::new(mapper.clone(), &vcpus));
     let guest = GuestVm {
         name: id.to_string(),
         vcpus,
@@ -455,14 +460,37 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
     tracing::info!(vm = id, "booting Linux");
     let (running, set) = on.start(guest)?;
     let running = Arc::new(running);
-    // A weak handle: stopping the VM unwraps the `Running`, which a
-    // poller round holds for microseconds at most.
-    let weak = Arc::downgrade(&running);
+    if let Some(poller) = poller {
+        spawn_halt_poller(id, poller, apics, msi_wake, set, Arc::downgrade(&running))?;
+    }
+    Ok(Booted {
+        running,
+        console,
+        vconsole,
+        backends,
+        cpu_hotplug,
+        devices: Some(devices),
+    })
+}
+
+/// The halt poller of a Linux VM on the shared pool: a thread that wakes
+/// the vCPUs device interrupts are raised for at once (their MSI hook
+/// unparks it) and polls the halted ones every 1 ms (see
+/// `vmm_machine::vcpu_body::linux`). `running` is weak: stopping the VM
+/// unwraps the `Running`, which a poller round holds for microseconds at
+/// most.
+fn spawn_halt_poller(
+    id: &str,
+    poller: vmm_machine::vcpu_body::linux::HaltPoller,
+    apics: Vec<u32>,
+    msi_wake: vmm_machine::devices::MsiWakeSlot,
+    set: Arc<VmSet>,
+    weak: std::sync::Weak<Running>,
+) -> Result<(), String> {
+    use vmm_machine::vcpu_body::linux::IrqWakeups;
     std::thread::Builder::new()
         .name(format!("halt-poll/{id}"))
         .spawn(move || {
-            // Device interrupts unpark this thread, which wakes their vCPU
-            // at once (see vcpu_body::linux); halts are polled every 1 ms.
             let irqs = Arc::new(IrqWakeups::new(&apics));
             let hook = irqs.clone();
             let _ = msi_wake.set(Arc::new(move |apic| hook.note(apic)));
@@ -480,15 +508,8 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
                 );
             }
         })
-        .map_err(|e| format!("cannot start the halt poller: {e}"))?;
-    Ok(Booted {
-        running,
-        console,
-        vconsole,
-        backends,
-        cpu_hotplug,
-        devices: Some(devices),
-    })
+        .map(drop)
+        .map_err(|e| format!("cannot start the halt poller: {e}"))
 }
 
 #[cfg(test)]
