@@ -13,8 +13,9 @@
 # rotates from one repetition to the next. REPS repetitions (default 8).
 # Per point and percentile: the paired ratio (geometric mean of each
 # repetition's `all` / row, above 100%: the row is faster than `all`)
-# with a 95% bootstrap interval; the target is met when the host row's
-# whole interval lies below 100%, missed when above.
+# with a 95% bootstrap interval (`results_md --ping-table`); the target is
+# met when the host row's whole interval lies below 100%, missed when
+# above.
 # Raw round-trip times go to OUT (default docs/data/targets-ping),
 # OUT/<point>-<row>-<rep>.txt, each headed by its command, date and
 # commit; OUT/meta.txt records the machine; OUT/summary.md the table. A
@@ -29,60 +30,14 @@ source scripts/lib/bench.sh
 out=${OUT:-docs/data/targets-ping}
 reps=${REPS:-8}
 
+# the table, by the reading the summary of every target uses (results_md
+# --ping-table; RESULTS_MD picks that binary)
 table() {
-    python3 - "$out" "$reps" <<'EOF'
-import glob, math, os, random, re, sys
-out, reps = sys.argv[1], int(sys.argv[2])
-def rtts(path):
-    v = []
-    for line in open(path):
-        if line.startswith("#") or not line.strip():
-            continue
-        v.append(float(line.split()[-1]))
-    return sorted(v)
-def pct(v, q):
-    return v[min(len(v) - 1, max(0, math.ceil(q * len(v)) - 1))]
-def boot(r, n=10000):
-    rng = random.Random(1)
-    g = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
-    s = sorted(g([rng.choice(r) for _ in r]) for _ in range(n))
-    return g(r), s[int(0.025 * n)], s[int(0.975 * n) - 1]
-rows = [("all (A/A)", "all-aa"), ("host 1:1", "host")]
-print("| point | percentile | `all`, ms: median (min-max) | row | row, ms: median (min-max) | paired `all` / row [95% CI] | reps | verdict |")
-print("|---|---|---:|---|---:|---:|---:|---|")
-for point in ("x1", "x4"):
-    for q, qn in ((0.5, "p50"), (0.99, "p99")):
-        for label, row in rows:
-            ratios, a_vals, r_vals = [], [], []
-            for rep in range(1, reps + 1):
-                fa = f"{out}/{point}-all-{rep}.txt"
-                fr = f"{out}/{point}-{row}-{rep}.txt"
-                if not (os.path.exists(fa) and os.path.exists(fr)):
-                    continue
-                a, r = rtts(fa), rtts(fr)
-                if not a or not r:
-                    continue
-                pa, pr = pct(a, q), pct(r, q)
-                a_vals.append(pa); r_vals.append(pr)
-                ratios.append(pa / pr)
-            if not ratios:
-                continue
-            m, lo, hi = boot(ratios)
-            med = lambda v: sorted(v)[len(v) // 2] if len(v) % 2 else (sorted(v)[len(v) // 2 - 1] + sorted(v)[len(v) // 2]) / 2
-            if row == "all-aa":
-                verdict = "A/A (noise floor)"
-            elif hi < 1:
-                verdict = "**met**"
-            elif lo > 1:
-                verdict = "**missed**"
-            else:
-                verdict = "cannot tell apart"
-            if row != "all-aa" and len(ratios) < 8:
-                verdict += f" (only {len(ratios)} repetitions: the target asks for 8)"
-            print(f"| {point} | {qn} | {med(a_vals):.1f} ({min(a_vals):.1f}-{max(a_vals):.1f}) | {label} | "
-                  f"{med(r_vals):.1f} ({min(r_vals):.1f}-{max(r_vals):.1f}) | "
-                  f"{100 * m:.1f}% [{100 * lo:.1f}-{100 * hi:.1f}] | {len(ratios)} | {verdict} |")
-EOF
+    if [ -z "${RESULTS_MD:-}" ]; then
+        cargo build --quiet -p integration-tests --bin results_md
+        RESULTS_MD=${CARGO_TARGET_DIR:-target}/debug/results_md
+    fi
+    "$RESULTS_MD" --ping-table "$out" "$reps"
 }
 
 if [ "${1:-}" = --table ]; then

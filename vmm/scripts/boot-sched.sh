@@ -1,40 +1,138 @@
 #!/usr/bin/env bash
-# Issue 11's boot target: the minimal kernel on 2 nodes x 6 vCPUs, booted
+# The Linux boot target: the minimal kernel on 2 nodes x 6 vCPUs, booted
 # until the guest prints its root sched domain, under `--sched host` (a
 # thread per vCPU, the host kernel schedules) and `--sched vcpu_sched`
-# (the workers executor, all fixes), REPS times each (default 2),
-# interleaved. The whole `vmm -v run` log of each boot goes to OUT
-# (default docs/data/boot-sched), one tab-separated line per boot to
-# stdout:
+# (the workers executor, all fixes), with an A/A row: a second
+# `vcpu_sched` boot (`vcpu_sched-aa`) in every repetition. REPS
+# repetitions (first argument, default 2); the three rows run back to back
+# in an order that rotates from one repetition to the next, so no row
+# always goes first.
+#
+# VMS=N (default 1) boots N such VMs at once on the host's CPUs: one
+# `vmm serve` per boot, its executor `host` or `workers`, N VMs created
+# and booted through the API one after the other; the boot's time is the
+# time from the first `vm.boot` until the last VM printed the line (each
+# VM's own time is in the log). With VMS=1 each boot is one `vmm run`.
+#
+# The whole log of each boot goes to OUT (default docs/data/boot-sched),
+# one tab-separated line per boot to stdout:
 #   sched  rep  seconds_to_root_domain  wall_seconds  load1
-# Each log starts with the command, then the machine, the commit the
-# binary was built from and whether the tree was dirty
-# (scripts/machine-meta.sh, taken once when the binary is built), then the
-# boot's own date. VMM_BIN picks the binary (default: a release build).
+# (`results_md --boot-pairs` reads these lines). Each log starts with the
+# command, then the machine, the commit the binary was built from and
+# whether the tree was dirty (scripts/machine-meta.sh, taken once when the
+# binary is built), then the boot's own date. A log already in OUT is
+# kept and its line printed again (a stopped run goes on where it
+# stopped). VMM_BIN picks the binary (default: a release build).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPS=${1:-2}
 OUT=${OUT:-docs/data/boot-sched}
+VMS=${VMS:-1}
+[[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "boot-sched.sh: REPS $REPS: give a count of repetitions" >&2; exit 2; }
+[[ $VMS =~ ^[1-9][0-9]?$ ]] || { echo "boot-sched.sh: VMS=$VMS: give 1 to 99 VMs" >&2; exit 2; }
 if [ -z "${VMM_BIN:-}" ]; then
     cargo build --release --quiet -p vmm
     VMM_BIN=${CARGO_TARGET_DIR:-target}/release/vmm
 fi
-K=.cache/guest/kernel/vmlinux
-I=.cache/guest/initramfs.cpio.gz
+K=$PWD/.cache/guest/kernel/vmlinux
+I=$PWD/.cache/guest/initramfs.cpio.gz
 [[ -f $K && -f $I ]] || { echo "build the guest first: guest/build.sh" >&2; exit 1; }
 SHAPE="package:2 [numa] die:3 l3:1 l2:1 core:2 pu:1"
+LINE="root domain span"
 mkdir -p "$OUT"
 meta=$(scripts/machine-meta.sh "# ")
+ROWS=(host vcpu_sched vcpu_sched-aa)
+
+# boot_one SCHED LOG: one `vmm run`; the log gets its stderr.
+boot_one() {
+    local sched=${1%-aa}
+    local cmd=("$VMM_BIN" -v run --kernel "$K" --initrd "$I" --memory 768M --guest "$SHAPE"
+        --sched "$sched" --cmdline "loglevel=8 sched_verbose" --until "$LINE" --timeout 20m)
+    { echo "# ${cmd[*]}"; echo "$meta"; echo "# boot started $(date -u +%FT%TZ)"; "${cmd[@]}" 2>&1 >/dev/null || true; } >"$2"
+}
+
+# boot_many SCHED LOG: VMS VMs at once on one `vmm serve`; the log gets
+# the server's stderr, each VM's time and, at the end, `matched after X s`
+# (the last VM) when all of them printed the line within 20 minutes.
+boot_many() {
+    local executor=host dir sock pid i t0 now done_n
+    [ "${1%-aa}" = vcpu_sched ] && executor=workers
+    dir=$(mktemp -d)
+    sock=$dir/api.sock
+    {
+        echo "# $VMM_BIN serve --api-socket SOCK --executor $executor; $VMS VMs of --guest \"$SHAPE\", 768M, --cmdline \"loglevel=8 sched_verbose\", until \"$LINE\""
+        echo "$meta"
+        echo "# boot started $(date -u +%FT%TZ)"
+    } >"$2"
+    "$VMM_BIN" -v serve --api-socket "$sock" --executor "$executor" 2>"$dir/serve.log" &
+    pid=$!
+    for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+    api() { # METHOD PATH [BODY]
+        local code
+        code=$(curl -sS --unix-socket "$sock" -X "$1" -o "$dir/answer" -w '%{http_code}' \
+            "http://localhost/api/v1/$2" ${3:+-H 'Content-Type: application/json' -d "$3"})
+        case $code in
+            2*) ;;
+            *) echo "# $1 $2 answered $code: $(cat "$dir/answer")" >>"$LOG"; return 1 ;;
+        esac
+    }
+    LOG=$2
+    local ok=1
+    for i in $(seq "$VMS"); do
+        api PUT "vms/b$i/vm.create" "{
+            \"cpus\": {\"boot_vcpus\": 12, \"max_vcpus\": 12},
+            \"memory\": {\"size\": 805306368},
+            \"payload\": {\"kernel\": \"$K\", \"initramfs\": \"$I\", \"cmdline\": \"loglevel=8 sched_verbose\"},
+            \"serial\": {\"mode\": \"File\", \"file\": \"$dir/console-$i.log\"},
+            \"x_vmm\": {\"topology\": \"$SHAPE\", \"placement\": {\"policy\": \"none\"}}}" || ok=
+    done
+    t0=$(date +%s.%N)
+    if [ -n "$ok" ]; then
+        for i in $(seq "$VMS"); do api PUT "vms/b$i/vm.boot" || ok=; done
+    fi
+    declare -A seen=()
+    done_n=0
+    while [ -n "$ok" ] && [ "$done_n" -lt "$VMS" ]; do
+        now=$(date +%s.%N)
+        for i in $(seq "$VMS"); do
+            if [ -z "${seen[$i]:-}" ] && grep -q "$LINE" "$dir/console-$i.log" 2>/dev/null; then
+                seen[$i]=1
+                done_n=$((done_n + 1))
+                awk -v a="$t0" -v b="$now" -v i="$i" 'BEGIN {printf "# VM b%s printed the line after %.2f s\n", i, b - a}' >>"$LOG"
+            fi
+        done
+        if [ "$done_n" -eq "$VMS" ]; then
+            awk -v a="$t0" -v b="$now" 'BEGIN {printf "matched after %.2f s (the last of the VMs)\n", b - a}' >>"$LOG"
+        elif ! kill -0 "$pid" 2>/dev/null; then
+            echo "# vmm serve ended before every VM printed the line" >>"$LOG"; ok=
+        elif awk -v a="$t0" -v b="$now" 'BEGIN {exit !(b - a > 1200)}'; then
+            echo "# not every VM printed the line within 20 minutes" >>"$LOG"; ok=
+        else
+            sleep 0.2
+        fi
+    done
+    api PUT vmm.shutdown 2>/dev/null || true
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    cat "$dir/serve.log" >>"$LOG"
+    rm -rf "$dir"
+}
+
 for rep in $(seq 1 "$REPS"); do
-    for sched in host vcpu_sched; do
-        log=$OUT/$sched-$rep.log
-        cmd=("$VMM_BIN" -v run --kernel "$K" --initrd "$I" --memory 768M --guest "$SHAPE"
-            --sched "$sched" --cmdline "loglevel=8 sched_verbose" --until "root domain span" --timeout 20m)
-        t0=$(date +%s.%N)
-        { echo "# ${cmd[*]}"; echo "$meta"; echo "# boot started $(date -u +%FT%TZ)"; "${cmd[@]}" 2>&1 >/dev/null || true; } >"$log"
-        t1=$(date +%s.%N)
+    # rotate: repetition r starts with row (r - 1) mod 3
+    for k in 0 1 2; do
+        sched=${ROWS[$(( (rep - 1 + k) % 3 ))]}
+        if [ "$VMS" = 1 ]; then log=$OUT/$sched-$rep.log; else log=$OUT/$sched-$rep-vms$VMS.log; fi
+        if [ -s "$log" ] && grep -q 'matched after' "$log"; then
+            wall=NA load=NA
+        else
+            t0=$(date +%s.%N)
+            if [ "$VMS" = 1 ]; then boot_one "$sched" "$log"; else boot_many "$sched" "$log"; fi
+            t1=$(date +%s.%N)
+            wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
+            load=$(cut -d' ' -f1 /proc/loadavg)
+        fi
         secs=$(grep -o 'matched after [0-9.]* s' "$log" | awk '{print $3}' || true)
-        wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
-        printf '%s\t%s\t%s\t%s\t%s\n' "$sched" "$rep" "${secs:-NA}" "$wall" "$(cut -d' ' -f1 /proc/loadavg)"
+        printf '%s\t%s\t%s\t%s\t%s\n' "$sched" "$rep" "${secs:-NA}" "$wall" "$load"
     done
 done

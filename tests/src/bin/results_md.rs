@@ -6,7 +6,8 @@
 //! results_md META DATA_DIR IN.md OUT.md [IN.md OUT.md ...]
 //! results_md --targets IN.md OUT.md
 //! results_md --compact FILE.json...
-//! results_md --boot-pairs BOOTS.tsv
+//! results_md --boot-pairs BOOTS.tsv [LIMIT]
+//! results_md --ping-table DIR [REPS]
 //! ```
 //!
 //! META is `key=value` lines: `date`, `commit`, `dirty`, `cpu`,
@@ -26,15 +27,19 @@
 //! (`vcpu_sched::comparison::paired`); better or worse only when the
 //! interval excludes 100%.
 //!
-//! `--boot-pairs` reads `vmm/scripts/boot-sched.sh`'s lines (`sched rep
-//! seconds ...`) and prints, per repetition, the `vcpu_sched` boot's time
-//! over the `host` boot's of the same repetition (they ran back to back),
-//! then the paired reading of those pairs: the geometric mean slowdown
-//! with its 95% bootstrap interval, and the host boots' own spread.
+//! `--boot-pairs` reads `vmm/scripts/boot-sched.sh`'s lines and prints
+//! each repetition's slowdowns against the host and the A/A row, their
+//! paired readings and the target's verdict for a slowdown LIMIT (default
+//! 1.1): see `boot.rs`.
+//!
+//! `--ping-table` prints the ping target's table from the raw round trips
+//! of `scripts/targets-ping.sh` in DIR (REPS repetitions, default 8): see
+//! `ping.rs`.
 //!
 //! `--targets` fills `<!-- targets:begin DIR -->` ... `<!-- targets:end -->`
 //! with the Targets table from the `scripts/targets.sh` runs in `DIR`
-//! (relative to the doc): see `targets.rs`.
+//! (relative to the doc): see `targets.rs`; `<!-- targets:begin summary
+//! -->` gets one table of every target: see `summary.rs`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -45,7 +50,13 @@ use serde_json::Value;
 use vcpu_sched::comparison::paired::{paired, Paired};
 use vcpu_sched::comparison::per_repetition_ratios;
 
-// beside this file, not in src/bin/ (where it would be a binary of its own)
+// beside this file, not in src/bin/ (where they would be binaries of their own)
+#[path = "results_md/boot.rs"]
+mod boot;
+#[path = "results_md/ping.rs"]
+mod ping;
+#[path = "results_md/summary.rs"]
+mod summary;
 #[path = "results_md/targets.rs"]
 mod targets;
 
@@ -61,7 +72,23 @@ fn main() -> ExitCode {
         };
     }
     if args.first().map(String::as_str) == Some("--boot-pairs") {
-        return match args.get(1).map(|f| boot_pairs(Path::new(f))) {
+        let limit = match args.get(2).map(|l| l.parse::<f64>()) {
+            None => 1.1,
+            Some(Ok(l)) if l > 0.0 => l,
+            Some(_) => {
+                eprintln!(
+                    "--boot-pairs: LIMIT {:?} is not a slowdown such as 1.1",
+                    args[2]
+                );
+                return ExitCode::from(2);
+            }
+        };
+        let read = |f: &String| {
+            std::fs::read_to_string(f)
+                .map_err(|e| format!("{f}: {e}"))
+                .and_then(|t| boot::report(&t, limit).map_err(|e| format!("{f}: {e}")))
+        };
+        return match args.get(1).map(read) {
             Some(Ok(s)) => {
                 print!("{s}");
                 ExitCode::SUCCESS
@@ -71,8 +98,35 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
             None => {
-                eprintln!("usage: results_md --boot-pairs BOOTS.tsv");
+                eprintln!("usage: results_md --boot-pairs BOOTS.tsv [LIMIT]");
                 ExitCode::from(2)
+            }
+        };
+    }
+    if args.first().map(String::as_str) == Some("--ping-table") {
+        let reps = match args.get(2).map(|r| r.parse::<usize>()) {
+            None => ping::WANTED_REPS,
+            Some(Ok(r)) if r > 0 => r,
+            Some(_) => {
+                eprintln!(
+                    "--ping-table: REPS {:?} is not a count of repetitions",
+                    args[2]
+                );
+                return ExitCode::from(2);
+            }
+        };
+        let Some(dir) = args.get(1) else {
+            eprintln!("usage: results_md --ping-table DIR [REPS]");
+            return ExitCode::from(2);
+        };
+        return match ping::table(Path::new(dir), reps) {
+            Ok(t) => {
+                print!("{t}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
             }
         };
     }
@@ -273,6 +327,27 @@ fn fmt(x: f64) -> String {
     }
 }
 
+/// `median (min-max)` of some values, each shown by `show`; `-` for none.
+fn median_spread(xs: &[f64], show: fn(f64) -> String) -> String {
+    let mut v: Vec<f64> = xs.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return "-".into();
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let med = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    format!("{} ({}-{})", show(med), show(v[0]), show(v[n - 1]))
+}
+
+/// One decimal.
+fn one_decimal(x: f64) -> String {
+    format!("{x:.1}")
+}
+
 /// What the metric is, and whether it was measured or derived.
 fn metric_note(metric: &str) -> &'static str {
     match metric {
@@ -395,62 +470,6 @@ fn table(name: &str, cmd: &str, v: &Value) -> Result<String, String> {
 }
 
 /// The paired reading of `boot-sched.sh`'s output (see the module doc).
-fn boot_pairs(path: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    // rep -> (host seconds, vcpu_sched seconds)
-    let mut reps: BTreeMap<u32, (Option<f64>, Option<f64>)> = BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-    {
-        let f: Vec<&str> = line.split('\t').collect();
-        let (Some(sched), Some(rep), Some(secs)) = (f.first(), f.get(1), f.get(2)) else {
-            return Err(format!("{}: not a boot line: {line:?}", path.display()));
-        };
-        let rep: u32 = rep
-            .parse()
-            .map_err(|_| format!("bad repetition in {line:?}"))?;
-        let secs: Option<f64> = secs.parse().ok();
-        let e = reps.entry(rep).or_default();
-        match *sched {
-            "host" => e.0 = secs,
-            "vcpu_sched" => e.1 = secs,
-            other => return Err(format!("unknown sched {other:?} in {line:?}")),
-        }
-    }
-    let mut out = String::from("rep  host_s  vcpu_sched_s  vcpu_sched/host\n");
-    let mut ratios = Vec::new();
-    let mut hosts = Vec::new();
-    for (rep, (h, v)) in &reps {
-        let (Some(h), Some(v)) = (h, v) else {
-            let _ = writeln!(out, "{rep:3}  (a boot of this pair did not reach the line)");
-            continue;
-        };
-        hosts.push(*h);
-        // oriented as the comparison tables: above 100% = vcpu_sched better
-        ratios.push(h / v * 100.0);
-        let _ = writeln!(out, "{rep:3}  {h:6.2}  {v:12.2}  {:.3}x", v / h);
-    }
-    let p: Paired = paired(&ratios);
-    let slow = |pct: f64| 100.0 / pct;
-    let (lo, hi) = hosts
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
-    let _ = writeln!(
-        out,
-        "pairs {}: vcpu_sched takes {:.3}x the host's time, 95% bootstrap interval {:.3}-{:.3}x \
-         (paired: {} {}); host boots alone spread {:.1}% ({lo:.2}-{hi:.2} s)",
-        p.pairs,
-        slow(p.ratio_pct),
-        slow(p.ci95_pct.1),
-        slow(p.ci95_pct.0),
-        p.render(),
-        p.verdict.label(),
-        (hi / lo - 1.0) * 100.0
-    );
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -529,30 +548,5 @@ mod tests {
         );
         assert!(t.contains("95.0-104.0%"), "{t}");
         assert!(t.contains("[`data/x.json`](data/x.json)"), "{t}");
-    }
-
-    #[test]
-    fn boot_pairs_pairs_each_repetition() {
-        let dir = tempfile::tempdir().unwrap();
-        let f = dir.path().join("boots.tsv");
-        std::fs::write(
-            &f,
-            "host\t1\t10.0\t10.1\t1\nvcpu_sched\t1\t13.0\t13.1\t1\n\
-             host\t2\t11.0\t11.1\t1\nvcpu_sched\t2\t13.2\t13.3\t1\n\
-             host\t3\t10.0\t10.1\t1\nvcpu_sched\t3\tNA\t99\t1\n\
-             host\t4\t10.0\t10.1\t1\nvcpu_sched\t4\t12.5\t12.6\t1\n",
-        )
-        .unwrap();
-        let out = boot_pairs(&f).unwrap();
-        assert!(out.contains("  1   10.00         13.00  1.300x"), "{out}");
-        assert!(
-            out.contains("  3  (a boot of this pair did not reach the line)"),
-            "{out}"
-        );
-        // geometric mean of 1.3, 1.2, 1.25
-        assert!(out.contains("pairs 3: vcpu_sched takes 1.249x"), "{out}");
-        assert!(out.contains("worse"), "{out}");
-        std::fs::write(&f, "bogus line\n").unwrap();
-        assert!(boot_pairs(&f).is_err());
     }
 }

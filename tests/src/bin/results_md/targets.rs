@@ -18,8 +18,10 @@
 //! divided by the `all` run of the same repetition (above 100%: better than
 //! `all`). The target is *met* when the host row's whole interval lies
 //! below 100% (vcpu_sched faster), *missed* when it lies above, and
-//! otherwise *cannot tell apart*. The runs' dates and commits come from the
-//! `.txt` headers; the machine from `DIR/meta.txt` where the run wrote one.
+//! otherwise *cannot tell apart*; no verdict at all when the A/A row's own
+//! interval excludes 100% (the run's noise reads as an effect there). The
+//! runs' dates and commits come from the `.txt` headers; the machine from
+//! `DIR/meta.txt` where the run wrote one.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -32,25 +34,31 @@ use vcpu_sched::comparison::paired::PairedVerdict;
 use super::{fill, num, paired_of, parse_meta, text, values};
 
 /// The workloads and points that `scripts/targets.sh` runs, in table order.
-const WORKLOADS: [&str; 4] = ["messaging", "cyclic", "runq", "transcode"];
+pub const WORKLOADS: [&str; 4] = ["messaging", "cyclic", "runq", "transcode"];
 /// The I/O workloads that `scripts/targets-io.sh` runs (a directory whose
 /// name ends in `targets-io`): virtio-blk random reads at queue depth 1
 /// and 32.
-const IO_WORKLOADS: [&str; 2] = ["blk-qd1", "blk-qd32"];
-const POINTS: [&str; 2] = ["x1", "x4"];
+pub const IO_WORKLOADS: [&str; 2] = ["blk-qd1", "blk-qd32"];
+pub const POINTS: [&str; 2] = ["x1", "x4"];
 
 /// Rewrites `input`'s targets sections into `output`.
 pub fn fill_doc(input: &Path, output: &Path) -> Result<(), String> {
     let doc =
         std::fs::read_to_string(input).map_err(|e| format!("reading {}: {e}", input.display()))?;
     let here = input.parent().unwrap_or(Path::new("."));
-    let out = fill(&doc, "targets", &|name| section(&here.join(name), name))
-        .map_err(|e| format!("{}: {e}", input.display()))?;
+    let out = fill(&doc, "targets", &|name| {
+        if name == "summary" {
+            super::summary::section(here)
+        } else {
+            section(&here.join(name), name)
+        }
+    })
+    .map_err(|e| format!("{}: {e}", input.display()))?;
     std::fs::write(output, out).map_err(|e| format!("writing {}: {e}", output.display()))
 }
 
 /// A run's comparison JSON, plain or gzipped.
-fn load(dir: &Path, stem: &str) -> Result<Value, String> {
+pub fn load(dir: &Path, stem: &str) -> Result<Value, String> {
     let plain = dir.join(format!("{stem}.json"));
     let text = if plain.is_file() {
         std::fs::read_to_string(&plain).map_err(|e| format!("reading {}: {e}", plain.display()))?
@@ -74,7 +82,7 @@ fn load(dir: &Path, stem: &str) -> Result<Value, String> {
 }
 
 /// The row labelled `label`.
-fn row<'a>(v: &'a Value, label: &str) -> Result<&'a Value, String> {
+pub fn row<'a>(v: &'a Value, label: &str) -> Result<&'a Value, String> {
     v.get("rows")
         .and_then(Value::as_array)
         .and_then(|rows| rows.iter().find(|r| r["mitigations"] == label))
@@ -83,7 +91,7 @@ fn row<'a>(v: &'a Value, label: &str) -> Result<&'a Value, String> {
 
 /// The target's verdict from the host row's paired reading (above 100%:
 /// the host is better than `all`).
-fn target(v: PairedVerdict) -> &'static str {
+pub fn target(v: PairedVerdict) -> &'static str {
     match v {
         PairedVerdict::Worse => "**met**",
         PairedVerdict::Better => "**missed**",
@@ -114,6 +122,7 @@ fn line(workload: &str, point: &str, v: &Value) -> Result<String, String> {
         Ok(paired_of(&values(row(v, label)?)?, &all, higher))
     };
     let h = reading("host 1:1")?;
+    let aa = reading("all (A/A)")?;
     let band = v
         .get("noise_band_pct")
         .and_then(Value::as_array)
@@ -133,8 +142,8 @@ fn line(workload: &str, point: &str, v: &Value) -> Result<String, String> {
         reading("none")?.render(),
         band.first().and_then(Value::as_f64).unwrap_or(f64::NAN),
         band.get(1).and_then(Value::as_f64).unwrap_or(f64::NAN),
-        reading("all (A/A)")?.render(),
-        target(h.verdict),
+        aa.render(),
+        super::summary::guarded(target(h.verdict).into(), Some(&aa)),
     ))
 }
 
