@@ -22,7 +22,8 @@
 #         domain, one VM and then 4 VMs at once (vmm/scripts/boot-sched.sh;
 #         docs/data/targets-boot/vms1 and vms4: each boot's log,
 #         boots.tsv, paired.txt = `results_md --boot-pairs` with the
-#         target's limit, 1.1x for one VM, 1.0x for 4).
+#         target's limit, 1.1x for one VM, 1.0x for 4; BOOT_VMS="1" or
+#         "4" measures one of the two).
 # A verdict is the paired reading: each repetition's ratio to the `all`
 # run of the same repetition, with a 95% bootstrap interval; met only when
 # the whole interval says vcpu_sched did at least as well.
@@ -80,7 +81,7 @@ cpu_part() {
 
 boot_part() {
     local vms dir limit
-    for vms in 1 4; do
+    for vms in ${BOOT_VMS:-1 4}; do
         dir=docs/data/targets-boot/vms$vms
         limit=1.1
         [ "$vms" = 1 ] || limit=1.0

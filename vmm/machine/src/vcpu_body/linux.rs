@@ -25,8 +25,9 @@
 //!   TSC-deadline timer (so guest timers fire on time, give or take the
 //!   1 ms floor); an AP that waits for INIT/SIPI until the probe below
 //!   sees its SIPI ([`UNSTARTED_SLEEP_NS`], a safety net);
-//! * while it sleeps, the poller probes it each round (`KVM_GET_MP_STATE`,
-//!   which also accepts a pending SIPI, and `KVM_GET_LAPIC` for an
+//! * while it sleeps, the poller probes it each round (an unstarted AP
+//!   every [`UNSTARTED_PROBE_EVERY`]th: `KVM_GET_MP_STATE`, which also
+//!   accepts a pending SIPI, and for a halted vCPU `KVM_GET_LAPIC` for an
 //!   interrupt the LAPIC would deliver) and wakes it in the scheduler as
 //!   soon as its wait is over, as KVM would wake a blocked thread.
 //!
@@ -52,7 +53,7 @@
 //! `docs/results-vcpus.md` ("Linux boot").
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use kvm_bindings::KVM_MP_STATE_HALTED;
@@ -110,7 +111,17 @@ struct HaltState {
     /// sleeps (it holds a [`Probe`] for it), so an AP that waits for
     /// INIT/SIPI need not come back by itself ([`UNSTARTED_SLEEP_NS`]).
     probed: Box<[AtomicBool]>,
+    /// Per vCPU index: its current sleep is an unstarted AP's
+    /// ([`UNSTARTED_SLEEP_NS`]); the poller probes it every
+    /// [`UNSTARTED_PROBE_EVERY`] rounds only.
+    unstarted: Box<[AtomicBool]>,
 }
+
+/// An AP waiting for INIT/SIPI is probed every this many poll rounds: it
+/// costs a `KVM_GET_MP_STATE` per probe, and before SMP bring-up 11 of 12
+/// vCPUs wait so; a SIPI is seen at most 3 ms later at the default 1 ms
+/// period (33 ms over the 11 APs of a 12-vCPU boot of 50 s or more here).
+pub const UNSTARTED_PROBE_EVERY: u64 = 4;
 
 /// How long an AP that waits for INIT/SIPI sleeps when the poller probes
 /// it: KVM_GET_MP_STATE accepts its SIPI, and the poller wakes it then,
@@ -143,7 +154,11 @@ impl HaltState {
             .probed
             .get(index)
             .is_some_and(|p| p.load(Ordering::Relaxed));
-        (mp_state != KVM_MP_STATE_HALTED && probed).then_some(UNSTARTED_SLEEP_NS.max(self.max_ns))
+        let unstarted = mp_state != KVM_MP_STATE_HALTED && probed;
+        if let Some(u) = self.unstarted.get(index) {
+            u.store(unstarted, Ordering::Relaxed);
+        }
+        unstarted.then_some(UNSTARTED_SLEEP_NS.max(self.max_ns))
     }
 
     /// The sleep for a vCPU found waiting in `mp_state`; `None` when its
@@ -234,6 +249,7 @@ impl LinuxMapper {
                 probe: (0..vcpus).map(|_| AtomicU8::new(IN_GUEST)).collect(),
                 tsc_khz: AtomicU32::new(0),
                 probed: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
+                unstarted: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
             }),
         }
     }
@@ -367,6 +383,9 @@ struct PolledVcpu {
 pub struct HaltPoller {
     mapper: Arc<LinuxMapper>,
     vcpus: Vec<PolledVcpu>,
+    /// Rounds so far (unstarted APs are probed every
+    /// [`UNSTARTED_PROBE_EVERY`]th).
+    rounds: AtomicU64,
 }
 
 /// What one [`HaltPoller::round`] did.
@@ -410,16 +429,29 @@ impl HaltPoller {
                 "no KVM stats fd with a `blocking` stat: the halt poller kicks every vCPU each period"
             );
         }
-        Self { mapper, vcpus }
+        Self {
+            mapper,
+            vcpus,
+            rounds: AtomicU64::new(0),
+        }
     }
 
     /// One pass over the vCPUs; `wake(k)` wakes vCPU `k` in the scheduler.
     pub fn round(&self, wake: &dyn Fn(usize) -> bool) -> PollRound {
         let mut r = PollRound::default();
         let halt = self.mapper.halt.as_ref();
+        let probe_unstarted =
+            self.rounds.fetch_add(1, Ordering::Relaxed) % UNSTARTED_PROBE_EVERY == 0;
         for (k, v) in self.vcpus.iter().enumerate() {
             let slot = halt.and_then(|h| h.probe.get(k));
             if let (Some(p), Some(probe)) = (slot, &v.probe) {
+                if !probe_unstarted
+                    && p.load(Ordering::Acquire) == ASLEEP
+                    && halt.is_some_and(|h| h.unstarted[k].load(Ordering::Relaxed))
+                {
+                    // an AP waiting for SIPI, not due for a probe
+                    continue;
+                }
                 if p.compare_exchange(ASLEEP, PROBED, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
@@ -662,6 +694,7 @@ mod tests {
             probe: (0..vcpus).map(|_| AtomicU8::new(IN_GUEST)).collect(),
             tsc_khz: AtomicU32::new(0),
             probed: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
+            unstarted: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
         }
     }
 
@@ -681,7 +714,10 @@ mod tests {
             h.unstarted_sleep_ns(0, KVM_MP_STATE_INIT_RECEIVED),
             Some(UNSTARTED_SLEEP_NS)
         );
+        // the poller probes it every UNSTARTED_PROBE_EVERY rounds while so
+        assert!(h.unstarted[0].load(Ordering::Relaxed));
         assert_eq!(h.unstarted_sleep_ns(0, KVM_MP_STATE_HALTED), None);
+        assert!(!h.unstarted[0].load(Ordering::Relaxed));
         // vCPU 1 has no probe; an unknown index is not probed either
         assert_eq!(h.unstarted_sleep_ns(1, KVM_MP_STATE_UNINITIALIZED), None);
         assert_eq!(h.unstarted_sleep_ns(9, KVM_MP_STATE_UNINITIALIZED), None);
