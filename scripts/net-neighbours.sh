@@ -29,6 +29,8 @@
 set -euo pipefail
 # shellcheck source=scripts/lib/ping.sh
 source "$(dirname "$0")/lib/ping.sh"
+# shellcheck source=scripts/lib/serve.sh
+source "$(dirname "$0")/lib/serve.sh"
 sched=vcpu_sched vcpus=2 neighbours=6 pings=300 interval=0.05 out=
 while [ $# -gt 0 ]; do
   case $1 in
@@ -77,13 +79,7 @@ pid=$!
 for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
 [ -S "$sock" ] || { echo "net-neighbours.sh: vmm serve did not start:" >&2; cat "$dir/serve.log" >&2; exit 1; }
 api() { # METHOD PATH [BODY]: fails on an HTTP error, naming the answer
-  local code
-  code=$(curl -sS --unix-socket "$sock" -X "$1" -o "$dir/answer" -w '%{http_code}' \
-    "http://localhost/api/v1/$2" ${3:+-H 'Content-Type: application/json' -d "$3"})
-  case $code in
-    2*) ;;
-    *) echo "net-neighbours.sh: $1 $2 answered $code: $(cat "$dir/answer")" >&2; exit 1 ;;
-  esac
+  serve_api "$sock" "$dir/answer" "$@" 2> >(sed 's/^/net-neighbours.sh: /' >&2) || exit 1
 }
 cmdline="root=/dev/vdz rootwait ip=10.0.2.15::10.0.2.1:255.255.255.0::eth0:off loglevel=8"
 api PUT vms/guest/vm.create "{

@@ -37,6 +37,8 @@ fi
 K=$PWD/.cache/guest/kernel/vmlinux
 I=$PWD/.cache/guest/initramfs.cpio.gz
 [[ -f $K && -f $I ]] || { echo "build the guest first: guest/build.sh" >&2; exit 1; }
+# shellcheck source=scripts/lib/serve.sh
+source scripts/lib/serve.sh
 SHAPE="package:2 [numa] die:3 l3:1 l2:1 core:2 pu:1"
 LINE="root domain span"
 mkdir -p "$OUT"
@@ -67,15 +69,8 @@ boot_many() {
     "$VMM_BIN" -v serve --api-socket "$sock" --executor "$executor" 2>"$dir/serve.log" &
     pid=$!
     for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
-    api() { # METHOD PATH [BODY]
-        local code
-        code=$(curl -sS --unix-socket "$sock" -X "$1" -o "$dir/answer" -w '%{http_code}' \
-            "http://localhost/api/v1/$2" ${3:+-H 'Content-Type: application/json' -d "$3"})
-        case $code in
-            2*) ;;
-            *) echo "# $1 $2 answered $code: $(cat "$dir/answer")" >>"$LOG"; return 1 ;;
-        esac
-    }
+    # a refused request goes to the boot's log as a comment line
+    api() { serve_api "$sock" "$dir/answer" "$@" 2> >(sed 's/^/# /' >>"$LOG"); }
     LOG=$2
     local ok=1
     for i in $(seq "$VMS"); do

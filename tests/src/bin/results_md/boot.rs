@@ -182,7 +182,7 @@ pub fn report(text: &str, limit: f64) -> Result<String, String> {
     }
     let _ = writeln!(
         out,
-        "boots, s: host {}; vcpu_sched {}; target: at most {limit}x the host's time: {}",
+        "boots, s: host {}; vcpu_sched {}; target: at most {limit:.1}x the host's time: {}",
         r.seconds(|b| b.host),
         r.seconds(|b| b.sched),
         r.verdict(limit).trim_matches('*'),

@@ -192,7 +192,7 @@ fn boot_lines(here: &Path, out: &mut String) -> Result<(), String> {
         let aa = r.aa.is_some().then(|| r.row_vs_all(|b| b.aa));
         let line = Line {
             target: format!(
-                "Linux boot to the root sched domain (s, lower is better; at most {limit}x the host's)"
+                "Linux boot to the root sched domain (s, lower is better; at most {limit:.1}x the host's)"
             ),
             point,
             all: r.seconds(|b| b.sched),
