@@ -416,10 +416,11 @@ fn build_linux(job: &BootJob) -> Result<BuiltLinux, String> {
 }
 
 /// Builds and starts a Linux VM: its vCPUs become tasks like a
-/// micro-guest's; a poller thread ([`HaltPoller`]) kicks halted vCPUs out
-/// of `KVM_RUN` (the in-kernel irqchip keeps HLT inside KVM) and wakes
-/// them when an interrupt is pending, until the set stops, as `vmm run
-/// --sched vcpu_sched` does.
+/// micro-guest's. On the shared pool a poller thread ([`HaltPoller`])
+/// kicks halted vCPUs out of `KVM_RUN` (the in-kernel irqchip keeps HLT
+/// inside KVM) and wakes them when an interrupt is pending, until the set
+/// stops, as `vmm run --sched vcpu_sched` does; with `--executor host`
+/// each vCPU keeps its thread, halted or not, as `vmm run --sched host`.
 ///
 /// [`HaltPoller`]: vmm_machine::vcpu_body::linux::HaltPoller
 fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<Booted, String> {
