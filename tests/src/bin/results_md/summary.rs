@@ -51,6 +51,27 @@ fn measured(dir: &Path) -> String {
     format!("{date}, `{commit}`{dirty}")
 }
 
+/// The machine `dir/meta.txt` names, as `cpu, N CPUs, /dev/kvm: K`.
+fn machine(dir: &Path) -> Option<String> {
+    let t = std::fs::read_to_string(dir.join("meta.txt")).ok()?;
+    let m = parse_meta(&t);
+    let get = |k: &str| m.get(k).map_or("unknown", String::as_str);
+    Some(format!(
+        "{}, {} CPUs, Linux {}, /dev/kvm: {}",
+        get("cpu"),
+        get("nproc"),
+        get("kernel"),
+        get("kvm")
+    ))
+}
+
+/// Every data directory of the summary, relative to the doc.
+fn dirs() -> Vec<&'static str> {
+    let mut d = vec!["data/targets", "data/targets-io", PING_DIR];
+    d.extend(BOOTS.iter().map(|b| b.0));
+    d
+}
+
 struct Line<'a> {
     target: String,
     point: &'a str,
@@ -224,8 +245,27 @@ pub fn section(here: &Path) -> Result<String, String> {
          with a 95% bootstrap interval. A target is met only when the host row's whole interval \
          says vcpu_sched did at least as well (for the boots: when its slow end is within the \
          limit), missed when the whole interval says the opposite; no verdict when the A/A \
-         row's own interval excludes 100% (the run cannot tell its noise from an effect).\n\n",
+         row's own interval excludes 100% (the run cannot tell its noise from an effect).",
     );
+    let mut machines: Vec<String> = dirs()
+        .iter()
+        .filter_map(|d| machine(&here.join(d)))
+        .collect();
+    machines.sort();
+    machines.dedup();
+    match machines.as_slice() {
+        [] => s.push_str(" Machine: not recorded (no `meta.txt`).\n\n"),
+        [one] => {
+            let _ = write!(s, " Machine (every directory's `meta.txt`): {one}.\n\n");
+        }
+        many => {
+            let _ = write!(
+                s,
+                " Machines (the directories' `meta.txt` differ): {}.\n\n",
+                many.join("; ")
+            );
+        }
+    }
     Ok(s)
 }
 
@@ -290,6 +330,11 @@ mod tests {
         assert!(
             b.ends_with("| 8 | **met** | 2026-11-28, `abcdef0` |"),
             "{b}"
+        );
+        // the one directory with a meta.txt names the machine
+        assert!(
+            s.contains(" Machine (every directory's `meta.txt`): unknown, unknown CPUs, Linux unknown, /dev/kvm: unknown.\n"),
+            "{s}"
         );
     }
 }
