@@ -81,6 +81,16 @@ pub struct SchedConfig {
     /// way); the executors run with it on.
     #[serde(default = "yes")]
     pub bounded_rt_pull: bool,
+    /// A busy CPU with fair tasks waiting and no idle CPU to take one
+    /// hands one, every `balance_interval_ns`, to a busy CPU of its LLC or
+    /// node with at least two fewer waiting (see `sched/balance.rs`,
+    /// `busy_push`; Linux's `load_balance` from busy CPUs). Off: a fair
+    /// task moves only into an idle CPU, so tasks that never block can
+    /// stay 3 to a CPU next to a CPU running 1. Off by default until its
+    /// A/B is measured; the simulator runs with it off (its recorded
+    /// results).
+    #[serde(default)]
+    pub busy_balance: bool,
 }
 
 fn yes() -> bool {
@@ -105,6 +115,7 @@ impl Default for SchedConfig {
             fair_wakeup_preempt: true,
             slice_follows_load: false,
             bounded_rt_pull: true,
+            busy_balance: false,
         }
     }
 }

@@ -1136,6 +1136,61 @@ fn idle_balance_and_shared_runqueue_spread_fair_work() {
     }
 }
 
+/// The busy balance (off by default): three tasks that never block on
+/// CPU 0 and one on CPU 1 stay so without it, since no CPU ever idles to
+/// steal; with it, CPU 0's tick hands one waiting task to CPU 1 (2 and 2),
+/// and no further task moves (the margin of two).
+#[test]
+fn a_busy_cpu_hands_a_waiting_task_to_a_less_loaded_busy_cpu_only_with_busy_balance() {
+    for busy in [false, true] {
+        for mit in [Mitigations::none(), Mitigations::all()] {
+            let cfg = SchedConfig {
+                busy_balance: busy,
+                ..SchedConfig::default()
+            };
+            // 2 CPUs with an L2 each and one LLC, as the 2-CPU host
+            let mut sim = Sim::with_config(hand_topo(1, 1, 2, 1), mit, cfg);
+            let spec = |i: usize, m: &str| {
+                TaskSpec::new(format!("f{i}")).affinity(m.parse::<CpuMask>().unwrap())
+            };
+            let a = sim.s.add_task(&spec(0, "1"), 0).unwrap();
+            sim.s.wake(a, Some(1), sim.now).unwrap();
+            sim.settle();
+            let mut ids = vec![a];
+            for i in 1..4 {
+                let t = sim.s.add_task(&spec(i, "0"), 0).unwrap();
+                sim.s.wake(t, Some(0), sim.now).unwrap();
+                ids.push(t);
+            }
+            sim.settle();
+            let both: CpuMask = "0-1".parse().unwrap();
+            for &t in &ids {
+                sim.s.set_affinity(t, &both, sim.now).unwrap();
+            }
+            sim.settle();
+            for _ in 0..20 {
+                sim.now += 1_000_000;
+                for c in 0..2 {
+                    sim.s.tick(c, sim.now).unwrap();
+                }
+                sim.settle();
+            }
+            sim.strict("busy balance");
+            let on = |c: u32| {
+                ids.iter()
+                    .filter(|&&t| sim.s.task_cpu(t).unwrap() == c)
+                    .count()
+            };
+            let pushes = sim.s.counters().busy_pushes;
+            if busy {
+                assert_eq!((on(0), on(1), pushes), (2, 2, 1), "{mit}");
+            } else {
+                assert_eq!((on(0), on(1), pushes), (3, 1, 0), "{mit}");
+            }
+        }
+    }
+}
+
 #[test]
 fn groups_and_errors() {
     let sim = Sim::new(hand_topo(1, 1, 1, 2), Mitigations::none());

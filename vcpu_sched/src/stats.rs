@@ -143,4 +143,7 @@ cpu_counters! {
     migrations_node,
     /// ... across NUMA nodes.
     migrations_remote,
+    /// Waiting fair tasks a busy CPU handed to a less loaded busy CPU
+    /// (`SchedConfig::busy_balance`).
+    busy_pushes,
 }

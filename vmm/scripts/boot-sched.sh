@@ -13,6 +13,8 @@
 # and booted through the API one after the other; the boot's time is the
 # time from the first `vm.boot` until the last VM printed the line (each
 # VM's own time is in the log). With VMS=1 each boot is one `vmm run`.
+# SERVE_ARGS adds flags to the workers rows' `vmm serve` (VMS>1 only),
+# e.g. SERVE_ARGS=--busy-balance.
 #
 # The whole log of each boot goes to OUT (default docs/data/boot-sched),
 # one tab-separated line per boot to stdout:
@@ -57,16 +59,19 @@ boot_one() {
 # the server's stderr, each VM's time and, at the end, `matched after X s`
 # (the last VM) when all of them printed the line within 20 minutes.
 boot_many() {
-    local executor=host dir sock pid i t0 now done_n
-    [ "${1%-aa}" = vcpu_sched ] && executor=workers
+    local executor=host dir sock pid i t0 now done_n extra=()
+    if [ "${1%-aa}" = vcpu_sched ]; then
+        executor=workers
+        read -r -a extra <<<"${SERVE_ARGS:-}"
+    fi
     dir=$(mktemp -d)
     sock=$dir/api.sock
     {
-        echo "# $VMM_BIN serve --api-socket SOCK --executor $executor; $VMS VMs of --guest \"$SHAPE\", 768M, --cmdline \"loglevel=8 sched_verbose\", until \"$LINE\""
+        echo "# $VMM_BIN serve --api-socket SOCK --executor $executor ${extra[*]}; $VMS VMs of --guest \"$SHAPE\", 768M, --cmdline \"loglevel=8 sched_verbose\", until \"$LINE\""
         echo "$meta"
         echo "# boot started $(date -u +%FT%TZ)"
     } >"$2"
-    "$VMM_BIN" -v serve --api-socket "$sock" --executor "$executor" 2>"$dir/serve.log" &
+    "$VMM_BIN" -v serve --api-socket "$sock" --executor "$executor" "${extra[@]}" 2>"$dir/serve.log" &
     pid=$!
     for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
     # a refused request goes to the boot's log as a comment line

@@ -1,6 +1,8 @@
 //! Balancing: RT push and pull between CPUs (guided by cpupri and RT
 //! overload tracking), the new-idle balance (RT pull, the LLC's shared
-//! runqueue, stealing a waiting fair task), and the migration they share.
+//! runqueue, stealing a waiting fair task), the busy balance (a busy CPU
+//! hands a waiting fair task to a less loaded busy one; off by default),
+//! and the migration they share.
 
 use std::sync::atomic::Ordering;
 
@@ -405,6 +407,92 @@ impl Scheduler {
                     self.cpus[cpu as usize]
                         .stats
                         .steals
+                        .fetch_add(1, Ordering::Relaxed);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+}
+
+impl Scheduler {
+    /// Busy balance: hands one waiting fair task of busy `cpu` to a busy
+    /// CPU nearby that has at least two fewer waiting. Returns whether one
+    /// moved.
+    ///
+    /// WHAT: at the tick's balance interval, when `cpu` has fair tasks
+    /// waiting and no CPU is idle to take one, it looks over its LLC, then
+    /// its node (at most `steal_scan_limit` CPUs) for a CPU that runs a
+    /// task and has at least two fewer fair tasks waiting, and moves its
+    /// least urgent waiting task there.
+    ///
+    /// WHY: every other path moves a fair task only into an idle CPU
+    /// (new-idle balance, the shared runqueue, the tick's idle kick). With
+    /// tasks that never block, a CPU that got one runs it alone for ever
+    /// while three share the next CPU: 4 VMs booting at once on 2 CPUs,
+    /// each VM's boot CPU compute-bound before SMP bring-up, progressed at
+    /// 100% / 33% / 33% / 33% (docs/results-vcpus.md, "Linux boot").
+    /// Linux's `load_balance` runs from busy CPUs too (less often than
+    /// from idle ones) for this reason. Off by default until it is
+    /// measured (`SchedConfig::busy_balance`).
+    ///
+    /// HOW: push rather than pull, so that the tick of the CPU with the
+    /// queue does it and the counts need no global view: the source claims
+    /// itself (`pull_busy`, as stealers do, so it is never pulled from and
+    /// pushing at once), locks both runqueues in order, re-reads both
+    /// counts under the locks (the margin of two keeps one task from
+    /// bouncing between two CPUs that differ by one) and moves the task
+    /// that would run last here. The target runs it when its current
+    /// slice ends; no kick.
+    pub(crate) fn busy_push(&self, cpu: CpuId, now: u64) -> bool {
+        let me_hot = &self.cpus[cpu as usize].hot;
+        if me_hot.nr_fair_queued.load(Ordering::Relaxed) < 2 {
+            return false;
+        }
+        let Some(_claim) = SourceClaim::take(&me_hot.pull_busy) else {
+            return false;
+        };
+        let llc = self.map.llc_span(self.map.llc_of(cpu));
+        let node = self.map.node_span(self.map.node_of(cpu));
+        let mut budget = self.cfg.steal_scan_limit;
+        for m in [*llc, node.and_not(llc)] {
+            let mut m = m;
+            m.clear(cpu);
+            let mut c = cpu;
+            while let Some(dst) = m.next_wrapping(c) {
+                m.clear(dst);
+                c = dst;
+                if budget == 0 {
+                    return false;
+                }
+                budget -= 1;
+                let d = &self.cpus[dst as usize].hot;
+                let mine = me_hot.nr_fair_queued.load(Ordering::Relaxed);
+                if d.idle.load(Ordering::Relaxed)
+                    || d.nr_fair_queued.load(Ordering::Relaxed) + 2 > mine
+                {
+                    continue;
+                }
+                let (mut me, mut to) = self.lock2(cpu, dst);
+                if me.in_balance
+                    || to.in_balance
+                    || to.curr.is_none()
+                    || d.nr_fair_queued.load(Ordering::Relaxed) + 2
+                        > me_hot.nr_fair_queued.load(Ordering::Relaxed)
+                {
+                    continue;
+                }
+                let cand = me
+                    .fair
+                    .iter_rev()
+                    .map(|(_, i)| i)
+                    .find(|&i| self.t(i).allowed(dst));
+                if let Some(id) = cand {
+                    self.migrate_queued(&mut me, &mut to, id, now, cpu);
+                    self.cpus[cpu as usize]
+                        .stats
+                        .busy_pushes
                         .fetch_add(1, Ordering::Relaxed);
                     return true;
                 }

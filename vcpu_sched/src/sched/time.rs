@@ -1,4 +1,5 @@
-//! Time: the per-CPU tick (slice expiry and idle load-balancing kicks).
+//! Time: the per-CPU tick (slice expiry, idle load-balancing kicks and
+//! the busy balance).
 
 use std::sync::atomic::Ordering;
 
@@ -11,7 +12,9 @@ impl Scheduler {
     /// the CPU's hot line): checks the current task's slice, takes the
     /// fair wakeups left on its deferred wake list, and now and
     /// then, if tasks wait here while other CPUs idle, kicks an idle CPU
-    /// to take one (idle load balancing).
+    /// to take one (idle load balancing), or with
+    /// `SchedConfig::busy_balance` and no idle CPU hands one to a busy CPU
+    /// with at least two fewer waiting (`busy_push`).
     /// A CPU id it does not manage is an error.
     pub fn tick(&self, cpu: CpuId, now: u64) -> Result<()> {
         let cpu = self.check_cpu(cpu)?;
@@ -67,6 +70,7 @@ impl Scheduler {
         {
             h.next_balance
                 .store(now + self.cfg.balance_interval_ns, Ordering::Relaxed);
+            let mut kicked = false;
             if self.idle.any() {
                 if let Some(i) = self
                     .idle
@@ -79,8 +83,13 @@ impl Scheduler {
                             .store(cpu, Ordering::Relaxed);
                         pc.stats.balance_kicks.fetch_add(1, Ordering::Relaxed);
                         self.resched_cpu(i, Some(cpu));
+                        kicked = true;
                     }
                 }
+            }
+            // no idle CPU to take a task: a busy one with fewer may
+            if !kicked && self.cfg.busy_balance {
+                self.busy_push(cpu, now);
             }
         }
     }

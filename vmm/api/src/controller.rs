@@ -210,6 +210,7 @@ impl Controller {
             ExecutorKind::Workers => {
                 let mut eo = ExecOptions::new(topo.clone(), mapping.clone());
                 eo.mitigations = opts.mitigations;
+                eo.sched.busy_balance = opts.busy_balance;
                 Some(Arc::new(VcpuPool::start(&eo)?))
             }
             ExecutorKind::Host => None,

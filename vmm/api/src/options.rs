@@ -25,6 +25,9 @@ pub struct ServeOptions {
     pub executor: ExecutorKind,
     /// Per-vCPU metric series.
     pub per_vcpu_metrics: bool,
+    /// The shared scheduler's busy balance
+    /// (`vcpu_sched::SchedConfig::busy_balance`; off by default).
+    pub busy_balance: bool,
 }
 
 /// Errors starting the server.

@@ -262,6 +262,10 @@ pub struct BenchOptions {
     /// ([`vcpu_sched::SchedConfig::slice_follows_load`]).
     #[serde(default)]
     pub slices_follow_load: bool,
+    /// A busy CPU hands a waiting fair vCPU to a less loaded busy CPU
+    /// ([`vcpu_sched::SchedConfig::busy_balance`]).
+    #[serde(default)]
+    pub busy_balance: bool,
     /// How the RT pull treats a source whose runqueue lock is held
     /// ([`vcpu_sched::SchedConfig::bounded_rt_pull`]).
     #[serde(default)]
@@ -364,6 +368,7 @@ impl BenchOptions {
             sleeper_credit: false,
             no_wakeup_preempt: false,
             slices_follow_load: false,
+            busy_balance: false,
             rt_pull: RtPull::Bounded,
         }
     }

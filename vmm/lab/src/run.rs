@@ -468,6 +468,7 @@ fn exec_options(
         sleeper_credit: opts.sleeper_credit,
         fair_wakeup_preempt: !opts.no_wakeup_preempt,
         slice_follows_load: opts.slices_follow_load,
+        busy_balance: opts.busy_balance,
         bounded_rt_pull: opts.rt_pull == super::RtPull::Bounded,
         ..SchedConfig::default()
     };

@@ -161,6 +161,8 @@ impl<'a> Sim<'a> {
             lazy_fair_kicks: false,
             // and its RT pull, which waits for a source's lock
             bounded_rt_pull: false,
+            // and no busy balance (fair tasks move only into idle CPUs)
+            busy_balance: false,
             ..SchedConfig::default()
         };
         let kicks = Arc::new(Kicks::default());

@@ -144,6 +144,12 @@ pub struct BenchArgs {
     /// only
     #[arg(long)]
     pub slices_follow_load: bool,
+    /// A busy CPU with fair vCPUs waiting hands one to a busy CPU with at
+    /// least two fewer waiting, at the tick's balance interval, instead of
+    /// moving vCPUs only into idle CPUs (off by default; for its A/B:
+    /// scripts/ab-bench.sh). Scheduler executors only
+    #[arg(long)]
+    pub busy_balance: bool,
     /// How an RT pull treats a source CPU whose runqueue lock another
     /// thread holds: bounded (pass it by and ask it to push; the default)
     /// or wait (wait for the lock, the protocol before bounded pulls).
@@ -374,6 +380,7 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         || a.sleeper_credit
         || a.no_wakeup_preempt
         || a.slices_follow_load
+        || a.busy_balance
         || a.rt_pull.is_some()
         || a.compare_rt_pull)
         && executor == ExecutorKind::Host
@@ -391,6 +398,8 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
                 "--no-wakeup-preempt"
             } else if a.slices_follow_load {
                 "--slices-follow-load"
+            } else if a.busy_balance {
+                "--busy-balance"
             } else {
                 "--rt-pull"
             },
@@ -547,6 +556,7 @@ fn bench_options(
     o.sleeper_credit = a.sleeper_credit;
     o.no_wakeup_preempt = a.no_wakeup_preempt;
     o.slices_follow_load = a.slices_follow_load;
+    o.busy_balance = a.busy_balance;
     o.rt_pull = a.rt_pull.unwrap_or_default();
     o.io_cpus = a.io_cpus.unwrap_or_default();
     o

@@ -40,8 +40,13 @@ pub struct ServeArgs {
     /// Export KVM exits per vCPU on /metrics (one series per vCPU).
     #[arg(long)]
     pub metrics_per_vcpu: bool,
+    /// The shared scheduler's busy balance: a busy CPU with vCPUs waiting
+    /// hands one to a busy CPU with at least two fewer waiting (off by
+    /// default, being measured). Workers executor only
+    #[arg(long)]
+    pub busy_balance: bool,
     /// A TOML file with any of: topology, mitigations, executor,
-    /// metrics_per_vcpu. Flags win over it.
+    /// metrics_per_vcpu, busy_balance. Flags win over it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
@@ -55,6 +60,8 @@ struct ServeFile {
     executor: Option<String>,
     #[serde(default)]
     metrics_per_vcpu: bool,
+    #[serde(default)]
+    busy_balance: bool,
 }
 
 fn load_file(path: &Path) -> Result<ServeFile> {
@@ -91,6 +98,7 @@ pub fn run_ch_entry(api_socket: PathBuf, seccomp: Option<&str>) -> Result<()> {
         mitigations: None,
         executor: None,
         metrics_per_vcpu: false,
+        busy_balance: false,
         config,
     });
     match named {
@@ -138,6 +146,15 @@ pub fn run(a: ServeArgs) -> Result<()> {
         )
         .into());
     }
+    let busy_balance = a.busy_balance || file.busy_balance;
+    if busy_balance && executor == ExecutorKind::Host {
+        return Err(InputError(
+            "busy_balance: a setting of vcpu_sched, which the host executor does not run (the \
+             host kernel schedules its vCPU threads); use --executor workers or leave it off"
+                .into(),
+        )
+        .into());
+    }
     topology::load(&topology).with_context(|| format!("--topology {topology}"))?;
     let dir = a
         .api_socket
@@ -158,6 +175,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         mitigations,
         executor,
         per_vcpu_metrics: a.metrics_per_vcpu || file.metrics_per_vcpu,
+        busy_balance,
     };
     serve(opts).map_err(|e| {
         if e.is_user_fault() {
