@@ -1291,3 +1291,29 @@ fn stalled_connections_are_closed_and_excess_ones_wait_for_a_slot() {
         assert!(metric(&sock, "vmm_api_connection_cap_waits_total").await >= 1.0);
     });
 }
+
+/// The busy balance is a setting of the shared scheduler: with `--executor
+/// host` (flag or config file) `vmm serve` refuses it before it listens.
+#[test]
+fn busy_balance_is_refused_on_the_host_executor() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("serve.toml");
+    std::fs::write(&cfg, "executor = \"host\"\nbusy_balance = true\n").unwrap();
+    let sock = dir.path().join("api.sock");
+    let (cfg, sock_s) = (cfg.to_str().unwrap(), sock.to_str().unwrap());
+    for extra in [
+        vec!["--config", cfg],
+        vec!["--executor", "host", "--busy-balance"],
+    ] {
+        let mut args = vec!["serve", "--api-socket", sock_s];
+        args.extend(extra);
+        let out = integration_tests::run_bounded::run_bounded(&args, Duration::from_secs(60));
+        assert_eq!(out.code, Some(2), "{}", out.context());
+        assert!(
+            out.stderr.contains("busy_balance: a setting of vcpu_sched"),
+            "{}",
+            out.context()
+        );
+        assert!(!sock.exists(), "it listened");
+    }
+}

@@ -222,6 +222,10 @@ fn kick_protocols_compare_interleaved() {
             "--slices-follow-load",
         ),
         (
+            vec!["bench", "runq", "--executor", "host", "--busy-balance"],
+            "--busy-balance",
+        ),
+        (
             vec!["bench", "runq", "--compare-kicks", "--compare", "seeds"],
             "--compare",
         ),
