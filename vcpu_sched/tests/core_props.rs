@@ -191,10 +191,13 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(topo: topology::HostTopology, mit: Mitigations) -> Self {
+    fn new(topo: topology::HostTopology, mit: Mitigations, busy_balance: bool) -> Self {
         let kicks = Arc::new(RecKick::default());
-        let s = Scheduler::new(Arc::new(topo), mit, SchedConfig::default(), kicks.clone())
-            .expect("scheduler");
+        let cfg = SchedConfig {
+            busy_balance,
+            ..SchedConfig::default()
+        };
+        let s = Scheduler::new(Arc::new(topo), mit, cfg, kicks.clone()).expect("scheduler");
         let n = s.num_cpus() as u32;
         let mut groups = vec![GroupId::ROOT];
         for i in 0..3 {
@@ -446,13 +449,14 @@ proptest! {
     fn random_ops_keep_invariants(
         shape in shape(),
         mit in mitigations(),
+        busy_balance in any::<bool>(),
         tasks in proptest::collection::vec((policy(), 0u32..4), 1..24),
         ops in proptest::collection::vec(op(), 1..160),
     ) {
         let topo = topology::load(&shape.synthetic())
             .map_err(|e| TestCaseError::fail(format!("{}: {e}", shape.synthetic())))?;
         prop_assert_eq!(topo.num_cpus() as u32, shape.cpus());
-        let mut h = Harness::new(topo, mit);
+        let mut h = Harness::new(topo, mit, busy_balance);
         for (p, g) in tasks {
             h.spawn(p, g)?;
         }
