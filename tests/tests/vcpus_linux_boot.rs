@@ -16,7 +16,8 @@ fn ci_shape_boots_under_vcpu_sched() {
         spec: "package:2 [numa] l3:1 l2:2 core:1 pu:2",
         memory_mib: 512,
         vendor: None,
-        extra: &["--sched", "vcpu_sched"],
+        // -v: the run's closing line with the block watch's counts
+        extra: &["--sched", "vcpu_sched", "-v"],
     };
     let args = case.args(&g.vmlinux, Some(&g.initramfs));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -27,4 +28,36 @@ fn ci_shape_boots_under_vcpu_sched() {
         r.elapsed.as_secs_f64()
     );
     check_boot(&case, &r);
+    check_block_watch(&r.stderr);
+}
+
+/// The workers' block watch found vCPUs halted inside `KVM_RUN` (their
+/// worker blocked) and kicked them out, or, where the host refuses perf
+/// events, the run said so and the poller did it alone.
+fn check_block_watch(stderr: &str) {
+    if stderr.contains("cannot watch the workers' context switches") {
+        eprintln!("perf events refused on this host: the block watch was off");
+        return;
+    }
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("vcpu_sched run done"))
+        .unwrap_or_else(|| panic!("no closing line in:\n{stderr}"));
+    let count = |key: &str| -> u64 {
+        let at = line
+            .find(key)
+            .unwrap_or_else(|| panic!("no {key} in {line}"));
+        line[at + key.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .unwrap_or_else(|_| panic!("{key} is not a number in {line}"))
+    };
+    let (switches, kicked) = (count("watch_switches="), count("watch_kicked="));
+    eprintln!("block watch: {switches} worker switch-outs, {kicked} halted vCPUs kicked");
+    assert!(
+        kicked > 0 && switches >= kicked,
+        "8 vCPUs halting on 2 workers, but the watch kicked {kicked} of {switches} switch-outs: {line}"
+    );
 }

@@ -101,6 +101,9 @@ impl ExitMapper for CountingMapper {
     fn attached(&self, waker: vmm_machine::vcpu_body::VcpuWaker) {
         self.inner.attached(waker)
     }
+    fn halts_in_kvm(&self) -> bool {
+        self.inner.halts_in_kvm()
+    }
 }
 
 /// Everything one boot needs, taken from the VM table under its lock.

@@ -242,6 +242,24 @@ impl WorkerPool {
         &self.pool.sched
     }
 
+    /// Each CPU's worker thread id, by CPU (waits, up to a second, for a
+    /// worker that has not started yet; 0 for one that never did).
+    pub fn worker_tids(&self) -> Vec<u32> {
+        let until = Instant::now() + Duration::from_secs(1);
+        self.pool
+            .core
+            .slots
+            .iter()
+            .map(|w| loop {
+                let t = w.tid.load(Ordering::Acquire);
+                if t != 0 || Instant::now() >= until {
+                    break t;
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            })
+            .collect()
+    }
+
     /// Adds a task running `body`. It does not run until it is first
     /// woken ([`WorkerPool::wake`]), so that a set of tasks can be added
     /// whole (or [discarded](WorkerPool::discard)) before any of them runs.

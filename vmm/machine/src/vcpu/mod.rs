@@ -51,6 +51,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::compat::{assist_for, Assist};
 
+pub mod block_watch;
 pub mod inject;
 mod kick;
 pub mod probe;

@@ -78,7 +78,7 @@ impl Body for VcpuBody {
             set.vcpu_exited(slot, &mut st);
             return ExecAction::Exit;
         }
-        let a: Action = enter(set, &self.vm, &mut st);
+        let a: Action = enter(set, &self.vm, &mut st, cx.cpu() as usize);
         cx.stamp_exit(st.exit_at);
         match a {
             Action::Block => self.pending = Some(Resume::Halt(set.now())),

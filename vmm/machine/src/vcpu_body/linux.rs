@@ -21,7 +21,8 @@
 //! * after any kick the runner asks `KVM_GET_MP_STATE`; a vCPU that waits
 //!   (halted, or an unstarted AP) sleeps in the scheduler: a halted one
 //!   for a [`HaltSleep`]: 1 ms, doubling while it is found waiting again
-//!   without an exit in between, up to 16 ms, and never past its armed
+//!   without an exit in between, up to 256 ms (16 ms for a vCPU the
+//!   poller cannot probe: [`UNPROBED_SLEEP_MAX_NS`]), and never past its armed
 //!   TSC-deadline timer (so guest timers fire on time, give or take the
 //!   1 ms floor); an AP that waits for INIT/SIPI until the probe below
 //!   sees its SIPI ([`UNSTARTED_SLEEP_NS`], a safety net);
@@ -44,9 +45,12 @@
 //!
 //! Semantics and limits: an IPI for a sleeping vCPU reaches it within one
 //! poll period (plus the time to get a slot) instead of at once; an event
-//! the probe cannot see (an NMI) waits for the end of the sleep, 16 ms at
-//! most. A vCPU that halts and is woken inside KVM before the poller sees
-//! it simply keeps its slot, as on host threads. Per period the poller
+//! the probe cannot see (an NMI) waits for the end of the sleep, 256 ms at
+//! most. A vCPU that halts and is woken inside KVM before anyone sees
+//! it simply keeps its slot, as on host threads. On the M:N workers a
+//! vCPU that halts inside `KVM_RUN` is found as soon as its worker blocks
+//! ([`BlockWatch`](crate::vcpu::block_watch::BlockWatch), from the host's
+//! context-switch events); the poller's kick is the backstop. Per period the poller
 //! costs one `pread` per vCPU in the guest and two ioctls per sleeping
 //! vCPU; each find costs a kick, `KVM_GET_MP_STATE` and, for a halted
 //! vCPU, one `KVM_GET_MSRS`. Measured effect on the 12-vCPU boot:
@@ -86,10 +90,25 @@ impl Default for HaltSleep {
     fn default() -> Self {
         Self {
             base: std::time::Duration::from_millis(1),
-            max: std::time::Duration::from_millis(16),
+            max: std::time::Duration::from_millis(256),
         }
     }
 }
+
+/// The longest sleep of a halted vCPU the [`HaltPoller`] does not probe
+/// (no probe could be made for it): only the end of its sleep lets it see
+/// an interrupt, so it comes back at least this often whatever
+/// [`HaltSleep::max`] says.
+///
+/// A probed vCPU sleeps up to [`HaltSleep::max`] (256 ms by default): the
+/// poller wakes it within a round of an interrupt becoming pending and
+/// its TSC-deadline timer caps the sleep, so the end of the sleep only
+/// matters for what a probe cannot see (an NMI). With the old 16 ms bound
+/// every idle vCPU came back 60 times a second just to halt again,
+/// holding its CPU until the poller's next round each time: four
+/// 12-vCPU guests booting on 2 host CPUs took 478 s with it, 235 s with
+/// 256 ms (docs/results-vcpus.md, "Linux boot").
+pub const UNPROBED_SLEEP_MAX_NS: u64 = 16_000_000;
 
 /// [`HaltSleep`] at work: per-vCPU backoff and the guest's TSC rate.
 struct HaltState {
@@ -146,6 +165,20 @@ impl HaltState {
         (k != u32::MAX).then_some(k)
     }
 
+    /// The longest sleep of vCPU `index`: [`HaltSleep::max`] when the
+    /// poller probes it, else at most [`UNPROBED_SLEEP_MAX_NS`].
+    fn max_ns_of(&self, index: usize) -> u64 {
+        let probed = self
+            .probed
+            .get(index)
+            .is_some_and(|p| p.load(Ordering::Relaxed));
+        if probed {
+            self.max_ns
+        } else {
+            self.max_ns.min(UNPROBED_SLEEP_MAX_NS.max(self.base_ns))
+        }
+    }
+
     /// The sleep of vCPU `index` found waiting for INIT/SIPI in
     /// `mp_state` while the poller probes it; `None` for a halted vCPU or
     /// one the poller cannot probe (those sleep as [`HaltSleep`] says).
@@ -173,7 +206,7 @@ impl HaltState {
             .base_ns
             .checked_shl(u32::from(k))
             .unwrap_or(u64::MAX)
-            .min(self.max_ns);
+            .min(self.max_ns_of(vcpu.index()));
         if mp_state == KVM_MP_STATE_HALTED {
             if let Some(khz) = self.tsc_khz(vcpu) {
                 if let Ok(Some(t)) = vcpu.tsc_deadline_in(khz) {
@@ -304,6 +337,10 @@ impl ExitMapper for LinuxMapper {
     /// wakes it as soon as its interrupt is pending.
     fn wake_ends_sleep(&self) -> bool {
         true
+    }
+
+    fn halts_in_kvm(&self) -> bool {
+        self.halt.is_some()
     }
 }
 
@@ -585,11 +622,14 @@ pub fn run_sched(
         // A device interrupt unparks this thread early.
         std::thread::park_timeout(next_round.saturating_duration_since(Instant::now()));
     };
+    let watch = running.set().watch_counts().unwrap_or_default();
     let out = running.stop(Duration::from_secs(10));
     devices.flush_console();
     match out {
-        Ok(o) => tracing::debug!(
+        Ok(o) => tracing::info!(
             vcpus = n,
+            watch_switches = watch.switches,
+            watch_kicked = watch.kicked,
             kicked = polls.kicked,
             probed = polls.probed,
             woken = polls.woken,
@@ -721,6 +761,24 @@ mod tests {
         // vCPU 1 has no probe; an unknown index is not probed either
         assert_eq!(h.unstarted_sleep_ns(1, KVM_MP_STATE_UNINITIALIZED), None);
         assert_eq!(h.unstarted_sleep_ns(9, KVM_MP_STATE_UNINITIALIZED), None);
+    }
+
+    /// A halted vCPU the poller probes may sleep up to `HaltSleep::max`;
+    /// one it cannot probe comes back within UNPROBED_SLEEP_MAX_NS (its
+    /// interrupts reach it only then), and never below the base.
+    #[test]
+    fn only_a_probed_vcpu_sleeps_past_the_unprobed_bound() {
+        let mut h = state(2);
+        h.max_ns = 256_000_000;
+        h.probed[0].store(true, Ordering::Relaxed);
+        assert_eq!(h.max_ns_of(0), 256_000_000);
+        assert_eq!(h.max_ns_of(1), UNPROBED_SLEEP_MAX_NS);
+        assert_eq!(h.max_ns_of(7), UNPROBED_SLEEP_MAX_NS, "unknown index");
+        h.max_ns = 4_000_000;
+        assert_eq!(h.max_ns_of(1), 4_000_000, "a smaller max wins");
+        h.base_ns = 32_000_000;
+        h.max_ns = 64_000_000;
+        assert_eq!(h.max_ns_of(1), 32_000_000, "never below the base");
     }
 
     /// The entering thread waits while the poller holds the vCPU, and the

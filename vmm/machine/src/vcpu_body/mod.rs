@@ -97,6 +97,12 @@ pub trait ExitMapper: Send + Sync {
     /// `waker` wakes them from other threads (a micro-guest's device
     /// interrupts). Called once per run, before any vCPU enters the guest.
     fn attached(&self, _waker: VcpuWaker) {}
+    /// Its vCPUs wait inside `KVM_RUN` when the guest halts (the
+    /// in-kernel LAPIC), holding the worker that runs them: the M:N
+    /// executor watches for that ([`BlockWatch`](crate::vcpu::block_watch::BlockWatch)).
+    fn halts_in_kvm(&self) -> bool {
+        false
+    }
 }
 
 /// Scheduling attributes of one vCPU task.

@@ -7,7 +7,7 @@
 //! sharing one scheduler and its fixes).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use topology::HostTopology;
@@ -18,6 +18,7 @@ use vcpu_sched::{Mitigations, SchedConfig, SchedCounters, Scheduler, TaskId, Tas
 
 use super::body::{VcpuBody, VcpuHooks};
 use super::{TaskError, VcpuSlot, VmSet};
+use crate::vcpu::block_watch::BlockWatch;
 
 /// How to run a set.
 #[derive(Clone, Debug)]
@@ -168,6 +169,37 @@ fn warn_rt_oversubscribed(set: &VmSet) {
         tracing::warn!(
             "{rt} RT vCPU threads on {host_cpus} host CPUs: a vCPU that does not block starves the others on its CPU"
         );
+    }
+}
+
+/// Whether any VM of `set` halts inside `KVM_RUN` (a Linux guest).
+fn needs_watch(set: &VmSet) -> bool {
+    set.vms().iter().any(|vm| vm.mapper.halts_in_kvm())
+}
+
+/// The [`BlockWatch`] of an M:N executor's workers (`None` for the other
+/// executors: a vCPU thread of its own blocks without holding anyone
+/// else's CPU on `host`, and `threads` hands its slot over on the
+/// poller's kick as before; or where the host refuses perf events, with
+/// a warning once).
+fn start_watch(ex: &Executor) -> Option<Arc<BlockWatch>> {
+    let Executor::Workers(w) = ex else {
+        return None;
+    };
+    match BlockWatch::start(&w.worker_tids()) {
+        Ok(b) => Some(Arc::new(b)),
+        Err(e) => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!(
+                    error = %e,
+                    "cannot watch the workers' context switches (perf events; needs \
+                     kernel.perf_event_paranoid <= 1 or CAP_PERFMON): a vCPU that halts \
+                     inside KVM_RUN keeps its CPU until the halt poller's next round"
+                )
+            });
+            None
+        }
     }
 }
 
@@ -422,6 +454,11 @@ impl Running {
             warn_rt_oversubscribed(&set);
         }
         let ex = opts.start(set.epoch(), true)?;
+        if needs_watch(&set) {
+            if let Some(w) = start_watch(&ex) {
+                let _ = set.watch.set(w);
+            }
+        }
         if let Err(e) = attach(&ex, opts, &set) {
             set.request_stop();
             let _ = ex.shutdown(Duration::from_secs(30));
@@ -541,6 +578,9 @@ impl Running {
 pub struct VcpuPool {
     ex: Executor,
     opts: ExecOptions,
+    /// Made when the first set whose vCPUs halt inside `KVM_RUN` joins
+    /// (`None` inside: the host does not permit it).
+    watch: OnceLock<Option<Arc<BlockWatch>>>,
 }
 
 impl VcpuPool {
@@ -551,7 +591,11 @@ impl VcpuPool {
         opts.kind = ExecutorKind::Workers;
         // it runs for ever: ended tasks are reported to their sets only
         let ex = opts.start(Instant::now(), false)?;
-        Ok(Self { ex, opts })
+        Ok(Self {
+            ex,
+            opts,
+            watch: OnceLock::new(),
+        })
     }
 
     fn pool(&self) -> &vcpu_sched::exec::WorkerPool {
@@ -609,6 +653,11 @@ impl VcpuPool {
                 "this set runs on another clock; make it with VmSet::new_on(.., pool.epoch())"
                     .into(),
             ));
+        }
+        if needs_watch(set) {
+            if let Some(w) = self.watch.get_or_init(|| start_watch(&self.ex)) {
+                let _ = set.watch.set(w.clone());
+            }
         }
         attach(&self.ex, &self.opts, set)
     }

@@ -27,6 +27,8 @@ use vcpu_sched::{GroupId, TaskId, TaskStats};
 
 use super::stages::{Stages, BLOCK};
 use super::{Action, ExitMapper, GuestVm, Placement, TaskError};
+use crate::vcpu::block_watch::{BlockWatch, HaltTarget};
+use crate::vcpu::probe::BlockingStat;
 use crate::vcpu::{Kicker, Vcpu, VcpuExit};
 use crate::vm::{StopReason, VmControl};
 
@@ -98,6 +100,9 @@ pub struct VcpuSlot {
     /// Blocked because its VM is paused: resume wakes it (and only it, so
     /// a guest halted for its own reasons is not woken by a resume).
     held: AtomicBool,
+    /// For the executor's [`BlockWatch`]: a guest whose halts wait inside
+    /// `KVM_RUN`, with KVM's `blocking` stat.
+    halt_target: Option<Arc<HaltTarget>>,
 }
 
 impl VcpuSlot {
@@ -237,6 +242,9 @@ pub struct VmSet {
     /// Latencies are recorded inside this window only (on the set's
     /// clock).
     pub window: Window,
+    /// The M:N executor's watch for vCPUs that halt inside `KVM_RUN`
+    /// (set when the set is attached to a workers executor that has one).
+    pub(crate) watch: OnceLock<Arc<BlockWatch>>,
 }
 
 impl fmt::Debug for VmSet {
@@ -275,7 +283,13 @@ impl VmSet {
             let first = slots.len();
             for (i, v) in g.vcpus.into_iter().enumerate() {
                 let placement = g.placement[if g.placement.len() == 1 { 0 } else { i }].clone();
+                let halt_target = if g.mapper.halts_in_kvm() {
+                    BlockingStat::open(&v).map(|st| Arc::new(HaltTarget::new(st, v.kicker())))
+                } else {
+                    None
+                };
                 slots.push(Arc::new(VcpuSlot {
+                    halt_target,
                     vm: id,
                     index: i,
                     global: first + i,
@@ -323,7 +337,14 @@ impl VmSet {
             finished_stats: Mutex::new(Vec::new()),
             host_schedstat: Mutex::new(Vec::new()),
             window: Window::default(),
+            watch: OnceLock::new(),
         }))
+    }
+
+    /// What the executor's [`BlockWatch`] did so far (over every set on
+    /// it), if it has one.
+    pub fn watch_counts(&self) -> Option<crate::vcpu::block_watch::WatchCounts> {
+        self.watch.get().map(|w| w.counts())
     }
 
     /// When its clock started.
@@ -591,7 +612,7 @@ impl VmSet {
 
 /// Enters the guest once and maps what comes back. The caller made its
 /// preemption check right before.
-pub(crate) fn enter(set: &VmSet, vm: &VmEntry, st: &mut VcpuState) -> Action {
+pub(crate) fn enter(set: &VmSet, vm: &VmEntry, st: &mut VcpuState, cpu: usize) -> Action {
     if set.stopping() || vm.control.is_stopping() {
         return Action::Exit;
     }
@@ -614,10 +635,23 @@ pub(crate) fn enter(set: &VmSet, vm: &VmEntry, st: &mut VcpuState) -> Action {
     let index = vcpu.index();
     // A panic in the run loop, a device or the exit mapping fails this VM
     // alone: the thread (a worker that runs other VMs' vCPUs too) goes on.
-    let r = match contain(index, || {
+    // the executor's watch kicks this vCPU out if it halts inside KVM_RUN
+    // (holding this CPU's worker)
+    let watched = match (set.watch.get(), &set.slots[vm.first + index].halt_target) {
+        (Some(w), Some(t)) => {
+            w.entering(cpu, t);
+            Some(w)
+        }
+        _ => None,
+    };
+    let r = contain(index, || {
         vm.mapper.before_entry(vcpu);
         vcpu.run(vm.mapper.io())
-    }) {
+    });
+    if let Some(w) = watched {
+        w.left(cpu);
+    }
+    let r = match r {
         Ok(r) => r,
         Err(fail) => return fail,
     };
