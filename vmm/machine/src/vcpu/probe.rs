@@ -145,6 +145,15 @@ impl Probe {
     pub fn wait_is_over(&self) -> bool {
         wait_is_over(&self.fd)
     }
+
+    /// For a vCPU last seen `HALTED`: does its LAPIC hold an interrupt it
+    /// would take? One ioctl where [`Probe::wait_is_over`] makes two: it
+    /// does not see an INIT or SIPI (KVM accepts those in
+    /// `KVM_GET_MP_STATE`), so a caller still makes a full probe now and
+    /// then. An error reads as "pending" (see `wait_is_over`).
+    pub fn interrupt_pending(&self) -> bool {
+        lapic_pending(&self.fd)
+    }
 }
 
 /// Is the wait of a vCPU that is out of `KVM_RUN` over? `KVM_GET_MP_STATE`
@@ -163,6 +172,13 @@ fn wait_is_over(fd: &OwnedFd) -> bool {
     if mp.mp_state != KVM_MP_STATE_HALTED {
         return false;
     }
+    lapic_pending(fd)
+}
+
+/// Does the LAPIC of a vCPU out of `KVM_RUN` hold a deliverable
+/// interrupt? (`KVM_GET_LAPIC` moves posted interrupts into the IRR
+/// first.) An error reads as "yes".
+fn lapic_pending(fd: &OwnedFd) -> bool {
     let mut lapic = kvm_bindings::kvm_lapic_state::default();
     // SAFETY: KVM_GET_LAPIC writes one kvm_lapic_state into `lapic`,
     // which lives for the call; the fd is a vCPU fd no thread is running.

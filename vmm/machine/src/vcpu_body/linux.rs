@@ -28,8 +28,9 @@
 //!   sees its SIPI ([`UNSTARTED_SLEEP_NS`], a safety net);
 //! * while it sleeps, the poller probes it each round (an unstarted AP
 //!   every [`UNSTARTED_PROBE_EVERY`]th: `KVM_GET_MP_STATE`, which also
-//!   accepts a pending SIPI, and for a halted vCPU `KVM_GET_LAPIC` for an
-//!   interrupt the LAPIC would deliver) and wakes it in the scheduler as
+//!   accepts a pending SIPI; a halted vCPU `KVM_GET_LAPIC` for an
+//!   interrupt the LAPIC would deliver, and its MP state every
+//!   [`UNSTARTED_PROBE_EVERY`]th round) and wakes it in the scheduler as
 //!   soon as its wait is over, as KVM would wake a blocked thread.
 //!
 //! Device interrupts do not wait for the poller: a virtio device raises
@@ -50,9 +51,9 @@
 //! it simply keeps its slot, as on host threads. On the M:N workers a
 //! vCPU that halts inside `KVM_RUN` is found as soon as its worker blocks
 //! ([`BlockWatch`](crate::vcpu::block_watch::BlockWatch), from the host's
-//! context-switch events); the poller's kick is the backstop. Per period the poller
-//! costs one `pread` per vCPU in the guest and two ioctls per sleeping
-//! vCPU; each find costs a kick, `KVM_GET_MP_STATE` and, for a halted
+//! context-switch events); the poller's kick is the backstop. Per period
+//! the poller costs one `pread` per vCPU in the guest and one ioctl per
+//! sleeping halted vCPU (two every [`UNSTARTED_PROBE_EVERY`]th round); each find costs a kick, `KVM_GET_MP_STATE` and, for a halted
 //! vCPU, one `KVM_GET_MSRS`. Measured effect on the 12-vCPU boot:
 //! `docs/results-vcpus.md` ("Linux boot").
 
@@ -140,6 +141,10 @@ struct HaltState {
 /// costs a `KVM_GET_MP_STATE` per probe, and before SMP bring-up 11 of 12
 /// vCPUs wait so; a SIPI is seen at most 3 ms later at the default 1 ms
 /// period (33 ms over the 11 APs of a 12-vCPU boot of 50 s or more here).
+/// A halted vCPU's probe reads its LAPIC every round but its MP state (an
+/// INIT or SIPI for it: a CPU brought online again) only this often: half
+/// the ioctls, which with 4 guests of 12 mostly idle vCPUs were most of
+/// the pollers' time.
 pub const UNSTARTED_PROBE_EVERY: u64 = 4;
 
 /// How long an AP that waits for INIT/SIPI sleeps when the poller probes
@@ -358,12 +363,18 @@ impl IrqWakeups {
     /// For vCPUs with these APIC IDs (vCPU `i` has `apic_ids[i]`); the
     /// calling thread is the one a device interrupt unparks.
     pub fn new(apic_ids: &[u32]) -> Self {
+        Self::for_thread(apic_ids, std::thread::current())
+    }
+
+    /// Like [`IrqWakeups::new`], unparking `waiter` (the thread that runs
+    /// the poll loop: [`PollHub`](super::poll_hub::PollHub)'s).
+    pub fn for_thread(apic_ids: &[u32], waiter: std::thread::Thread) -> Self {
         let n = apic_ids.len();
         Self {
             by_apic: apic_ids.iter().enumerate().map(|(i, &a)| (a, i)).collect(),
             pending: (0..n).map(|_| AtomicBool::new(false)).collect(),
             any: AtomicBool::new(false),
-            waiter: std::thread::current(),
+            waiter,
         }
     }
 
@@ -492,7 +503,14 @@ impl HaltPoller {
                 if p.compare_exchange(ASLEEP, PROBED, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
                 {
-                    let ready = probe.wait_is_over();
+                    // a halted vCPU: its LAPIC each round, its MP state
+                    // (an INIT or SIPI) every UNSTARTED_PROBE_EVERY rounds
+                    let halted = halt.is_some_and(|h| !h.unstarted[k].load(Ordering::Relaxed));
+                    let ready = if halted && !probe_unstarted {
+                        probe.interrupt_pending()
+                    } else {
+                        probe.wait_is_over()
+                    };
                     p.store(ASLEEP, Ordering::Release);
                     r.probed += 1;
                     if ready && wake(k) {
