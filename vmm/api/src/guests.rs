@@ -15,7 +15,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 use vmm_devices::virtio::fs::BackendHealth;
 
 use topology::{GuestTopology, HostTopology};
@@ -419,10 +418,11 @@ fn build_linux(job: &BootJob) -> Result<BuiltLinux, String> {
 }
 
 /// Builds and starts a Linux VM: its vCPUs become tasks like a
-/// micro-guest's. On the shared pool a poller thread ([`HaltPoller`])
-/// kicks halted vCPUs out of `KVM_RUN` (the in-kernel irqchip keeps HLT
-/// inside KVM) and wakes them when an interrupt is pending, until the set
-/// stops, as `vmm run --sched vcpu_sched` does; with `--executor host`
+/// micro-guest's. On the shared pool its [`HaltPoller`] joins the pool's
+/// one halt-poll thread (`VcpuPool::poll_hub`), which kicks halted vCPUs
+/// out of `KVM_RUN` (the in-kernel irqchip keeps HLT inside KVM) and
+/// wakes them when an interrupt is pending, until the set stops, as `vmm
+/// run --sched vcpu_sched` does on its own thread; with `--executor host`
 /// each vCPU keeps its thread, halted or not, as `vmm run --sched host`.
 ///
 /// [`HaltPoller`]: vmm_machine::vcpu_body::linux::HaltPoller
@@ -465,7 +465,13 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
     let (running, set) = on.start(guest)?;
     let running = Arc::new(running);
     if let Some(poller) = poller {
-        spawn_halt_poller(id, poller, apics, msi_wake, set, Arc::downgrade(&running))?;
+        let hub = job
+            .pool
+            .as_ref()
+            .and_then(|p| p.poll_hub())
+            .ok_or_else(|| format!("VM {id}: no halt-poll thread to run its halted vCPUs"))?;
+        drop(set);
+        hub.add(poller, &apics, &msi_wake, &running);
     }
     Ok(Booted {
         running,
@@ -475,45 +481,6 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
         cpu_hotplug,
         devices: Some(devices),
     })
-}
-
-/// The halt poller of a Linux VM on the shared pool: a thread that wakes
-/// the vCPUs device interrupts are raised for at once (their MSI hook
-/// unparks it) and polls the halted ones every 1 ms (see
-/// `vmm_machine::vcpu_body::linux`). `running` is weak: stopping the VM
-/// unwraps the `Running`, which a poller round holds for microseconds at
-/// most.
-fn spawn_halt_poller(
-    id: &str,
-    poller: vmm_machine::vcpu_body::linux::HaltPoller,
-    apics: Vec<u32>,
-    msi_wake: vmm_machine::devices::MsiWakeSlot,
-    set: Arc<VmSet>,
-    weak: std::sync::Weak<Running>,
-) -> Result<(), String> {
-    use vmm_machine::vcpu_body::linux::IrqWakeups;
-    std::thread::Builder::new()
-        .name(format!("halt-poll/{id}"))
-        .spawn(move || {
-            let irqs = Arc::new(IrqWakeups::new(&apics));
-            let hook = irqs.clone();
-            let _ = msi_wake.set(Arc::new(move |apic| hook.note(apic)));
-            let mut next = std::time::Instant::now();
-            while !set.stopping() && set.vms()[0].live() > 0 {
-                let Some(r) = weak.upgrade() else { break };
-                irqs.wake_marked(&|k| r.wake(0, k));
-                if std::time::Instant::now() >= next {
-                    poller.round(&|k| r.wake(0, k));
-                    next = std::time::Instant::now() + Duration::from_millis(1);
-                }
-                drop(r);
-                std::thread::park_timeout(
-                    next.saturating_duration_since(std::time::Instant::now()),
-                );
-            }
-        })
-        .map(drop)
-        .map_err(|e| format!("cannot start the halt poller: {e}"))
 }
 
 #[cfg(test)]

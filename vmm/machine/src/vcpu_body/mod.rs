@@ -42,6 +42,7 @@
 
 mod body;
 pub mod linux;
+pub mod poll_hub;
 mod run;
 mod set;
 mod stages;

@@ -17,6 +17,7 @@ use vcpu_sched::exec::{
 use vcpu_sched::{Mitigations, SchedConfig, SchedCounters, Scheduler, TaskId, TaskSpec, TaskStats};
 
 use super::body::{VcpuBody, VcpuHooks};
+use super::poll_hub::PollHub;
 use super::{TaskError, VcpuSlot, VmSet};
 use crate::vcpu::block_watch::BlockWatch;
 
@@ -581,6 +582,8 @@ pub struct VcpuPool {
     /// Made when the first set whose vCPUs halt inside `KVM_RUN` joins
     /// (`None` inside: the host does not permit it).
     watch: OnceLock<Option<Arc<BlockWatch>>>,
+    /// The halt-poll thread of its Linux VMs, made at the first one.
+    hub: OnceLock<Option<PollHub>>,
 }
 
 impl VcpuPool {
@@ -595,7 +598,23 @@ impl VcpuPool {
             ex,
             opts,
             watch: OnceLock::new(),
+            hub: OnceLock::new(),
         })
+    }
+
+    /// The one thread that polls the halted vCPUs of every Linux VM on
+    /// this pool ([`PollHub`]), started at the first call; `None` if the
+    /// thread could not be started (said once in the log).
+    pub fn poll_hub(&self) -> Option<&PollHub> {
+        self.hub
+            .get_or_init(|| match PollHub::start(Duration::from_millis(1)) {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot start the halt-poll thread");
+                    None
+                }
+            })
+            .as_ref()
     }
 
     fn pool(&self) -> &vcpu_sched::exec::WorkerPool {
