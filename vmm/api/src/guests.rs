@@ -443,6 +443,12 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
     // for an interrupt, as under `vmm run --sched host`: no halt sleeps
     // and no poller, so the host kernel's row is the plain 1:1 threads.
     let host_threads = job.pool.is_none();
+    if !host_threads && !vm.disable_halt_polling() {
+        tracing::debug!(
+            vm = id,
+            "KVM has no KVM_CAP_HALT_POLL: its halt polling stays on"
+        );
+    }
     let mapper = Arc::new(if host_threads {
         LinuxMapper::host(vm.devices())
     } else {

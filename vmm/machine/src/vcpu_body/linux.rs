@@ -583,6 +583,10 @@ pub fn run_sched(
 
     crate::vcpu::install_kick_signal()?;
     let topo = Arc::new(topology::load("host")?);
+    // a halted vCPU should free its worker at once, not spin on it
+    if !vm.disable_halt_polling() {
+        tracing::debug!("KVM has no KVM_CAP_HALT_POLL: its halt polling stays on");
+    }
     let vcpus = vm.take_vcpus();
     let n = vcpus.len();
     let control = vm.control();

@@ -493,6 +493,21 @@ impl LinuxVm {
     pub fn vm_fd(&self) -> &VmFd {
         &self.vm
     }
+    /// Turns KVM's halt polling off for this VM (`KVM_CAP_HALT_POLL`, 0
+    /// ns): a vCPU that halts blocks at once instead of spinning up to
+    /// the host's `halt_poll_ns` (200 us here) on its thread. For an M:N
+    /// executor that thread is a worker that should run another vCPU, and
+    /// a spinning vCPU reads as not blocking to the halt poller and the
+    /// block watch. Returns false where KVM has no such capability (the
+    /// host's polling then stays).
+    pub fn disable_halt_polling(&self) -> bool {
+        let mut cap = kvm_enable_cap {
+            cap: kvm_bindings::KVM_CAP_HALT_POLL,
+            ..Default::default()
+        };
+        cap.args[0] = 0;
+        self.vm.enable_cap(&cap).is_ok()
+    }
     /// The devices, the [`PortIo`](crate::vcpu::PortIo) to run vCPUs with.
     pub fn devices(&self) -> Arc<Devices> {
         self.devices.clone()
