@@ -80,6 +80,8 @@ struct Shared {
     quit: AtomicBool,
     switches: AtomicU64,
     kicked: AtomicU64,
+    /// The watcher's thread id (0 until it runs).
+    watcher_tid: std::sync::atomic::AtomicU32,
 }
 
 /// See the module docs. Dropping it stops the watcher thread.
@@ -133,6 +135,7 @@ impl BlockWatch {
             quit: AtomicBool::new(false),
             switches: AtomicU64::new(0),
             kicked: AtomicU64::new(0),
+            watcher_tid: std::sync::atomic::AtomicU32::new(0),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -181,6 +184,8 @@ impl Drop for BlockWatch {
 
 impl Shared {
     fn run(&self) {
+        self.watcher_tid
+            .store(vcpu_sched::exec::current_tid(), Ordering::Release);
         // Never preempt a worker (see the module docs); a host that
         // refuses leaves it SCHED_OTHER, which still works.
         let param = libc::sched_param { sched_priority: 0 };
@@ -202,9 +207,25 @@ impl Shared {
                 let Some(w) = self.cpus.get(e.u64 as usize) else {
                     continue;
                 };
-                if let Some(r) = &w.ring {
-                    r.drain();
+                let Some(r) = &w.ring else {
+                    continue;
+                };
+                if e.events & (libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
+                    // the worker thread has exited (its executor stopped
+                    // before this watch was dropped): stop listening to
+                    // it, or epoll would report the hang-up for ever
+                    // SAFETY: removes an fd this watch registered.
+                    unsafe {
+                        libc::epoll_ctl(
+                            self.epoll.as_raw_fd(),
+                            libc::EPOLL_CTL_DEL,
+                            r.fd.as_raw_fd(),
+                            std::ptr::null_mut(),
+                        );
+                    }
+                    continue;
                 }
+                r.drain();
                 self.switches.fetch_add(1, Ordering::Relaxed);
                 let t = lock(&w.inside).clone();
                 if let Some(t) = t {
@@ -399,5 +420,20 @@ mod tests {
         assert_eq!(w.counts().kicked, 0, "no vCPU inside: nothing to kick");
         drop(go_tx);
         t.join().unwrap();
+        // the watched thread is gone: the watcher stops listening to it
+        // instead of spinning on the hang-up
+        let cpu0 = watcher_cpu_ns(&w);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let spent = watcher_cpu_ns(&w).saturating_sub(cpu0);
+        assert!(
+            spent < 100_000_000,
+            "the watcher used {spent} ns of CPU in 300 ms after its thread exited"
+        );
+    }
+
+    /// The watcher thread's CPU time so far (ns).
+    fn watcher_cpu_ns(w: &BlockWatch) -> u64 {
+        let tid = w.shared.watcher_tid.load(Ordering::Acquire);
+        vcpu_sched::exec::thread_cpu_ns(tid).unwrap_or(0)
     }
 }
