@@ -29,7 +29,11 @@ I=$PWD/.cache/guest/initramfs.cpio.gz
 [[ -f $K && -f $I ]] || { echo "build the guest first: guest/build.sh" >&2; exit 1; }
 SHAPE="package:2 [numa] die:3 l3:1 l2:1 core:2 pu:1"
 LINE="root domain span"
-rm -rf "$D"
+# never delete what the caller named: OUTDIR must be new or empty
+if [ -e "$D" ] && [ -n "$(ls -A "$D" 2>/dev/null)" ]; then
+    echo "$D exists and is not empty: give a new directory" >&2
+    exit 2
+fi
 mkdir -p "$D"
 sock=$D/api.sock
 "$BIN" -v serve --api-socket "$sock" --executor "$EXE" "$@" 2>"$D/serve.log" &
