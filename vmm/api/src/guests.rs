@@ -453,6 +453,7 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
         LinuxMapper::host(vm.devices())
     } else {
         LinuxMapper::new(vm.devices(), vcpus.len(), HaltSleep::default())
+            .with_preempt_marks(vm.ram().memory().clone())
     });
     let poller = (!host_threads).then(|| HaltPoller::new(mapper.clone(), &vcpus));
     let guest = GuestVm {

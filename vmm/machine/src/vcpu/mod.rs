@@ -55,6 +55,7 @@ pub mod block_watch;
 pub mod inject;
 mod kick;
 pub mod probe;
+pub mod steal;
 
 pub use kick::{install_kick_signal, kick_signal, Kicker};
 use kick::{KickShared, RunGuard};
@@ -174,6 +175,8 @@ pub struct Vcpu {
     fault: Option<inject::Fault>,
     /// `KVM_RUN` calls so far (for `fault`).
     runs: u64,
+    /// See [`Vcpu::kicked_at_boundary`].
+    kicked_at_boundary: bool,
 }
 
 impl std::fmt::Debug for Vcpu {
@@ -272,6 +275,7 @@ impl Vcpu {
             stats: VcpuStats::default(),
             fault: None,
             runs: 0,
+            kicked_at_boundary: false,
         })
     }
 
@@ -360,6 +364,13 @@ impl Vcpu {
                 Step::Interrupted => {
                     if self.take_kick() {
                         self.stats.kicks += 1;
+                        // KVM sets KVM_EXIT_INTR only on the way out of its
+                        // run loop: a KVM_RUN that returned before that
+                        // (immediate_exit) leaves the previous exit's
+                        // reason, and after an MMIO or port exit that
+                        // means the access is still to be completed.
+                        self.kicked_at_boundary =
+                            self.fd.get_kvm_run().exit_reason == kvm_bindings::KVM_EXIT_INTR;
                         return Ok(VcpuExit::Kicked);
                     }
                     // Another signal, or the leftover immediate_exit of a
@@ -571,6 +582,34 @@ impl Vcpu {
             .map_err(self.kvm_err("KVM_GET_TSC_KHZ"))
     }
 
+    /// Did the last [`VcpuExit::Kicked`] leave the guest at an instruction
+    /// boundary? False when the kick landed before KVM completed an MMIO
+    /// or port access the guest made (KVM finishes it on the next
+    /// `KVM_RUN`): then another vCPU must not be told this one is
+    /// preempted ([`steal`]).
+    pub fn kicked_at_boundary(&self) -> bool {
+        self.kicked_at_boundary
+    }
+
+    /// One MSR's value (`KVM_GET_MSRS`); `None` when KVM does not have it.
+    /// Call only while the vCPU is out of `KVM_RUN`.
+    pub fn msr(&self, index: u32) -> Result<Option<u64>, VcpuError> {
+        let mut msrs = kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry {
+            index,
+            ..Default::default()
+        }])
+        .map_err(|_| VcpuError::Kvm {
+            vcpu: self.index,
+            op: "KVM_GET_MSRS",
+            source: kvm_ioctls::Error::new(libc::E2BIG),
+        })?;
+        let n = self
+            .fd
+            .get_msrs(&mut msrs)
+            .map_err(self.kvm_err("KVM_GET_MSRS"))?;
+        Ok((n == 1).then(|| msrs.as_slice()[0].data))
+    }
+
     /// `KVM_GET_MP_STATE` (3 = halted).
     pub fn mp_state(&self) -> Result<u32, VcpuError> {
         self.fd
@@ -722,5 +761,122 @@ mod tests {
         let k = v.kicker();
         drop(v);
         k.kick();
+    }
+
+    /// What an MMIO write does in [`preempted_mark_is_kvms_and_only_at_a_boundary`]:
+    /// kicks the vCPU that made it, so the re-entry that would complete it
+    /// returns `EINTR` first.
+    struct KickOnMmio(StdMutex<Option<Kicker>>);
+    impl PortIo for KickOnMmio {
+        fn pio_read(&self, _: usize, _: u16, data: &mut [u8]) {
+            data.fill(0xff);
+        }
+        fn pio_write(&self, _: usize, _: u16, _: &[u8]) -> IoAction {
+            IoAction::Continue
+        }
+        fn mmio_write(&self, _: usize, _: u64, _: &[u8]) -> IoAction {
+            if let Some(k) = self.0.lock().unwrap().as_ref() {
+                k.kick();
+            }
+            IoAction::Continue
+        }
+    }
+
+    /// The steal-time mark as KVM reads it: written where the guest's
+    /// `MSR_KVM_STEAL_TIME` says, kept with a flush bit another vCPU adds,
+    /// cleared by KVM itself on the next `KVM_RUN` (so the layout and the
+    /// protocol are KVM's, not ours); nothing written without an area or
+    /// outside RAM; a kick before an MMIO write completes is not at an
+    /// instruction boundary, one in the middle of a spin is.
+    #[test]
+    fn preempted_mark_is_kvms_and_only_at_a_boundary() {
+        use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+        use vm_memory::VolatileMemory;
+        let code = [
+            0xb8, 0x00, 0x20, // mov ax, 0x2000
+            0x8e, 0xd8, // mov ds, ax
+            0xc6, 0x06, 0x00, 0x00, 0x01, // mov byte [0], 1 (0x20000: no RAM)
+            0xeb, 0xfe, // jmp $
+        ];
+        let Some((_vm, mem, mut v)) = micro_vm(&code) else {
+            return;
+        };
+        let set = |v: &Vcpu, val: u64| {
+            let m = kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry {
+                index: steal::MSR_KVM_STEAL_TIME,
+                data: val,
+                ..Default::default()
+            }])
+            .unwrap();
+            assert_eq!(
+                v.fd().set_msrs(&m).unwrap(),
+                1,
+                "KVM refused MSR_KVM_STEAL_TIME"
+            );
+        };
+        let area = 0x3000u64;
+        let slice = mem
+            .get_slice(GuestAddress(area), steal::STEAL_TIME_SIZE)
+            .unwrap();
+        let byte = || {
+            slice
+                .get_atomic_ref::<AtomicU8>(steal::PREEMPTED_OFFSET)
+                .unwrap()
+                .load(Ordering::Acquire)
+        };
+        let version = || {
+            slice
+                .get_atomic_ref::<AtomicU32>(8)
+                .unwrap()
+                .load(Ordering::Acquire)
+        };
+        // No area yet: nothing to mark.
+        assert_eq!(steal::steal_time_gpa(&v).unwrap(), None);
+        assert!(!steal::mark_preempted(&v, &mem).unwrap());
+        // Outside RAM: the guest's mistake, nothing written.
+        set(&v, 0x10_0000 | 1);
+        assert!(!steal::mark_preempted(&v, &mem).unwrap());
+        set(&v, area | 1);
+        assert_eq!(steal::steal_time_gpa(&v).unwrap(), Some(area));
+        assert!(steal::mark_preempted(&v, &mem).unwrap());
+        assert_eq!(byte(), steal::KVM_VCPU_PREEMPTED);
+        // Another vCPU asks for a flush; marking again keeps its bit.
+        slice
+            .get_atomic_ref::<AtomicU8>(steal::PREEMPTED_OFFSET)
+            .unwrap()
+            .fetch_or(steal::KVM_VCPU_FLUSH_TLB, Ordering::AcqRel);
+        assert!(steal::mark_preempted(&v, &mem).unwrap());
+        assert_eq!(
+            byte(),
+            steal::KVM_VCPU_PREEMPTED | steal::KVM_VCPU_FLUSH_TLB
+        );
+        // The MMIO write kicks its own vCPU: KVM_RUN returns before it
+        // completes the write.
+        let io = KickOnMmio(StdMutex::new(Some(v.kicker())));
+        assert_eq!(v.run(&io).unwrap(), VcpuExit::Kicked);
+        assert!(!v.kicked_at_boundary(), "kicked with an MMIO write pending");
+        // KVM entered (the MMIO exit) and cleared the mark and the flush.
+        assert_eq!(byte(), 0, "KVM did not clear the preempted byte on entry");
+        let v1 = version();
+        assert!(
+            v1 > 0 && v1 % 2 == 0,
+            "KVM did not update the area: version {v1}"
+        );
+        io.0.lock().unwrap().take();
+        // Kicked while it spins: at a boundary.
+        let k = v.kicker();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            k.kick();
+        });
+        assert_eq!(v.run(&io).unwrap(), VcpuExit::Kicked);
+        t.join().unwrap();
+        assert!(v.kicked_at_boundary(), "kicked in a spin loop");
+        assert!(steal::mark_preempted(&v, &mem).unwrap());
+        assert_eq!(byte(), steal::KVM_VCPU_PREEMPTED);
+        // Disabled by the guest: no longer marked.
+        set(&v, area);
+        assert_eq!(steal::steal_time_gpa(&v).unwrap(), None);
+        assert!(!steal::mark_preempted(&v, &mem).unwrap());
     }
 }

@@ -33,6 +33,13 @@
 //!   [`UNSTARTED_PROBE_EVERY`]th round) and wakes it in the scheduler as
 //!   soon as its wait is over, as KVM would wake a blocked thread.
 //!
+//! A running vCPU that the scheduler preempts (a kick that finds it not
+//! waiting) is marked preempted in the guest's steal-time area
+//! ([`crate::vcpu::steal`], [`LinuxMapper::with_preempt_marks`]), as KVM
+//! marks a 1:1 vCPU thread the host preempts, so the guest's
+//! `vcpu_is_preempted()` (paravirtual TLB flush, spinning on mutex
+//! owners, idle-CPU choice) sees M:N descheduling too.
+//!
 //! Device interrupts do not wait for the poller: a virtio device raises
 //! its MSI through an irqfd (KVM queues it in the target vCPU's LAPIC, in
 //! or out of `KVM_RUN`) and then calls the VM's
@@ -272,6 +279,11 @@ pub struct LinuxMapper {
     devices: Arc<Devices>,
     /// `None`: halted vCPUs keep their thread (the host runner).
     halt: Option<HaltState>,
+    /// Guest RAM, to mark preempted vCPUs in their steal-time areas
+    /// ([`LinuxMapper::with_preempt_marks`]); `None`: no marks.
+    memory: Option<vm_memory::GuestMemoryMmap>,
+    /// Marks written so far.
+    marks: AtomicU64,
 }
 
 impl LinuxMapper {
@@ -289,6 +301,40 @@ impl LinuxMapper {
                 probed: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
                 unstarted: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
             }),
+            memory: None,
+            marks: AtomicU64::new(0),
+        }
+    }
+
+    /// Marks a vCPU that the scheduler preempts as preempted in the
+    /// guest's steal-time area, as KVM does for a 1:1 vCPU thread the
+    /// host preempts ([`crate::vcpu::steal`]): `memory` is the VM's RAM.
+    /// For the M:N executors, where KVM never sees a vCPU descheduled.
+    pub fn with_preempt_marks(mut self, memory: vm_memory::GuestMemoryMmap) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
+    /// Preempted marks written so far.
+    pub fn preempt_marks(&self) -> u64 {
+        self.marks.load(Ordering::Relaxed)
+    }
+
+    /// A running vCPU was kicked for the scheduler: tell the guest it is
+    /// preempted, if it sits at an instruction boundary.
+    fn mark_preempted(&self, vcpu: &Vcpu) {
+        let Some(mem) = &self.memory else {
+            return;
+        };
+        if !vcpu.kicked_at_boundary() {
+            return;
+        }
+        match crate::vcpu::steal::mark_preempted(vcpu, mem) {
+            Ok(true) => {
+                self.marks.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(false) => {}
+            Err(e) => tracing::trace!("preempted mark: {e}"),
         }
     }
 
@@ -298,6 +344,8 @@ impl LinuxMapper {
         Self {
             devices,
             halt: None,
+            memory: None,
+            marks: AtomicU64::new(0),
         }
     }
 }
@@ -327,6 +375,7 @@ impl ExitMapper for LinuxMapper {
             }
             _ => {
                 h.active(vcpu);
+                self.mark_preempted(vcpu);
                 None
             }
         }
@@ -456,6 +505,12 @@ impl std::ops::AddAssign for PollRound {
 }
 
 impl HaltPoller {
+    /// Preempted marks its mapper wrote so far
+    /// ([`LinuxMapper::with_preempt_marks`]).
+    pub fn preempt_marks(&self) -> u64 {
+        self.mapper.preempt_marks()
+    }
+
     /// For the vCPUs of a VM whose exits `mapper` maps (built with
     /// [`LinuxMapper::new`]). Call before handing the vCPUs over.
     pub fn new(mapper: Arc<LinuxMapper>, vcpus: &[Vcpu]) -> Self {
@@ -594,8 +649,12 @@ pub fn run_sched(
     let placement = placements(opts, &topo)?;
     let irqs = Arc::new(IrqWakeups::new(&apic_ids(&vm)));
     let msi_wake = vm.msi_wake();
-    let mapper = Arc::new(LinuxMapper::new(devices.clone(), n, opts.halt));
+    let mapper = Arc::new(
+        LinuxMapper::new(devices.clone(), n, opts.halt)
+            .with_preempt_marks(vm.ram().memory().clone()),
+    );
     let poller = HaltPoller::new(mapper.clone(), &vcpus);
+    let marks = mapper.clone();
     let guest = GuestVm {
         name: "vm0".into(),
         vcpus,
@@ -652,6 +711,7 @@ pub fn run_sched(
             vcpus = n,
             watch_switches = watch.switches,
             watch_kicked = watch.kicked,
+            preempt_marks = marks.preempt_marks(),
             kicked = polls.kicked,
             probed = polls.probed,
             woken = polls.woken,

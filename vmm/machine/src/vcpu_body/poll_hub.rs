@@ -128,6 +128,11 @@ impl HubShared {
                 };
                 let set = r.set();
                 if set.stopping() || set.vms()[0].live() == 0 {
+                    tracing::debug!(
+                        vm = %set.vms()[0].name,
+                        preempt_marks = v.poller.preempt_marks(),
+                        "left the halt-poll hub"
+                    );
                     return false;
                 }
                 v.irqs.wake_marked(&|k| r.wake(0, k));
