@@ -115,6 +115,8 @@ fn lifecycle_of_several_vms() {
         let (s, c) = call(&sock, "GET", "/api/v1/vm.counters", None).await;
         assert_eq!(s, 200);
         assert!(c["vcpu1"]["kvm_exits"].as_u64().unwrap() > 0, "{c}");
+        // its time on the workers, in whole ms (0 for a short run)
+        assert!(c["vcpu1"]["held_ms"].is_u64(), "{c}");
         assert!(c["scheduler"]["switches"].as_u64().unwrap() > 0, "{c}");
         // Reboot, shut down, boot again, delete.
         assert_eq!(call(&sock, "PUT", "/api/v1/vm.reboot", None).await.0, 204);

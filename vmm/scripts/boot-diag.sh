@@ -8,7 +8,8 @@
 #   e.g. vmm/scripts/boot-diag.sh target/release/vmm workers /tmp/d --busy-balance
 #
 # OUTDIR gets console-N.log (each guest's console), counters-bN.json
-# (vm.counters at the end), threads.txt ("T
+# (vm.counters at the end), counters.txt (every VM's vm.counters per
+# sample, "T seconds bN json"), threads.txt ("T
 # seconds" then one "name utime stime" line per thread, in clock ticks,
 # per sample), serve.log and summary.txt: the wall time, each thread
 # kind's CPU seconds (workers, halt poller, clock, block watch) and, per
@@ -55,6 +56,12 @@ while :; do
     el=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}')
     # one process per sample (thread names have no spaces here)
     { echo "T $el"; awk '{gsub(/[()]/, "", $2); print $2, $14, $15}' /proc/"$pid"/task/*/stat 2>/dev/null || true; } >>"$D/threads.txt"
+    # each VM's counters (per vCPU: exits, and under M:N its ms on a worker)
+    for i in $(seq "$VMS"); do
+        if serve_api "$sock" "$D/sample.json" GET "vms/b$i/vm.counters" 2>/dev/null; then
+            echo "T $el b$i $(cat "$D/sample.json")" >>"$D/counters.txt"
+        fi
+    done
     n=$({ grep -l "$LINE" "$D"/console-*.log 2>/dev/null || true; } | wc -l)
     [ "$n" -ge "$VMS" ] && break
     kill -0 "$pid" 2>/dev/null || { echo "vmm serve ended early (see $D/serve.log)" >&2; exit 1; }

@@ -613,8 +613,12 @@ impl Controller {
             .collect();
         out.insert("exits".into(), serde_json::Value::Object(exits));
         if let Some(r) = &v.run {
+            let held = r.set().held_ms_snapshot();
             for (k, n) in r.set().progress_snapshot().iter().enumerate() {
-                out.insert(format!("vcpu{k}"), serde_json::json!({ "kvm_exits": n }));
+                out.insert(
+                    format!("vcpu{k}"),
+                    serde_json::json!({ "kvm_exits": n, "held_ms": held.get(k) }),
+                );
             }
             if let Some(c) = r.counters() {
                 let m: serde_json::Map<String, serde_json::Value> = c

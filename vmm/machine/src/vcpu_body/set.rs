@@ -88,6 +88,10 @@ pub struct VcpuSlot {
     exited: AtomicBool,
     /// Exits from `KVM_RUN` so far (readable while the vCPU runs).
     progress: AtomicU64,
+    /// Nanoseconds it held the thread that ran it, inside `KVM_RUN` and
+    /// its exit handling (in the guest, or halted inside KVM until a
+    /// kick), so far.
+    held_ns: AtomicU64,
     /// Breakdown stamps (set clock, 0: none): when the waker's call
     /// returned, and when the executor picked the vCPU after it.
     pub(super) woken_at: AtomicU64,
@@ -304,6 +308,7 @@ impl VmSet {
                     doorbell_at: AtomicU64::new(0),
                     exited: AtomicBool::new(false),
                     progress: AtomicU64::new(0),
+                    held_ns: AtomicU64::new(0),
                     held: AtomicBool::new(false),
                     woken_at: AtomicU64::new(0),
                     picked_at: AtomicU64::new(0),
@@ -402,6 +407,15 @@ impl VmSet {
         self.slots
             .iter()
             .map(|s| s.progress.load(Ordering::Relaxed))
+            .collect()
+    }
+    /// Per vCPU, by global index: milliseconds it held the thread that
+    /// ran it (in `KVM_RUN` and exit handling) so far; read while the
+    /// vCPUs run. Under M:N this is each vCPU's share of the workers.
+    pub fn held_ms_snapshot(&self) -> Vec<u64> {
+        self.slots
+            .iter()
+            .map(|s| s.held_ns.load(Ordering::Relaxed) / 1_000_000)
             .collect()
     }
     /// Closes it now.
@@ -644,6 +658,7 @@ pub(crate) fn enter(set: &VmSet, vm: &VmEntry, st: &mut VcpuState, cpu: usize) -
         }
         _ => None,
     };
+    let t0 = set.now();
     let r = contain(index, || {
         vm.mapper.before_entry(vcpu);
         vcpu.run(vm.mapper.io())
@@ -658,9 +673,10 @@ pub(crate) fn enter(set: &VmSet, vm: &VmEntry, st: &mut VcpuState, cpu: usize) -
     if set.breakdown_on() {
         st.exit_at = set.now();
     }
-    set.slots[vm.first + index]
-        .progress
-        .fetch_add(1, Ordering::Relaxed);
+    let slot = &set.slots[vm.first + index];
+    slot.progress.fetch_add(1, Ordering::Relaxed);
+    slot.held_ns
+        .fetch_add(set.now().saturating_sub(t0), Ordering::Relaxed);
     match r {
         Ok(VcpuExit::Kicked) => {
             if set.stopping() || vm.control.is_stopping() {
