@@ -550,26 +550,13 @@ impl Vcpu {
     pub fn tsc_deadline_in(&self, tsc_khz: u32) -> Result<Option<u64>, VcpuError> {
         const MSR_IA32_TSC: u32 = 0x10;
         const MSR_IA32_TSC_DEADLINE: u32 = 0x6e0;
-        let entry = |index| kvm_bindings::kvm_msr_entry {
-            index,
-            ..Default::default()
+        let [Some(deadline), Some(tsc)] = self.msrs([MSR_IA32_TSC_DEADLINE, MSR_IA32_TSC])? else {
+            return Ok(None);
         };
-        let mut msrs =
-            kvm_bindings::Msrs::from_entries(&[entry(MSR_IA32_TSC_DEADLINE), entry(MSR_IA32_TSC)])
-                .map_err(|_| VcpuError::Kvm {
-                    vcpu: self.index,
-                    op: "KVM_GET_MSRS",
-                    source: kvm_ioctls::Error::new(libc::E2BIG),
-                })?;
-        let n = self
-            .fd
-            .get_msrs(&mut msrs)
-            .map_err(self.kvm_err("KVM_GET_MSRS"))?;
-        let e = msrs.as_slice();
-        if n < 2 || e[0].data == 0 || tsc_khz == 0 {
+        if deadline == 0 || tsc_khz == 0 {
             return Ok(None);
         }
-        let cycles = e[0].data.saturating_sub(e[1].data);
+        let cycles = deadline.saturating_sub(tsc);
         Ok(Some(
             (u128::from(cycles) * 1_000_000 / u128::from(tsc_khz)).min(u128::from(u64::MAX)) as u64,
         ))
@@ -594,11 +581,17 @@ impl Vcpu {
     /// One MSR's value (`KVM_GET_MSRS`); `None` when KVM does not have it.
     /// Call only while the vCPU is out of `KVM_RUN`.
     pub fn msr(&self, index: u32) -> Result<Option<u64>, VcpuError> {
-        let mut msrs = kvm_bindings::Msrs::from_entries(&[kvm_bindings::kvm_msr_entry {
+        Ok(self.msrs([index])?[0])
+    }
+
+    /// Several MSRs in one `KVM_GET_MSRS`, in order; KVM stops at the
+    /// first it does not have, which reads `None` with all after it.
+    fn msrs<const N: usize>(&self, indices: [u32; N]) -> Result<[Option<u64>; N], VcpuError> {
+        let entries = indices.map(|index| kvm_bindings::kvm_msr_entry {
             index,
             ..Default::default()
-        }])
-        .map_err(|_| VcpuError::Kvm {
+        });
+        let mut msrs = kvm_bindings::Msrs::from_entries(&entries).map_err(|_| VcpuError::Kvm {
             vcpu: self.index,
             op: "KVM_GET_MSRS",
             source: kvm_ioctls::Error::new(libc::E2BIG),
@@ -607,7 +600,8 @@ impl Vcpu {
             .fd
             .get_msrs(&mut msrs)
             .map_err(self.kvm_err("KVM_GET_MSRS"))?;
-        Ok((n == 1).then(|| msrs.as_slice()[0].data))
+        let got = msrs.as_slice();
+        Ok(std::array::from_fn(|i| (i < n).then(|| got[i].data)))
     }
 
     /// `KVM_GET_MP_STATE` (3 = halted).
