@@ -41,7 +41,7 @@ I=$PWD/.cache/guest/initramfs.cpio.gz
 [[ -f $K && -f $I ]] || { echo "build the guest first: guest/build.sh" >&2; exit 1; }
 # shellcheck source=scripts/lib/serve.sh
 source scripts/lib/serve.sh
-SHAPE="package:2 [numa] die:3 l3:1 l2:1 core:2 pu:1"
+SHAPE=$BOOT_SHAPE
 LINE="root domain span"
 mkdir -p "$OUT"
 meta=$(scripts/machine-meta.sh "# ")
@@ -73,18 +73,13 @@ boot_many() {
     } >"$2"
     "$VMM_BIN" -v serve --api-socket "$sock" --executor "$executor" "${extra[@]}" 2>"$dir/serve.log" &
     pid=$!
-    for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+    serve_wait "$sock" "$pid" || true
     # a refused request goes to the boot's log as a comment line
     api() { serve_api "$sock" "$dir/answer" "$@" 2> >(sed 's/^/# /' >>"$LOG"); }
     LOG=$2
     local ok=1
     for i in $(seq "$VMS"); do
-        api PUT "vms/b$i/vm.create" "{
-            \"cpus\": {\"boot_vcpus\": 12, \"max_vcpus\": 12},
-            \"memory\": {\"size\": 805306368},
-            \"payload\": {\"kernel\": \"$K\", \"initramfs\": \"$I\", \"cmdline\": \"loglevel=8 sched_verbose\"},
-            \"serial\": {\"mode\": \"File\", \"file\": \"$dir/console-$i.log\"},
-            \"x_vmm\": {\"topology\": \"$SHAPE\", \"placement\": {\"policy\": \"none\"}}}" || ok=
+        api PUT "vms/b$i/vm.create" "$(boot_vm_body "$K" "$I" "$dir/console-$i.log")" || ok=
     done
     t0=$(date +%s.%N)
     if [ -n "$ok" ]; then

@@ -24,20 +24,14 @@ source scripts/lib/serve.sh
 K=$PWD/.cache/guest/kernel/vmlinux
 I=$PWD/.cache/guest/initramfs.cpio.gz
 [[ -f $K && -f $I ]] || { echo "build the guest first: guest/build.sh" >&2; exit 1; }
-SHAPE="package:2 [numa] die:3 l3:1 l2:1 core:2 pu:1"
 D=$(mktemp -d)
 sock=$D/api.sock
 "$BIN" serve --api-socket "$sock" --executor "$EXE" "$@" 2>"$D/serve.log" &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$D"' EXIT
-for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+serve_wait "$sock" "$pid"
 for i in $(seq "$VMS"); do
-    serve_api "$sock" "$D/answer" PUT "vms/i$i/vm.create" "{
-        \"cpus\": {\"boot_vcpus\": 12, \"max_vcpus\": 12},
-        \"memory\": {\"size\": 805306368},
-        \"payload\": {\"kernel\": \"$K\", \"initramfs\": \"$I\", \"cmdline\": \"loglevel=8 sched_verbose\"},
-        \"serial\": {\"mode\": \"File\", \"file\": \"$D/console-$i.log\"},
-        \"x_vmm\": {\"topology\": \"$SHAPE\", \"placement\": {\"policy\": \"none\"}}}"
+    serve_api "$sock" "$D/answer" PUT "vms/i$i/vm.create" "$(boot_vm_body "$K" "$I" "$D/console-$i.log")"
     serve_api "$sock" "$D/answer" PUT "vms/i$i/vm.boot"
 done
 for _ in $(seq 300); do

@@ -269,8 +269,12 @@ impl HaltState {
         let Some(p) = self.probe.get(index) else {
             return;
         };
+        // written at most once per poll round (the poller clears it), not
+        // at every entry: the marks of a VM's vCPUs share cache lines
         if let Some(e) = self.entered.get(index) {
-            e.store(true, Ordering::Release);
+            if !e.load(Ordering::Relaxed) {
+                e.store(true, Ordering::Release);
+            }
         }
         let mut spins = 0u32;
         loop {
