@@ -299,6 +299,7 @@ fn bad_input_exits_2_with_one_line() {
     for (args, msg) in [
         (vec!["bench", "nosuch"], "unknown workload"),
         (vec!["bench", "messaging", "--vcpus", "3"], "even --vcpus"),
+        (vec!["bench", "pingpong", "--vcpus", "3"], "even --vcpus"),
         (vec!["bench", "runq", "--vcpus", "1"], "at least one worker"),
         (
             vec!["bench", "cyclic", "--topology", "no-such-machine"],

@@ -62,6 +62,7 @@ fn check(w: Workload, topology: &str, vms: usize, m: Mitigations, exec: Executor
         Workload::Messaging => r.run.extra["messages"],
         Workload::Runq | Workload::Blk => r.run.extra["requests"],
         Workload::Transcode => r.run.extra["frames"],
+        Workload::Pingpong => r.run.extra["handoffs"],
         Workload::Net => r.run.extra["packets"],
     };
     assert!(
@@ -99,7 +100,7 @@ fn every_workload_480_vcpus_on_emulated_gnr_2s() {
 fn host_baseline_runs_the_same_guests() {
     // Fair workloads only: 64 SCHED_FIFO threads on 2 CPUs would starve
     // the rest of a shared CI machine.
-    for w in [Workload::Messaging, Workload::Runq] {
+    for w in [Workload::Messaging, Workload::Runq, Workload::Pingpong] {
         check(w, "host", 8, Mitigations::none(), ExecutorKind::Host);
     }
 }

@@ -146,6 +146,53 @@ pub fn runq(iters: u64) -> Result<Vec<u8>, MicroError> {
     g.finish()
 }
 
+/// Offset of pair `p`'s `turn` word (its handoff counter is 64 bytes on).
+pub fn pair_offset(p: u64) -> u64 {
+    p * BLOCK
+}
+
+/// Offset of a pair's handoff counter within its block.
+pub const HANDOFFS: u64 = 64;
+
+/// `pingpong`: vCPUs in pairs (2p and 2p+1) handing one token back and
+/// forth, as `vcpu_sched::workload::pingpong` defines it for threads and
+/// the simulator. The pair's `turn` word names the side holding the token
+/// (0: the even vCPU, which starts). The holder computes `iters`, counts
+/// a handoff, passes the token (a `lock`ed exchange) and rings its
+/// partner, then halts until the token comes back. Every handoff is a
+/// doorbell to a halted vCPU. Needs an even vCPU count.
+pub fn pingpong(iters: u64) -> Result<Vec<u8>, MicroError> {
+    let mut g = GuestAsm::new()?;
+    let a = g.raw();
+    // r8 = &pair[rdi / 2]; r10 = partner; r11 = my side (0 or 1)
+    a.mov(r9, rdi).map_err(e)?;
+    a.shr(r9, 1).map_err(e)?;
+    a.shl(r9, 7).map_err(e)?;
+    a.lea(r8, qword_ptr(rbx + r9)).map_err(e)?;
+    a.mov(r10d, edi).map_err(e)?;
+    a.xor(r10d, 1).map_err(e)?;
+    a.mov(r11d, edi).map_err(e)?;
+    a.and(r11d, 1).map_err(e)?;
+    let mut wait = a.create_label();
+    let mut go = a.create_label();
+    a.set_label(&mut wait).map_err(e)?;
+    a.cmp(qword_ptr(r8), r11).map_err(e)?;
+    a.je(go).map_err(e)?;
+    a.hlt().map_err(e)?;
+    a.jmp(wait).map_err(e)?;
+    a.set_label(&mut go).map_err(e)?;
+    g.compute(iters)?;
+    let a = g.raw();
+    a.lock().inc(qword_ptr(r8 + HANDOFFS)).map_err(e)?;
+    a.mov(rax, r11).map_err(e)?;
+    a.xor(eax, 1).map_err(e)?;
+    a.xchg(qword_ptr(r8), rax).map_err(e)?;
+    a.mov(eax, r10d).map_err(e)?;
+    a.out(PORT_WAKE as u32, eax).map_err(e)?;
+    a.jmp(wait).map_err(e)?;
+    g.finish()
+}
+
 /// Offset of the transcode frame counter.
 pub const FRAMES: u64 = BLOCK;
 

@@ -79,7 +79,7 @@ pub enum BenchError {
     Failed(String),
 }
 
-/// The four guest workloads.
+/// The guest workloads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Workload {
@@ -91,6 +91,9 @@ pub enum Workload {
     Runq,
     /// Pinned FIFO-99 VMs in compute bursts (the 60-instance FFmpeg case).
     Transcode,
+    /// Pairs handing a token back and forth (the simulator's pingpong,
+    /// netperf UDP_RR's shape).
+    Pingpong,
     /// virtio-blk requests at a queue depth (IOPS); not one of the seeds'
     /// workloads, so not in [`Workload::ALL`].
     Blk,
@@ -99,12 +102,14 @@ pub enum Workload {
 }
 
 impl Workload {
-    /// All four.
-    pub const ALL: [Workload; 4] = [
+    /// The scheduler workloads (every one the simulator and `vmm
+    /// sched-bench` also run).
+    pub const ALL: [Workload; 5] = [
         Workload::Cyclic,
         Workload::Messaging,
         Workload::Runq,
         Workload::Transcode,
+        Workload::Pingpong,
     ];
     /// Its name.
     pub fn name(self) -> &'static str {
@@ -113,6 +118,7 @@ impl Workload {
             Workload::Messaging => "messaging",
             Workload::Runq => "runq",
             Workload::Transcode => "transcode",
+            Workload::Pingpong => "pingpong",
             Workload::Blk => "blk",
             Workload::Net => "net",
         }
@@ -128,7 +134,7 @@ impl FromStr for Workload {
             .find(|w| w.name().eq_ignore_ascii_case(s.trim()))
             .ok_or_else(|| {
                 BenchError::Input(format!(
-                    "unknown workload {s:?}; use cyclic, messaging, runq, transcode, blk or net"
+                    "unknown workload {s:?}; use cyclic, messaging, runq, transcode, pingpong, blk or net"
                 ))
             })
     }

@@ -42,6 +42,7 @@ fn default_burst(w: Workload) -> u64 {
         Workload::Messaging => defs::MESSAGING_BURST_US,
         Workload::Runq => defs::RUNQ_BURST_US,
         Workload::Transcode => defs::TRANSCODE_BURST_US,
+        Workload::Pingpong => defs::PINGPONG_BURST_US,
         Workload::Blk | Workload::Net => 0,
     }
 }
@@ -179,6 +180,15 @@ fn guest_code(opts: &BenchOptions, ipu: f64) -> Result<Vec<u8>, BenchError> {
             guests::runq(iters)?
         }
         Workload::Transcode => guests::transcode(iters)?,
+        Workload::Pingpong => {
+            if opts.vcpus % 2 != 0 {
+                return Err(BenchError::Input(format!(
+                    "pingpong pairs vCPU 2p with 2p+1: give an even --vcpus (not {})",
+                    opts.vcpus
+                )));
+            }
+            guests::pingpong(iters)?
+        }
         Workload::Blk | Workload::Net => {
             return Err(BenchError::Input(format!(
                 "{} builds its guests itself",
@@ -220,6 +230,12 @@ fn guest_count(w: Workload, b: &Built, vcpus: usize) -> u64 {
             }
             Workload::Runq => s += read_u64(m, DATA_ADDR + guests::RUNQ_ANSWERS).unwrap_or(0),
             Workload::Transcode => s += read_u64(m, DATA_ADDR + guests::FRAMES).unwrap_or(0),
+            Workload::Pingpong => {
+                for p in 0..vcpus as u64 / 2 {
+                    let at = DATA_ADDR + guests::pair_offset(p) + guests::HANDOFFS;
+                    s += read_u64(m, at).unwrap_or(0);
+                }
+            }
             Workload::Blk => {
                 s += read_u64(m, DATA_ADDR + vmm_machine::micro::driver::COMPLETED).unwrap_or(0)
             }
@@ -724,6 +740,17 @@ fn workload_metric(
                 name: "frames_per_s".into(),
                 unit: "1/s".into(),
                 value: per_s(count),
+                higher_is_better: true,
+            }
+        }
+        Workload::Pingpong => {
+            // a transaction is a round trip: two handoffs (as the thread
+            // workload and the simulator count it)
+            extra.insert("handoffs".into(), count);
+            Metric {
+                name: "transactions_per_s".into(),
+                unit: "trans/s".into(),
+                value: per_s(count / 2.0),
                 higher_is_better: true,
             }
         }

@@ -24,7 +24,7 @@ use vmm_machine::vcpu_body::ExecutorKind;
 /// `vmm bench WORKLOAD --topology SPEC --vms N --vcpus M --duration D ...`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// cyclic, messaging, runq, transcode, blk (virtio-blk at a queue
+    /// cyclic, messaging, runq, transcode, pingpong, blk (virtio-blk at a queue
     /// depth; needs --disk) or net (virtio-net on taps; needs --tap).
     pub workload: String,
     /// Scheduler topology: `host` (the real CPUs), a preset (gnr-2s,
@@ -83,7 +83,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub check: bool,
     /// Compute per operation in microseconds (1..=1000000; default per
-    /// workload: cyclic 5, messaging 1, runq 20, transcode 500).
+    /// workload: cyclic 5, messaging 1, runq 20, transcode 500, pingpong
+    /// 5).
     #[arg(long, value_name = "US", value_parser = args::burst_us,
           allow_negative_numbers = true)]
     pub burst_us: Option<u64>,
