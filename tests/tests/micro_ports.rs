@@ -208,3 +208,63 @@ fn bad_requests_and_crashes_stop_only_their_vm() {
         }
     }
 }
+
+/// The micro-guests' step generator (`GuestAsm::seed_steps`,
+/// `draw_step`), run by the guest itself: every draw lies in the shared
+/// rule's range (`defs::step_range`), the sequence is the xorshift64 the
+/// helper documents (recomputed here from the seed and the vCPU index),
+/// two vCPUs draw different sequences, and the draws spread over the
+/// range around the mean.
+#[test]
+fn micro_guest_steps_follow_the_shared_rule() {
+    use vmm_machine::micro::asm::GuestAsm;
+    const MEAN: u64 = 1000;
+    const DRAWS: u32 = 400;
+    const SEED: u64 = 42;
+    let host = MicroHost::open().expect("/dev/kvm");
+    let mut g = GuestAsm::new().unwrap();
+    g.seed_steps(SEED).unwrap();
+    g.raw().mov(iced_x86::code_asm::r12d, DRAWS).unwrap();
+    let mut top = g.label();
+    g.bind(&mut top).unwrap();
+    g.draw_step(MEAN).unwrap();
+    g.report_reg(iced_x86::code_asm::ecx).unwrap();
+    g.raw().dec(iced_x86::code_asm::r12d).unwrap();
+    g.raw().jnz(top).unwrap();
+    g.done(0).unwrap();
+    let code = g.finish().unwrap();
+    let mut spec = MicroVmSpec::new("steps", 2, code);
+    spec.report_log = DRAWS as usize;
+    let vm = MicroVm::build(&host, &spec).expect("build micro-guest");
+    let io = vm.io.clone();
+    run_to_end(
+        ExecutorKind::Workers,
+        vec![vm.into_guest(vec![Placement::default()])],
+    );
+    let (lo, span) = vcpu_sched::workload::defs::step_range(MEAN);
+    let mut logs = Vec::new();
+    for vcpu in 0..2u64 {
+        let log = io.report_log(vcpu as usize);
+        assert_eq!(log.len(), DRAWS as usize, "vCPU {vcpu}");
+        // the reference: the helper's seeding and xorshift64 (13, 7, 17)
+        let mut x =
+            SEED.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ vcpu.wrapping_mul(0xBF58_476D_1CE4_E5B9) | 1;
+        for (i, &got) in log.iter().enumerate() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let want = (lo + x % span).max(1);
+            assert_eq!(u64::from(got), want, "vCPU {vcpu}, draw {i}");
+            assert!((lo..lo + span).contains(&want));
+        }
+        let mean = log.iter().map(|&v| f64::from(v)).sum::<f64>() / log.len() as f64;
+        assert!(
+            (mean - MEAN as f64).abs() < 30.0,
+            "vCPU {vcpu}: mean {mean}"
+        );
+        let (min, max) = (log.iter().min().unwrap(), log.iter().max().unwrap());
+        assert!(*min < 800 && *max > 1200, "vCPU {vcpu}: {min}..{max}");
+        logs.push(log);
+    }
+    assert_ne!(logs[0], logs[1], "two vCPUs drew the same sequence");
+}

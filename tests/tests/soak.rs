@@ -101,9 +101,21 @@ fn program(kind: usize, ipu: f64) -> (&'static str, Vec<u8>, bool) {
     // short bursts: the 1,000 vCPUs share 2 real CPUs here
     let it = |us: f64| ((us * ipu) as u64).max(1);
     match kind % 3 {
-        0 => ("cyclic", guests::cyclic(2_000_000, it(5.0)).unwrap(), true),
-        1 => ("messaging", guests::messaging(it(2.0)).unwrap(), false),
-        _ => ("transcode", guests::transcode(it(50.0)).unwrap(), true),
+        0 => (
+            "cyclic",
+            guests::cyclic(2_000_000, it(5.0), kind as u64).unwrap(),
+            true,
+        ),
+        1 => (
+            "messaging",
+            guests::messaging(it(2.0), kind as u64).unwrap(),
+            false,
+        ),
+        _ => (
+            "transcode",
+            guests::transcode(it(50.0), kind as u64).unwrap(),
+            true,
+        ),
     }
 }
 

@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{
-    defs, latency_extras, Burst, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult,
+    defs, latency_extras, task_rng, Burst, Metric, Rng, Running, Tally, Window, WorkloadParams,
+    WorkloadResult,
 };
 use crate::error::Result;
 use crate::exec::{Action, Body, Cx, Spawner};
@@ -71,6 +72,8 @@ struct Task {
     m: Arc<Cyclic>,
     period: u64,
     burst_us: u64,
+    /// Draws each step's compute (`defs::step`).
+    rng: Rng,
     /// The next deadline (0: not started).
     next: u64,
     /// The first deadline's offset, so that tasks do not all wake at once.
@@ -105,7 +108,7 @@ impl Body for Task {
             if self.inside {
                 self.h.record(now - self.next);
             }
-            self.burst = Some(Burst::of(self.burst_us));
+            self.burst = Some(Burst::step(self.burst_us, &mut self.rng));
             return Action::Continue;
         };
         if !b.run(cx) {
@@ -146,6 +149,7 @@ pub(super) fn start(p: &WorkloadParams, ex: &dyn Spawner) -> Result<Arc<dyn Runn
             next: 0,
             phase: period * i as u64 / tasks as u64,
             burst: None,
+            rng: task_rng(&[i as u64]),
             inside: false,
             h: Histogram::new(),
             overruns: 0,

@@ -12,6 +12,34 @@ use crate::cpumask::CpuMask;
 /// workers of the cpupri series as FIFO threads).
 pub const RT_PRIO: u8 = 99;
 
+/// How much a step's compute varies: every runner draws each step's
+/// compute uniformly from `1 - x` to `1 + x` times its mean, `x` =
+/// `STEP_JITTER_PCT` / 100 (in whole units: see [`step_range`]). Real tasks never compute for
+/// exactly the same time twice; a runner whose steps were all equal (the
+/// simulator above all, where nothing else perturbs them) would run its
+/// tasks in lockstep and measure phase effects no real run has.
+pub const STEP_JITTER_PCT: u64 = 25;
+
+/// The range a step of mean `mean` (any unit) is drawn from: `(lo,
+/// span)`, the step being `lo + u` for `u` uniform in `0..span`. Integer
+/// arithmetic, so that every runner computes the same bounds, and
+/// symmetric about the mean, so that the mean stays `mean` even where it
+/// is a few units (a micro-guest's step can be 2 loop iterations): with
+/// `d` = `mean` x [`STEP_JITTER_PCT`] / 100, the steps are `mean - d` to
+/// `mean + d`. (For a mean divisible by 4, every one the simulator uses,
+/// these are the bounds it drew from before the rule was shared.)
+pub const fn step_range(mean: u64) -> (u64, u64) {
+    let d = mean * STEP_JITTER_PCT / 100;
+    (mean - d, 2 * d + 1)
+}
+
+/// One step's compute for a mean of `mean`, `below(n)` being the
+/// runner's uniform draw from `0..n` (its seeded generator).
+pub fn step(mean: u64, below: impl FnOnce(u64) -> u64) -> u64 {
+    let (lo, span) = step_range(mean);
+    lo + below(span)
+}
+
 /// cyclic: timer period, us (1 ms, cyclictest's usual interval).
 pub const CYCLIC_PERIOD_US: u64 = 1_000;
 /// cyclic: compute per cycle, us.
@@ -52,4 +80,33 @@ pub fn transcode_cpus(topo: &topology::HostTopology, g: usize, cores: usize) -> 
         }
     }
     m
+}
+
+#[cfg(all(test, not(loom), not(sim)))]
+mod tests {
+    use super::*;
+
+    /// The steps stay within +-25% of the mean and reach both ends.
+    #[test]
+    fn steps_spread_over_the_jitter_range() {
+        assert_eq!(step_range(1000), (750, 501));
+        assert_eq!(step_range(0), (0, 1));
+        // small means keep their mean: too small to vary, or symmetric
+        assert_eq!(step_range(2), (2, 1));
+        assert_eq!(step_range(5), (4, 3));
+        let mut r = crate::rng::Rng::new(7);
+        let (mut lo, mut hi, mut sum) = (u64::MAX, 0, 0);
+        for _ in 0..10_000 {
+            let s = step(1000, |n| r.below(n));
+            lo = lo.min(s);
+            hi = hi.max(s);
+            sum += s;
+        }
+        assert!(
+            (750..760).contains(&lo) && (1240..=1250).contains(&hi),
+            "{lo}..{hi}"
+        );
+        let mean = sum as f64 / 10_000.0;
+        assert!((mean - 1000.0).abs() < 10.0, "{mean}");
+    }
 }

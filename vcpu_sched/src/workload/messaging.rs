@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use super::{Burst, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult};
+use super::{task_rng, Burst, Metric, Rng, Running, Tally, Window, WorkloadParams, WorkloadResult};
 use crate::error::Result;
 use crate::exec::{Action, Body, Cx, Spawner};
 use crate::task::{GroupId, TaskId, TaskSpec};
@@ -89,6 +89,8 @@ struct Receiver {
     r: usize,
     got: u64,
     burst_us: u64,
+    /// Draws each step's compute (`defs::step`).
+    rng: Rng,
     /// The compute in progress (after a read, or before the retry of one
     /// that blocked).
     burst: Option<Burst>,
@@ -108,7 +110,7 @@ impl Body for Receiver {
                 self.burst = None;
             }
             let got = self.pipes[self.r].try_recv(cx).is_some();
-            self.burst = Some(Burst::of(self.burst_us));
+            self.burst = Some(Burst::step(self.burst_us, &mut self.rng));
             if !got {
                 return Action::Block;
             }
@@ -131,6 +133,8 @@ struct Sender {
     r: usize,
     i: u64,
     burst_us: u64,
+    /// Draws each step's compute (`defs::step`).
+    rng: Rng,
     /// The compute in progress before the next write.
     burst: Option<Burst>,
 }
@@ -142,7 +146,9 @@ impl Body for Sender {
             if cx.stopping() {
                 return Action::Exit;
             }
-            let b = self.burst.get_or_insert_with(|| Burst::of(self.burst_us));
+            let b = self
+                .burst
+                .get_or_insert_with(|| Burst::step(self.burst_us, &mut self.rng));
             if !b.run(cx) {
                 return Action::Continue;
             }
@@ -212,6 +218,7 @@ pub(super) fn start(p: &WorkloadParams, ex: &dyn Spawner) -> Result<Arc<dyn Runn
                 r,
                 got: 0,
                 burst_us,
+                rng: task_rng(&[g as u64, 0, r as u64]),
                 burst: None,
             };
             ex.spawn(&spec(format!("g{g}r{r}"), gid), Box::new(body))?;
@@ -223,6 +230,7 @@ pub(super) fn start(p: &WorkloadParams, ex: &dyn Spawner) -> Result<Arc<dyn Runn
                 r: 0,
                 i: 0,
                 burst_us,
+                rng: task_rng(&[g as u64, 1, s as u64]),
                 burst: None,
             };
             ex.spawn(&spec(format!("g{g}s{s}"), gid), Box::new(body))?;

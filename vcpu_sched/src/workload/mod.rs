@@ -18,6 +18,10 @@
 //! histograms locally and publish them when they return, so measuring adds
 //! no shared hot counter.
 //!
+//! Each step's compute is drawn by the rule every runner shares
+//! ([`defs::step`]: uniform within +-25% of the workload's mean), from a
+//! generator of the task's own, seeded by its place in the workload.
+//!
 //! Compute bursts are a fixed amount of work (a `Burst`), not a
 //! wall-clock wait: on an emulated topology, where many logical CPUs share
 //! one host CPU, a burst then takes as long as the CPU time it really
@@ -319,6 +323,15 @@ impl Burst {
         }
     }
 
+    /// One step of a workload whose steps compute `us` microseconds on
+    /// average: drawn by the workloads' shared rule
+    /// ([`defs::step`](defs::step)) from the task's generator `rng`.
+    pub(crate) fn step(us: u64, rng: &mut Rng) -> Self {
+        Self {
+            left: defs::step(units_for(us), |n| rng.below(n)).max(1),
+        }
+    }
+
     /// Works until the burst is done (true) or the body should hand the
     /// CPU back first (false: return [`Action::Continue`](crate::exec::Action::Continue)
     /// and call again when entered next).
@@ -332,6 +345,15 @@ impl Burst {
         }
         true
     }
+}
+
+/// A task's generator for its steps' compute ([`Burst::step`]), seeded
+/// by where the task sits in its workload (`parts`: group, index, ...), so
+/// that every task draws its own sequence, the same one every run.
+pub(crate) fn task_rng(parts: &[u64]) -> Rng {
+    Rng::new(parts.iter().fold(0xCBF2_9CE4_8422_2325u64, |h, &p| {
+        (h ^ p).wrapping_mul(0x100_0000_01B3)
+    }))
 }
 
 /// Latency extras (`p50_ns` ...) of a histogram.

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use super::{Burst, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult};
+use super::{task_rng, Burst, Metric, Rng, Running, Tally, Window, WorkloadParams, WorkloadResult};
 use crate::error::{Result, SchedError};
 use crate::exec::{Action, Body, Cx, Spawner};
 use crate::task::{GroupId, TaskId, TaskSpec};
@@ -69,6 +69,8 @@ struct Side {
     pair: Arc<Pair>,
     me: u8,
     burst_us: u64,
+    /// Draws each step's compute (`defs::step`).
+    rng: Rng,
     /// The compute in progress while holding the token.
     burst: Option<Burst>,
     handoffs: u64,
@@ -99,7 +101,7 @@ impl Body for Side {
             if self.pair.turn.load(Ordering::Acquire) != self.me {
                 return Action::Block;
             }
-            self.burst = Some(Burst::of(self.burst_us));
+            self.burst = Some(Burst::step(self.burst_us, &mut self.rng));
         }
     }
 }
@@ -132,6 +134,7 @@ pub(super) fn start(p: &WorkloadParams, ex: &dyn Spawner) -> Result<Arc<dyn Runn
                     pair: pair.clone(),
                     me: side,
                     burst_us,
+                    rng: task_rng(&[g as u64, k as u64, side as u64]),
                     burst: None,
                     handoffs: 0,
                 };

@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use super::{
-    latency_extras, Burst, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult,
+    latency_extras, task_rng, Burst, Metric, Rng, Running, Tally, Window, WorkloadParams,
+    WorkloadResult,
 };
 use crate::error::Result;
 use crate::exec::{Action, Body, Cx, Spawner};
@@ -77,6 +78,8 @@ struct WorkerBody {
     team: Arc<Team>,
     k: usize,
     burst_us: u64,
+    /// Draws each step's compute (`defs::step`).
+    rng: Rng,
     /// The request being served (`None`: waiting for one).
     burst: Option<Burst>,
     h: Histogram,
@@ -109,7 +112,7 @@ impl Body for WorkerBody {
             if self.m.w.inside(now) {
                 self.h.record(now.saturating_sub(r));
             }
-            self.burst = Some(Burst::of(self.burst_us));
+            self.burst = Some(Burst::step(self.burst_us, &mut self.rng));
         }
     }
 }
@@ -180,6 +183,7 @@ pub(super) fn start(p: &WorkloadParams, ex: &dyn Spawner) -> Result<Arc<dyn Runn
                 team: team.clone(),
                 k,
                 burst_us,
+                rng: task_rng(&[g as u64, k as u64]),
                 burst: None,
                 h: Histogram::new(),
             };

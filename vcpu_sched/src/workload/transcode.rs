@@ -16,7 +16,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use super::{defs, Burst, Metric, Running, Tally, Window, WorkloadParams, WorkloadResult};
+use super::{
+    defs, task_rng, Burst, Metric, Rng, Running, Tally, Window, WorkloadParams, WorkloadResult,
+};
 use crate::error::Result;
 use crate::exec::{Action, Body, Cx, Spawner};
 use crate::task::{Policy, TaskId, TaskSpec};
@@ -62,6 +64,8 @@ struct Task {
     vm: Arc<Vm>,
     k: usize,
     burst_us: u64,
+    /// Draws each step's compute (`defs::step`).
+    rng: Rng,
     /// The frame it works on, and its burst (`None`: waiting for the next
     /// frame after `frame`).
     frame: u64,
@@ -112,7 +116,7 @@ impl Task {
     /// Starts the burst of the instance's current frame.
     fn start_frame(&mut self) {
         self.frame = self.vm.frame.load(Ordering::Acquire);
-        self.burst = Some(Burst::of(self.burst_us));
+        self.burst = Some(Burst::step(self.burst_us, &mut self.rng));
     }
 }
 
@@ -147,6 +151,7 @@ pub(super) fn start(p: &WorkloadParams, ex: &dyn Spawner) -> Result<Arc<dyn Runn
                 vm: vm.clone(),
                 k,
                 burst_us,
+                rng: task_rng(&[g as u64, k as u64]),
                 frame: 0,
                 burst: None,
                 frames: 0,

@@ -5,6 +5,12 @@
 //! each on its own 128-byte block, and are only ever increased, so the
 //! VMM can read them at any time.
 //!
+//! Every step's compute is drawn by the workloads' shared rule
+//! (`vcpu_sched::workload::defs::step`: uniform within +-25% of the mean)
+//! from a generator seeded by the program's `seed` and the vCPU's index
+//! (`GuestAsm::seed_steps`, `compute_step`), as the thread workloads and
+//! the simulator draw theirs; `RDX` and `R15` are the generator's.
+//!
 //! Every wait is "check the condition, then `HLT`, then check again", and
 //! every publish is a `lock`ed write before the doorbell, so a doorbell is
 //! never lost (wakes are remembered one deep) and a spurious return from
@@ -23,14 +29,16 @@ fn e(x: IcedError) -> MicroError {
 /// Bytes between two counters of the data area.
 pub const BLOCK: u64 = 128;
 
-/// `cyclic`: every vCPU sleeps `period_ns`, computes `iters`, again. The
-/// VMM measures how late each vCPU runs after its timer (wakeup latency).
-pub fn cyclic(period_ns: u32, iters: u64) -> Result<Vec<u8>, MicroError> {
+/// `cyclic`: every vCPU sleeps `period_ns`, computes a step of `iters`,
+/// again. The VMM measures how late each vCPU runs after its timer
+/// (wakeup latency).
+pub fn cyclic(period_ns: u32, iters: u64, seed: u64) -> Result<Vec<u8>, MicroError> {
     let mut g = GuestAsm::new()?;
+    g.seed_steps(seed)?;
     let mut top = g.label();
     g.bind(&mut top)?;
     g.sleep_ns(period_ns.max(1))?;
-    g.compute(iters)?;
+    g.compute_step(iters)?;
     g.raw().jmp(top).map_err(e)?;
     g.finish()
 }
@@ -47,9 +55,11 @@ pub const PIPE: u32 = 16;
 /// a pipe of [`PIPE`] messages in shared memory. A full pipe halts the
 /// sender, an empty one the receiver; each message rings the partner's
 /// doorbell, as a pipe write or read wakes the other side in hackbench.
-/// The receiver computes `iters` per message.
-pub fn messaging(iters: u64) -> Result<Vec<u8>, MicroError> {
+/// Both sides compute a step of `iters` per message: the sender before
+/// it writes, the receiver after it reads.
+pub fn messaging(iters: u64, seed: u64) -> Result<Vec<u8>, MicroError> {
     let mut g = GuestAsm::new()?;
+    g.seed_steps(seed)?;
     let a = g.raw();
     // r8 = &pipe[rdi / 2]; r10 = partner
     a.mov(r9, rdi).map_err(e)?;
@@ -72,6 +82,8 @@ pub fn messaging(iters: u64) -> Result<Vec<u8>, MicroError> {
     a.hlt().map_err(e)?;
     a.jmp(s_check).map_err(e)?;
     a.set_label(&mut s_send).map_err(e)?;
+    g.compute_step(iters)?;
+    let a = g.raw();
     a.lock().inc(qword_ptr(r8)).map_err(e)?;
     a.mov(eax, r10d).map_err(e)?;
     a.out(PORT_WAKE as u32, eax).map_err(e)?;
@@ -87,7 +99,7 @@ pub fn messaging(iters: u64) -> Result<Vec<u8>, MicroError> {
     a.jmp(r_check).map_err(e)?;
     a.set_label(&mut r_recv).map_err(e)?;
     a.lock().inc(qword_ptr(r8 + 64)).map_err(e)?;
-    g.compute(iters)?;
+    g.compute_step(iters)?;
     let a = g.raw();
     a.mov(eax, r10d).map_err(e)?;
     a.out(PORT_WAKE as u32, eax).map_err(e)?;
@@ -101,11 +113,12 @@ pub const RUNQ_ANSWERS: u64 = BLOCK;
 
 /// `runq`: vCPU 0 is the message thread, the others its workers (like
 /// schbench). A round: vCPU 0 clears the answer count and rings every
-/// worker; each worker computes `iters`, counts its answer, and the last
-/// one rings vCPU 0, which starts the next round. Every request is a
-/// doorbell, a short run and a halt. Needs at least 2 vCPUs.
-pub fn runq(iters: u64) -> Result<Vec<u8>, MicroError> {
+/// worker; each worker computes a step of `iters`, counts its answer,
+/// and the last one rings vCPU 0, which starts the next round. Every
+/// request is a doorbell, a short run and a halt. Needs at least 2 vCPUs.
+pub fn runq(iters: u64, seed: u64) -> Result<Vec<u8>, MicroError> {
     let mut g = GuestAsm::new()?;
+    g.seed_steps(seed)?;
     let mut worker = g.label();
     g.raw().test(edi, edi).map_err(e)?;
     g.raw().jnz(worker).map_err(e)?;
@@ -132,7 +145,7 @@ pub fn runq(iters: u64) -> Result<Vec<u8>, MicroError> {
     }
     g.bind(&mut worker)?;
     g.wait()?;
-    g.compute(iters)?;
+    g.compute_step(iters)?;
     let a = g.raw();
     a.lock().inc(qword_ptr(rbx + RUNQ_ANSWERS)).map_err(e)?;
     a.mov(eax, 1).map_err(e)?;
@@ -157,12 +170,14 @@ pub const HANDOFFS: u64 = 64;
 /// `pingpong`: vCPUs in pairs (2p and 2p+1) handing one token back and
 /// forth, as `vcpu_sched::workload::pingpong` defines it for threads and
 /// the simulator. The pair's `turn` word names the side holding the token
-/// (0: the even vCPU, which starts). The holder computes `iters`, counts
+/// (0: the even vCPU, which starts). The holder computes a step of
+/// `iters`, counts
 /// a handoff, passes the token (a `lock`ed exchange) and rings its
 /// partner, then halts until the token comes back. Every handoff is a
 /// doorbell to a halted vCPU. Needs an even vCPU count.
-pub fn pingpong(iters: u64) -> Result<Vec<u8>, MicroError> {
+pub fn pingpong(iters: u64, seed: u64) -> Result<Vec<u8>, MicroError> {
     let mut g = GuestAsm::new()?;
+    g.seed_steps(seed)?;
     let a = g.raw();
     // r8 = &pair[rdi / 2]; r10 = partner; r11 = my side (0 or 1)
     a.mov(r9, rdi).map_err(e)?;
@@ -181,7 +196,7 @@ pub fn pingpong(iters: u64) -> Result<Vec<u8>, MicroError> {
     a.hlt().map_err(e)?;
     a.jmp(wait).map_err(e)?;
     a.set_label(&mut go).map_err(e)?;
-    g.compute(iters)?;
+    g.compute_step(iters)?;
     let a = g.raw();
     a.lock().inc(qword_ptr(r8 + HANDOFFS)).map_err(e)?;
     a.mov(rax, r11).map_err(e)?;
@@ -196,15 +211,16 @@ pub fn pingpong(iters: u64) -> Result<Vec<u8>, MicroError> {
 /// Offset of the transcode frame counter.
 pub const FRAMES: u64 = BLOCK;
 
-/// `transcode`: a frame is one burst of `iters` on every vCPU of the VM;
+/// `transcode`: a frame is one step of `iters` on every vCPU of the VM;
 /// the last vCPU to finish counts the frame and rings the others, which
 /// halt until the frame number changes.
-pub fn transcode(iters: u64) -> Result<Vec<u8>, MicroError> {
+pub fn transcode(iters: u64, seed: u64) -> Result<Vec<u8>, MicroError> {
     let mut g = GuestAsm::new()?;
+    g.seed_steps(seed)?;
     let mut top = g.label();
     g.bind(&mut top)?;
     g.raw().mov(r12, qword_ptr(rbx + FRAMES)).map_err(e)?;
-    g.compute(iters)?;
+    g.compute_step(iters)?;
     let a = g.raw();
     let mut waitf = a.create_label();
     let mut wl = a.create_label();

@@ -79,11 +79,13 @@ fn build(
             peer: Some(peer),
         });
     }
-    let code = guest_code(opts, iters_per_us(host)?)?;
+    let ipu = iters_per_us(host)?;
     let mut vms = Vec::with_capacity(opts.vms);
     let mut memories = Vec::with_capacity(opts.vms);
     for v in 0..opts.vms {
-        let spec = MicroVmSpec::new(format!("vm{v}"), opts.vcpus, code.clone());
+        // each VM its own seed: its vCPUs draw their own steps
+        let code = guest_code(opts, ipu, v as u64)?;
+        let spec = MicroVmSpec::new(format!("vm{v}"), opts.vcpus, code);
         let vm = MicroVm::build(host, &spec)?;
         memories.push(vm.memory.clone());
         let p = placement(opts, topo, v);
@@ -141,9 +143,9 @@ fn device_vm_places(
         .collect())
 }
 
-/// The workload's guest code, its bursts `ipu` loop iterations per
-/// microsecond long.
-fn guest_code(opts: &BenchOptions, ipu: f64) -> Result<Vec<u8>, BenchError> {
+/// The workload's guest code, its steps `ipu` loop iterations per
+/// microsecond long on average, drawn from a generator seeded by `seed`.
+fn guest_code(opts: &BenchOptions, ipu: f64, seed: u64) -> Result<Vec<u8>, BenchError> {
     let burst = opts
         .burst_us
         .unwrap_or_else(|| default_burst(opts.workload));
@@ -160,7 +162,7 @@ fn guest_code(opts: &BenchOptions, ipu: f64) -> Result<Vec<u8>, BenchError> {
                     u32::MAX / 1000
                 )));
             }
-            guests::cyclic((period_us * 1000) as u32, iters)?
+            guests::cyclic((period_us * 1000) as u32, iters, seed)?
         }
         Workload::Messaging => {
             if opts.vcpus % 2 != 0 {
@@ -169,7 +171,7 @@ fn guest_code(opts: &BenchOptions, ipu: f64) -> Result<Vec<u8>, BenchError> {
                     opts.vcpus
                 )));
             }
-            guests::messaging(iters)?
+            guests::messaging(iters, seed)?
         }
         Workload::Runq => {
             if opts.vcpus < 2 {
@@ -177,9 +179,9 @@ fn guest_code(opts: &BenchOptions, ipu: f64) -> Result<Vec<u8>, BenchError> {
                     "runq needs a message vCPU and at least one worker: --vcpus 2 or more".into(),
                 ));
             }
-            guests::runq(iters)?
+            guests::runq(iters, seed)?
         }
-        Workload::Transcode => guests::transcode(iters)?,
+        Workload::Transcode => guests::transcode(iters, seed)?,
         Workload::Pingpong => {
             if opts.vcpus % 2 != 0 {
                 return Err(BenchError::Input(format!(
@@ -187,7 +189,7 @@ fn guest_code(opts: &BenchOptions, ipu: f64) -> Result<Vec<u8>, BenchError> {
                     opts.vcpus
                 )));
             }
-            guests::pingpong(iters)?
+            guests::pingpong(iters, seed)?
         }
         Workload::Blk | Workload::Net => {
             return Err(BenchError::Input(format!(

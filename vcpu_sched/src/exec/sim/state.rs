@@ -221,9 +221,11 @@ impl<'a> Sim<'a> {
         self.seq
     }
 
+    /// One step's compute: the workloads' shared rule
+    /// ([`defs::step`](crate::workload::defs::step)), drawn from the run's
+    /// seeded generator.
     pub(super) fn jitter(&mut self, mean: u64) -> u64 {
-        // uniform in [0.75, 1.25) x mean
-        mean * 3 / 4 + self.rng.below(mean / 2 + 1)
+        crate::workload::defs::step(mean, |n| self.rng.below(n))
     }
 
     fn setup(&mut self) -> crate::Result<()> {

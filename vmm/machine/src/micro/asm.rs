@@ -7,6 +7,9 @@
 //!   `RDI` the vCPU's index, `RSI` the number of vCPUs; generated helpers
 //!   keep all three.
 //! * `RAX` and `RCX` are scratch: every helper may clobber them.
+//! * A program that draws its steps ([`GuestAsm::seed_steps`],
+//!   [`GuestAsm::compute_step`]) keeps the generator's state in `R15`, and
+//!   `compute_step` clobbers `RDX` as well.
 
 use iced_x86::code_asm::*;
 
@@ -53,6 +56,60 @@ impl GuestAsm {
         }
         self.a.mov(rcx, iters).map_err(asm_err)?;
         self.compute_rcx()
+    }
+
+    /// Seeds the step generator ([`GuestAsm::compute_step`]) in `R15`
+    /// from `seed` and the vCPU's index (`RDI`), so that every vCPU of
+    /// every VM given its own `seed` draws its own sequence. Clobbers
+    /// `RAX` and `RCX`.
+    pub fn seed_steps(&mut self, seed: u64) -> Result<(), MicroError> {
+        let a = &mut self.a;
+        a.mov(r15, seed.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .map_err(asm_err)?;
+        a.mov(rax, rdi).map_err(asm_err)?;
+        a.mov(rcx, 0xBF58_476D_1CE4_E5B9u64).map_err(asm_err)?;
+        a.imul_2(rax, rcx).map_err(asm_err)?;
+        a.xor(r15, rax).map_err(asm_err)?;
+        // xorshift's state must not be 0
+        a.or(r15, 1).map_err(asm_err)
+    }
+
+    /// Computes one step of a workload whose steps take `mean` iterations
+    /// on average: `lo + x mod span` iterations, `(lo, span)` the
+    /// workloads' shared rule
+    /// ([`vcpu_sched::workload::defs::step_range`]) and `x` the next
+    /// value of a xorshift64 generator (Marsaglia 2003: shifts 13, 7, 17)
+    /// in `R15` ([`GuestAsm::seed_steps`] first). Clobbers `RAX`, `RCX`
+    /// and `RDX`.
+    pub fn compute_step(&mut self, mean: u64) -> Result<(), MicroError> {
+        self.draw_step(mean)?;
+        self.compute_rcx()
+    }
+
+    /// The draw of [`GuestAsm::compute_step`] alone: leaves the step's
+    /// iterations (at least 1) in `RCX`. Clobbers `RAX` and `RDX`.
+    pub fn draw_step(&mut self, mean: u64) -> Result<(), MicroError> {
+        let (lo, span) = vcpu_sched::workload::defs::step_range(mean);
+        let a = &mut self.a;
+        for (left, k) in [(true, 13u32), (false, 7), (true, 17)] {
+            a.mov(rax, r15).map_err(asm_err)?;
+            if left {
+                a.shl(rax, k).map_err(asm_err)?;
+            } else {
+                a.shr(rax, k).map_err(asm_err)?;
+            }
+            a.xor(r15, rax).map_err(asm_err)?;
+        }
+        a.mov(rax, r15).map_err(asm_err)?;
+        a.xor(edx, edx).map_err(asm_err)?;
+        a.mov(rcx, span).map_err(asm_err)?;
+        a.div(rcx).map_err(asm_err)?;
+        a.mov(rcx, lo).map_err(asm_err)?;
+        a.add(rcx, rdx).map_err(asm_err)?;
+        // at least one iteration (`compute_rcx` needs RCX > 0): 0 - 1
+        // borrows, so the carry adds 1 to a 0 and nothing to the rest
+        a.cmp(rcx, 1).map_err(asm_err)?;
+        a.adc(rcx, 0).map_err(asm_err)
     }
 
     /// Computes for `RCX` iterations (at least one: the caller makes sure
