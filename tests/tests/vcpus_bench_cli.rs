@@ -245,6 +245,46 @@ fn kick_protocols_compare_interleaved() {
     }
 }
 
+/// `--timer-advance`: each report records whether the workers parked
+/// ahead of the vCPUs' timers (on by default) and what polling cost them
+/// (`timer_spin_ms_per_cpu`; none with it off).
+#[test]
+fn timer_advance_is_chosen_and_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, want) in [(None, "on"), (Some("off"), "off"), (Some("on"), "on")] {
+        let json = dir.path().join(format!("{flag:?}.json"));
+        let mut args = vec![
+            "bench",
+            "cyclic",
+            "--vms",
+            "1",
+            "--vcpus",
+            "2",
+            "--duration",
+            "0.3",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        if let Some(f) = flag {
+            args.extend(["--timer-advance", f]);
+        }
+        let o = vmm(&args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(v["timer_advance"], want, "{args:?}");
+        let spin = v["run"]["extra"]["timer_spin_ms_per_cpu"].as_f64();
+        assert!(spin.is_some_and(|s| s >= 0.0), "{args:?}: {spin:?}");
+        if want == "off" {
+            assert_eq!(spin, Some(0.0), "{args:?}: polled with the advance off");
+        }
+    }
+}
+
 /// `--rt-pull`: each report records the RT pull protocol it ran (bounded
 /// by default), and a waiting pull never passes a busy source by.
 #[test]
@@ -300,6 +340,21 @@ fn bad_input_exits_2_with_one_line() {
         (vec!["bench", "nosuch"], "unknown workload"),
         (vec!["bench", "messaging", "--vcpus", "3"], "even --vcpus"),
         (vec!["bench", "pingpong", "--vcpus", "3"], "even --vcpus"),
+        (
+            vec![
+                "bench",
+                "cyclic",
+                "--executor",
+                "threads",
+                "--timer-advance",
+                "off",
+            ],
+            "--timer-advance",
+        ),
+        (
+            vec!["bench", "cyclic", "--timer-advance", "sometimes"],
+            "not a timer advance setting",
+        ),
         (vec!["bench", "runq", "--vcpus", "1"], "at least one worker"),
         (
             vec!["bench", "cyclic", "--topology", "no-such-machine"],

@@ -525,3 +525,70 @@ fn a_remote_waker_wakes_tasks_from_another_thread() {
         waker.wake(id);
     }
 }
+
+/// The workers' timer advance (`ExecConfig::timer_advance`): an idle
+/// worker learns how late its timed parks return, parks that much ahead of
+/// a sleep timer and polls the rest of the way. With it on the polling
+/// shows in the report (`timer_spin_ns_per_cpu`), with it off there is
+/// none; on or off, no sleep ever ends before its due time.
+#[test]
+fn timer_advance_polls_ahead_and_never_ends_a_sleep_early() {
+    const SLEEPS: u64 = 300;
+    for on in [true, false] {
+        let topo = Arc::new(topology::load("host").unwrap());
+        let cfg = ExecConfig {
+            mapping: CpuMapping::Host,
+            timer_advance: on,
+            ..ExecConfig::default()
+        };
+        let ex = Executor::start(
+            ExecutorKind::Workers,
+            topo,
+            Mitigations::all(),
+            SchedConfig::default(),
+            &cfg,
+        )
+        .unwrap();
+        let (done, early) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let (d2, e2) = (done.clone(), early.clone());
+        let mut due = 0u64;
+        ex.spawner()
+            .spawn(
+                &TaskSpec::new("sleeper").policy(Policy::Fifo(50)),
+                Box::new(move |cx: &Cx<'_>| {
+                    let now = cx.now();
+                    // nothing else wakes it: every run after the first
+                    // is a sleep's end
+                    if due != 0 && now < due {
+                        e2.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if d2.fetch_add(1, Ordering::Relaxed) + 1 >= SLEEPS {
+                        return Action::Exit;
+                    }
+                    due = now + 500_000;
+                    Action::Sleep(500_000)
+                }),
+            )
+            .unwrap();
+        assert!(
+            wait_until(60, || done.load(Ordering::Relaxed) >= SLEEPS),
+            "advance {on}: the sleeps did not all end"
+        );
+        let r = ex.shutdown(Duration::from_secs(10)).unwrap();
+        assert!(r.violations.is_empty(), "advance {on}: {:?}", r.violations);
+        assert_eq!(
+            early.load(Ordering::Relaxed),
+            0,
+            "advance {on}: a sleep ended before its due time"
+        );
+        let spun: u64 = r.timer_spin_ns_per_cpu.iter().sum();
+        if on {
+            assert!(
+                spun > 0,
+                "advance on: no worker ever polled ahead of a timer"
+            );
+        } else {
+            assert_eq!(spun, 0, "advance off: a worker polled");
+        }
+    }
+}

@@ -175,11 +175,17 @@ pub struct ExecConfig {
     /// Keep every ended task's statistics and failure for the report
     /// (turn off for an executor that runs for ever, such as `vmm
     /// serve`'s, where the list would only grow).
-    #[serde(default = "keep_by_default")]
+    #[serde(default = "on_by_default")]
     pub keep_task_stats: bool,
+    /// Workers executor: an idle worker parks ahead of a sleep timer and
+    /// polls the rest of the way, by an advance learnt from how late its
+    /// parks return (the timer advance; only where every worker has a
+    /// host CPU of its own).
+    #[serde(default = "on_by_default")]
+    pub timer_advance: bool,
 }
 
-fn keep_by_default() -> bool {
+fn on_by_default() -> bool {
     true
 }
 
@@ -194,6 +200,7 @@ impl Default for ExecConfig {
             host_rt: None,
             epoch: None,
             keep_task_stats: true,
+            timer_advance: true,
         }
     }
 }
@@ -228,6 +235,10 @@ pub struct ExecReport {
     pub grants_per_cpu: Vec<u64>,
     /// Per CPU: times the CPU's own thread woke to schedule.
     pub idle_wakeups_per_cpu: Vec<u64>,
+    /// Per CPU: ns its idle worker polled for a sleep timer it had parked
+    /// ahead of (the workers executor's timer advance; empty elsewhere).
+    #[serde(default)]
+    pub timer_spin_ns_per_cpu: Vec<u64>,
     /// Statistics of every task that ended (scheduler executors), in task
     /// id order.
     pub tasks: Vec<TaskStats>,

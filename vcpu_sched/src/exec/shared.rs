@@ -107,6 +107,9 @@ pub(crate) struct CpuCounters {
     pub(crate) grants: AtomicU64,
     /// Times the CPU's own thread woke to schedule.
     pub(crate) idle_wakeups: AtomicU64,
+    /// ns the idle worker polled for a timer it parked ahead of (workers'
+    /// timer advance).
+    pub(crate) timer_spin_ns: AtomicU64,
 }
 
 /// A task's executor state, by task id.

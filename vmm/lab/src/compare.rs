@@ -17,7 +17,7 @@ use vcpu_sched::bench::{interleaved, Comparison, ComparisonHeader, RowKind};
 use vcpu_sched::comparison;
 use vcpu_sched::Mitigations;
 
-use super::{run, BenchError, BenchOptions, BenchReport, IoCpus, Kicks, RtPull};
+use super::{run, BenchError, BenchOptions, BenchReport, IoCpus, Kicks, RtPull, TimerAdvance};
 use vmm_machine::devices::BlockEngine;
 use vmm_machine::vcpu_body::ExecutorKind;
 
@@ -55,6 +55,10 @@ pub struct CompareOptions {
     /// Compare RT pull protocols instead ([`RtPull`]; the first is the
     /// baseline and gets the A/A row), with the same restrictions.
     pub rt_pull: Vec<RtPull>,
+    /// Compare the workers' timer advance off and on instead
+    /// ([`TimerAdvance`]; the first is the baseline and gets the A/A
+    /// row), with the same restrictions.
+    pub timer_advance: Vec<TimerAdvance>,
 }
 
 /// Where a comparison is.
@@ -106,28 +110,37 @@ pub fn compare(
         !opts.io_cpus.is_empty(),
         !opts.kicks.is_empty(),
         !opts.rt_pull.is_empty(),
+        !opts.timer_advance.is_empty(),
     ];
     let cells = match axes {
-        [false, false, false, false] => scheduler_cells(opts)?,
-        [true, false, false, false] => {
+        [false, false, false, false, false] => scheduler_cells(opts)?,
+        [true, false, false, false, false] => {
             axis_cells(opts, "an engine", &opts.engines, |o, e| o.blk.engine = e)?
         }
-        [false, true, false, false] => {
+        [false, true, false, false, false] => {
             axis_cells(opts, "an I/O thread placement", &opts.io_cpus, |o, p| {
                 o.io_cpus = p
             })?
         }
-        [false, false, true, false] => {
+        [false, false, true, false, false] => {
             axis_cells(opts, "a kick protocol", &opts.kicks, |o, k| o.kicks = k)?
         }
-        [false, false, false, true] => {
+        [false, false, false, true, false] => {
             axis_cells(opts, "an RT pull protocol", &opts.rt_pull, |o, p| {
                 o.rt_pull = p
             })?
         }
+        [false, false, false, false, true] => axis_cells(
+            opts,
+            "a timer advance setting",
+            &opts.timer_advance,
+            |o, t| o.timer_advance = t,
+        )?,
         _ => {
             return Err(BenchError::Input(
-                "compare one of engines, I/O thread placements, kick protocols or RT pull protocols at a time".into(),
+                "compare one of engines, I/O thread placements, kick protocols, RT pull \
+                 protocols or timer advance settings at a time"
+                    .into(),
             ))
         }
     };

@@ -276,6 +276,49 @@ pub struct BenchOptions {
     /// ([`vcpu_sched::SchedConfig::bounded_rt_pull`]).
     #[serde(default)]
     pub rt_pull: RtPull,
+    /// The workers executor's timer advance
+    /// ([`vcpu_sched::exec::ExecConfig::timer_advance`]).
+    #[serde(default)]
+    pub timer_advance: TimerAdvance,
+}
+
+/// Whether an idle worker parks ahead of a sleep timer and polls the rest
+/// of the way ([`vcpu_sched::exec::ExecConfig::timer_advance`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimerAdvance {
+    /// Park ahead by the learnt advance and poll (the default).
+    #[default]
+    On,
+    /// Park until the timer is due (the protocol before the advance).
+    Off,
+}
+
+fn timer_advance_off() -> TimerAdvance {
+    TimerAdvance::Off
+}
+
+impl std::fmt::Display for TimerAdvance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TimerAdvance::On => "timer advance",
+            TimerAdvance::Off => "no timer advance",
+        })
+    }
+}
+
+impl std::str::FromStr for TimerAdvance {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "on" => Ok(TimerAdvance::On),
+            "off" => Ok(TimerAdvance::Off),
+            _ => Err(format!(
+                "'{s}' is not a timer advance setting: use on (park ahead of a timer and poll \
+                 the rest, the default) or off"
+            )),
+        }
+    }
 }
 
 /// The RT pull's protocol for a source whose runqueue lock is held.
@@ -376,6 +419,7 @@ impl BenchOptions {
             slices_follow_load: false,
             busy_balance: false,
             rt_pull: RtPull::Bounded,
+            timer_advance: TimerAdvance::On,
         }
     }
 }
@@ -440,6 +484,10 @@ pub struct BenchReport {
     /// written before it was recorded: it was the only one).
     #[serde(default = "rt_pull_wait")]
     pub rt_pull: RtPull,
+    /// The workers executor's timer advance (off in reports written before
+    /// it was recorded: there was none).
+    #[serde(default = "timer_advance_off")]
+    pub timer_advance: TimerAdvance,
     /// VMs.
     pub vms: usize,
     /// vCPUs per VM.

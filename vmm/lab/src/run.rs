@@ -351,6 +351,15 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
     let (metric, mut extra) = workload_metric(opts.workload, &rows.guest_latency, count, secs);
     let sched_ns: u64 = out.sched_ns_per_cpu.iter().sum();
     let sched_calls: u64 = out.sched_calls_per_cpu.iter().sum();
+    if !out.timer_spin_ns_per_cpu.is_empty() {
+        // the timer advance's cost: CPU time idle workers polled, over the
+        // whole run (warm-up included), per CPU
+        let spun: u64 = out.timer_spin_ns_per_cpu.iter().sum();
+        extra.insert(
+            "timer_spin_ms_per_cpu".into(),
+            spun as f64 / 1e6 / out.timer_spin_ns_per_cpu.len() as f64,
+        );
+    }
     let mut violations = out.violations.clone();
     for (vm, r) in set.failures() {
         violations.push(format!("VM {vm} failed: {r}"));
@@ -388,6 +397,7 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
         thread_policy: thread_policy(opts, host_rt),
         kicks: opts.kicks,
         rt_pull: opts.rt_pull,
+        timer_advance: opts.timer_advance,
         vms: opts.vms,
         vcpus: opts.vcpus,
         per_vcpu: std::mem::take(&mut rows.rows),
@@ -491,6 +501,7 @@ fn exec_options(
         ..SchedConfig::default()
     };
     eo.check = opts.check.then(CheckConfig::default);
+    eo.timer_advance = opts.timer_advance == super::TimerAdvance::On;
     // RT workloads: the host baseline runs its vCPU threads at SCHED_FIFO,
     // so the executor's threads (workers, or the threads executor's vCPU
     // and idle threads; the clock one above) run at it too; otherwise

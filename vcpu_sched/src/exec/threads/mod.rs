@@ -278,6 +278,7 @@ impl ThreadsExecutor {
             sched_calls_per_cpu: load(|c| &c.sched_calls),
             grants_per_cpu: load(|c| &c.grants),
             idle_wakeups_per_cpu: load(|c| &c.idle_wakeups),
+            timer_spin_ns_per_cpu: Vec::new(),
             tasks: tasks.into_iter().map(|(_, s)| s).collect(),
             failures: std::mem::take(&mut *lock(&self.sh.failures)),
             violations: self.violations(),

@@ -36,6 +36,7 @@ pub(super) fn worker_main(p: Arc<Pool>, cpu: CpuId) {
         prev: Prev::Keep,
         resched: true,
         local: BinaryHeap::new(),
+        advance_ns: 0,
         blocked_exit: 0,
         switch: None,
         failure: None,
@@ -62,6 +63,10 @@ struct Worker<'a> {
     /// every timer too, as a backstop for a worker that is busy;
     /// whichever fires first takes the generation.
     local: BinaryHeap<LocalTimer>,
+    /// Timer advance: how far ahead of a local timer the worker parks
+    /// (an average of how late its timed parks returned; see
+    /// `timer_advance_max` in the module above).
+    advance_ns: u64,
     /// Block path: when the event of the body that blocks at the next
     /// `schedule` happened (its stamp; 0: none).
     blocked_exit: u64,
@@ -207,11 +212,19 @@ impl Worker<'_> {
                 return false;
             }
             let now = core.now();
-            match next_due(&self.local) {
+            match self.local.peek().map(|r| (r.0 .0, TaskId(r.0 .1))) {
                 // a local timer is due: fire it below (its wake kicks this
                 // CPU, whose token the next round takes)
-                Some(d) if d <= now => break,
-                Some(d) => std::thread::park_timeout(std::time::Duration::from_nanos(d - now)),
+                Some((d, _)) if d <= now => break,
+                Some((d, t)) => {
+                    let ahead = self.advances(t);
+                    if ahead && d - now <= self.advance_ns {
+                        // within the advance: poll the rest of the way
+                        self.poll_until(d);
+                    } else {
+                        self.park_ahead_of(d, now, ahead);
+                    }
+                }
                 None => std::thread::park(),
             }
         }
@@ -223,6 +236,59 @@ impl Worker<'_> {
             self.fire_local();
         }
         !core.quit.load(Ordering::Acquire)
+    }
+
+    /// Whether the worker parks ahead of task `t`'s timer: with the
+    /// timer advance on, for RT tasks only. Their wakeup latency is what
+    /// they are there for (cyclic, RT transcoding vCPUs); a fair task's
+    /// timer is not worth the idle CPU's polling (a Linux guest's halted
+    /// fair vCPUs sleep to their next timer tick, hundreds of times a
+    /// second each, and under kvm_pvm the host CPUs the polling would take
+    /// are what a booting guest runs short of).
+    fn advances(&self, t: TaskId) -> bool {
+        self.p.timer_advance_max_ns > 0 && self.p.sched.task_policy(t).is_ok_and(|p| p.is_rt())
+    }
+
+    /// Parks until the local timer due at `d`, or `advance_ns` before it
+    /// when `ahead` (`now` being earlier than that), and with the timer
+    /// advance on learns from how late the park returned.
+    fn park_ahead_of(&mut self, d: u64, now: u64, ahead: bool) {
+        let target = if ahead { d - self.advance_ns } else { d };
+        std::thread::park_timeout(std::time::Duration::from_nanos(target - now));
+        let max = self.p.timer_advance_max_ns;
+        if max == 0 {
+            return;
+        }
+        let woke = self.p.core.now();
+        // only a park that ran out: a kick's unpark (token) or a spurious
+        // return before the target says nothing of the timer's lateness
+        if woke >= target && !self.slot.token.load(Ordering::Acquire) {
+            let late = (woke - target).min(max);
+            // an average of the lateness, each sample 1/8 of the way
+            self.advance_ns = if late >= self.advance_ns {
+                self.advance_ns + (late - self.advance_ns) / 8
+            } else {
+                self.advance_ns - (self.advance_ns - late) / 8
+            };
+        }
+    }
+
+    /// Polls until `d`, a kick's token or the quit, whichever is first;
+    /// counts the time polled.
+    fn poll_until(&mut self, d: u64) {
+        let core = &*self.p.core;
+        let start = core.now();
+        while core.now() < d
+            && !self.slot.token.load(Ordering::Acquire)
+            && !core.quit.load(Ordering::Relaxed)
+        {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+            }
+        }
+        self.counters
+            .timer_spin_ns
+            .fetch_add(core.now().saturating_sub(start), Ordering::Relaxed);
     }
 
     /// Enters task `t`'s body once, unless the CPU needs attention first,

@@ -15,7 +15,7 @@ use super::args::{self, ignored, mitigation_sets, out, outln, progress_bar, Inpu
 pub use super::bench_report::render_report;
 use vmm_lab::{
     compare, integrity, run as run_bench, BenchOptions, BlkOptions, CompareOptions,
-    IntegrityOptions, IoCpus, Kicks, NetOptions, RtPull, Workload,
+    IntegrityOptions, IoCpus, Kicks, NetOptions, RtPull, TimerAdvance, Workload,
 };
 use vmm_machine::devices::{BlockEngine, UnknownEngine};
 use vmm_machine::micro::net::NetMode;
@@ -162,6 +162,18 @@ pub struct BenchArgs {
     /// one scheduler executor, no host row; --reps repetitions, interleaved
     #[arg(long, conflicts_with_all = ["compare", "compare_executors", "compare_engines", "compare_io_cpus", "compare_kicks", "rt_pull"])]
     pub compare_rt_pull: bool,
+    /// Whether an idle worker parks ahead of a vCPU's sleep timer and
+    /// polls the rest of the way (on, the default: the timer advance,
+    /// learnt from how late its parks return; only where every worker has
+    /// a host CPU of its own) or parks until the timer is due (off).
+    /// Workers executor only
+    #[arg(long, value_name = "on|off", value_parser = timer_advance)]
+    pub timer_advance: Option<TimerAdvance>,
+    /// Compare the timer advance off (the baseline, with its A/A row) and
+    /// on; one mitigation set on the workers executor, no host row;
+    /// --reps repetitions, interleaved
+    #[arg(long, conflicts_with_all = ["compare", "compare_executors", "compare_engines", "compare_io_cpus", "compare_kicks", "compare_rt_pull", "timer_advance"])]
+    pub compare_timer_advance: bool,
     /// blk and net only: where each VM's device I/O threads run: same
     /// (the host CPU its vCPU is pinned to), other (another host CPU: VM
     /// v's on CPU v+1) or any (not placed; the default). same and other
@@ -283,6 +295,10 @@ fn kicks(s: &str) -> std::result::Result<Kicks, String> {
 }
 
 fn rt_pull(s: &str) -> std::result::Result<RtPull, String> {
+    s.trim().parse()
+}
+
+fn timer_advance(s: &str) -> std::result::Result<TimerAdvance, String> {
     s.trim().parse()
 }
 
@@ -409,12 +425,25 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         )
         .into());
     }
+    if (a.timer_advance.is_some() || a.compare_timer_advance) && executor != ExecutorKind::Workers {
+        return Err(ignored(
+            if a.compare_timer_advance {
+                "--compare-timer-advance"
+            } else {
+                "--timer-advance"
+            },
+            "the workers executor",
+            &format!("--executor {executor}"),
+        )
+        .into());
+    }
     if a.compare.is_none()
         && !a.compare_executors
         && a.compare_engines.is_none()
         && a.compare_io_cpus.is_none()
         && !a.compare_kicks
         && !a.compare_rt_pull
+        && !a.compare_timer_advance
     {
         if a.reps.is_some() {
             return Err(ignored("--reps", "--compare", "a single run").into());
@@ -559,6 +588,7 @@ fn bench_options(
     o.slices_follow_load = a.slices_follow_load;
     o.busy_balance = a.busy_balance;
     o.rt_pull = a.rt_pull.unwrap_or_default();
+    o.timer_advance = a.timer_advance.unwrap_or_default();
     o.io_cpus = a.io_cpus.unwrap_or_default();
     o
 }
@@ -592,6 +622,7 @@ struct Axes {
     io_cpus: Vec<IoCpus>,
     kicks: Vec<Kicks>,
     rt_pull: Vec<RtPull>,
+    timer_advance: Vec<TimerAdvance>,
 }
 
 impl Axes {
@@ -609,6 +640,11 @@ impl Axes {
             } else {
                 Vec::new()
             },
+            timer_advance: if a.compare_timer_advance {
+                vec![TimerAdvance::Off, TimerAdvance::On]
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -619,6 +655,7 @@ impl Axes {
             .max(self.io_cpus.len())
             .max(self.kicks.len())
             .max(self.rt_pull.len())
+            .max(self.timer_advance.len())
     }
 }
 
@@ -669,6 +706,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     io_cpus: axes.io_cpus,
                     kicks: axes.kicks,
                     rt_pull: axes.rt_pull,
+                    timer_advance: axes.timer_advance,
                 },
                 &mut |p| {
                     let f = (p.done as f64 + p.run_fraction) / p.total.max(1) as f64;

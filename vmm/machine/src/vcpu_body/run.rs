@@ -50,6 +50,9 @@ pub struct ExecOptions {
     /// `host`: a policy the host refuses fails the start instead of
     /// leaving the thread `SCHED_OTHER` with a warning.
     pub strict_policy: bool,
+    /// `workers`: the timer advance
+    /// ([`ExecConfig::timer_advance`](vcpu_sched::exec::ExecConfig::timer_advance)).
+    pub timer_advance: bool,
 }
 
 impl ExecOptions {
@@ -66,6 +69,7 @@ impl ExecOptions {
             host_rt: None,
             host_pins: None,
             strict_policy: false,
+            timer_advance: true,
         }
     }
 
@@ -83,6 +87,7 @@ impl ExecOptions {
             host_rt: self.host_rt,
             epoch: Some(epoch),
             keep_task_stats,
+            timer_advance: self.timer_advance,
             ..ExecConfig::default()
         }
     }
@@ -113,6 +118,9 @@ pub struct ExecOutcome {
     pub sched_ns_per_cpu: Vec<u64>,
     /// Per CPU: `schedule` calls.
     pub sched_calls_per_cpu: Vec<u64>,
+    /// Per CPU: ns its idle worker polled ahead of a sleep timer (the
+    /// workers executor's timer advance; empty for the others).
+    pub timer_spin_ns_per_cpu: Vec<u64>,
     /// Invariant violations (empty unless something is broken).
     pub violations: Vec<String>,
     /// Checker snapshots taken.
@@ -139,6 +147,7 @@ impl ExecOutcome {
             counters: rep.counters,
             sched_ns_per_cpu: rep.sched_ns_per_cpu,
             sched_calls_per_cpu: rep.sched_calls_per_cpu,
+            timer_spin_ns_per_cpu: rep.timer_spin_ns_per_cpu,
             violations: rep.violations,
             checks: rep.checks,
             pin_errors: rep.pin_errors,

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The A/B of the workers executor's timer advance (an idle worker parks
+# ahead of a vCPU's sleep timer, by an advance learnt from how late its
+# parks return, and polls the rest of the way: `ExecConfig::timer_advance`,
+# docs/results-vcpus.md "Timer advance"): one interleaved
+# `vmm bench --compare-timer-advance` run per workload and point, rows
+# `no timer advance` (parking until the timer is due, the baseline), its
+# A/A row and `timer advance`, all fixes on the workers executor. Points
+# as in scripts/targets.sh (x1: one pinned vCPU per host CPU; x4: 4 vCPUs
+# per host CPU, nothing pinned). Besides the tables, prints per row the
+# metric, the p50 of the timer latency and the CPU time the idle workers
+# polled (ms per CPU per second of run; means over the repetitions, from
+# the JSON).
+# Raw outputs (table, JSON gzipped) go to OUT (default
+# docs/data/timer-advance), with OUT/meta.txt (scripts/machine-meta.sh).
+# VMM_BIN picks the binary (default: a release build); WORKLOADS
+# (default: cyclic), POINTS (default: x1 x4), REPS (default 10) and
+# DURATION (seconds, default 2) size it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/bench.sh
+source scripts/lib/bench.sh
+out=${OUT:-docs/data/timer-advance}
+reps=${REPS:-10}
+dur=${DURATION:-2}
+vmm_binary
+record_meta "$out"
+target_points
+summary=$(cat <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = {}
+for r in d["reports"]:
+    e = r["run"]["extra"]
+    # the spin counter covers the whole run (warm-up included): per
+    # second of measured window it is an upper bound
+    rows.setdefault(r["timer_advance"], []).append((
+        r["run"]["metric"]["value"],
+        e.get("p50_ns", 0.0),
+        e.get("timer_spin_ms_per_cpu", 0.0) / r["run"]["duration_s"],
+    ))
+print(f"{'timer_advance':<14} {'runs':>4} {'metric':>10} {'p50 ns':>9} {'spin ms/CPU/s':>13}")
+for k, v in rows.items():
+    n = len(v)
+    m = [sum(x[i] for x in v) / n for i in range(3)]
+    print(f"{k:<14} {n:>4} {m[0]:>10.4g} {m[1]:>9.0f} {m[2]:>13.2f}")
+EOF
+)
+for workload in ${WORKLOADS:-cyclic}; do
+    for point in ${POINTS:-x1 x4}; do
+        point_shape "$point"
+        recorded_run "$out/$workload-$point" bench "$workload" "${shape[@]}" --duration "$dur" \
+            --reps "$reps" --mitigations all --compare-timer-advance
+    done
+done
