@@ -10,6 +10,35 @@ fn vmm(args: &[&str]) -> std::process::Output {
         .expect("run vmm")
 }
 
+/// A short cyclic run of 1 VM x `vcpus` vCPUs with `flag` (a flag and
+/// its value) if any: its JSON report.
+fn cyclic_report(dir: &std::path::Path, vcpus: &str, flag: Option<[&str; 2]>) -> serde_json::Value {
+    let json = dir.join(format!(
+        "{}.json",
+        flag.map_or_else(|| "default".to_string(), |f| f.concat())
+    ));
+    let mut args = vec![
+        "bench",
+        "cyclic",
+        "--vms",
+        "1",
+        "--vcpus",
+        vcpus,
+        "--duration",
+        "0.3",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    args.extend(flag.iter().flatten());
+    let o = vmm(&args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+}
+
 #[test]
 fn a_run_prints_metrics_and_writes_json() {
     let dir = tempfile::tempdir().unwrap();
@@ -252,35 +281,12 @@ fn kick_protocols_compare_interleaved() {
 fn timer_advance_is_chosen_and_recorded() {
     let dir = tempfile::tempdir().unwrap();
     for (flag, want) in [(None, "on"), (Some("off"), "off"), (Some("on"), "on")] {
-        let json = dir.path().join(format!("{flag:?}.json"));
-        let mut args = vec![
-            "bench",
-            "cyclic",
-            "--vms",
-            "1",
-            "--vcpus",
-            "2",
-            "--duration",
-            "0.3",
-            "--json",
-            json.to_str().unwrap(),
-        ];
-        if let Some(f) = flag {
-            args.extend(["--timer-advance", f]);
-        }
-        let o = vmm(&args);
-        assert!(
-            o.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-        assert_eq!(v["timer_advance"], want, "{args:?}");
+        let v = cyclic_report(dir.path(), "2", flag.map(|f| ["--timer-advance", f]));
+        assert_eq!(v["timer_advance"], want, "{flag:?}");
         let spin = v["run"]["extra"]["timer_spin_ms_per_cpu"].as_f64();
-        assert!(spin.is_some_and(|s| s >= 0.0), "{args:?}: {spin:?}");
+        assert!(spin.is_some_and(|s| s >= 0.0), "{flag:?}: {spin:?}");
         if want == "off" {
-            assert_eq!(spin, Some(0.0), "{args:?}: polled with the advance off");
+            assert_eq!(spin, Some(0.0), "{flag:?}: polled with the advance off");
         }
     }
 }
@@ -298,38 +304,15 @@ fn rt_pull_protocol_is_chosen_and_recorded() {
         (Some("wait"), "wait"),
         (Some("bounded"), "bounded"),
     ] {
-        let json = dir.path().join(format!("{flag:?}.json"));
-        let mut args = vec![
-            "bench",
-            "cyclic",
-            "--vms",
-            "1",
-            "--vcpus",
-            &vcpus,
-            "--duration",
-            "0.3",
-            "--json",
-            json.to_str().unwrap(),
-        ];
-        if let Some(f) = flag {
-            args.extend(["--rt-pull", f]);
-        }
-        let o = vmm(&args);
-        assert!(
-            o.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-        assert_eq!(v["rt_pull"], want, "{args:?}");
+        let v = cyclic_report(dir.path(), &vcpus, flag.map(|f| ["--rt-pull", f]));
+        assert_eq!(v["rt_pull"], want, "{flag:?}");
         let c = &v["run"]["counters"];
         assert!(
             c["rt_pulls"].as_u64().unwrap() > 0,
-            "{args:?}: no RT pull ran: {c}"
+            "{flag:?}: no RT pull ran: {c}"
         );
         if want == "wait" {
-            assert_eq!(c["rt_pull_busy"], 0, "{args:?}: {c}");
+            assert_eq!(c["rt_pull_busy"], 0, "{flag:?}: {c}");
         }
     }
 }

@@ -43,6 +43,18 @@ pub fn cyclic(period_ns: u32, iters: u64, seed: u64) -> Result<Vec<u8>, MicroErr
     g.finish()
 }
 
+/// Points `R8` at the block of the vCPU's pair (2p and 2p+1 share block
+/// `p` of the data area) and puts the partner's index in `R10`; uses
+/// `R9`.
+fn pair_regs(a: &mut CodeAssembler) -> Result<(), MicroError> {
+    a.mov(r9, rdi).map_err(e)?;
+    a.shr(r9, 1).map_err(e)?;
+    a.shl(r9, BLOCK.trailing_zeros()).map_err(e)?;
+    a.lea(r8, qword_ptr(rbx + r9)).map_err(e)?;
+    a.mov(r10d, edi).map_err(e)?;
+    a.xor(r10d, 1).map_err(e)
+}
+
 /// Offset of pair `p`'s `produced` counter (its `consumed` is 64 bytes on).
 pub fn pipe_offset(p: u64) -> u64 {
     p * BLOCK
@@ -62,12 +74,7 @@ pub fn messaging(iters: u64, seed: u64) -> Result<Vec<u8>, MicroError> {
     g.seed_steps(seed)?;
     let a = g.raw();
     // r8 = &pipe[rdi / 2]; r10 = partner
-    a.mov(r9, rdi).map_err(e)?;
-    a.shr(r9, 1).map_err(e)?;
-    a.shl(r9, 7).map_err(e)?;
-    a.lea(r8, qword_ptr(rbx + r9)).map_err(e)?;
-    a.mov(r10d, edi).map_err(e)?;
-    a.xor(r10d, 1).map_err(e)?;
+    pair_regs(a)?;
     let mut receiver = a.create_label();
     a.test(edi, 1).map_err(e)?;
     a.jnz(receiver).map_err(e)?;
@@ -180,12 +187,7 @@ pub fn pingpong(iters: u64, seed: u64) -> Result<Vec<u8>, MicroError> {
     g.seed_steps(seed)?;
     let a = g.raw();
     // r8 = &pair[rdi / 2]; r10 = partner; r11 = my side (0 or 1)
-    a.mov(r9, rdi).map_err(e)?;
-    a.shr(r9, 1).map_err(e)?;
-    a.shl(r9, 7).map_err(e)?;
-    a.lea(r8, qword_ptr(rbx + r9)).map_err(e)?;
-    a.mov(r10d, edi).map_err(e)?;
-    a.xor(r10d, 1).map_err(e)?;
+    pair_regs(a)?;
     a.mov(r11d, edi).map_err(e)?;
     a.and(r11d, 1).map_err(e)?;
     let mut wait = a.create_label();
