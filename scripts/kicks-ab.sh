@@ -14,8 +14,8 @@
 # Raw outputs (table, JSON gzipped, the counter summary) go to OUT
 # (default docs/data/kicks), with OUT/meta.txt (scripts/machine-meta.sh).
 # VMM_BIN picks the binary (default: a release build); WORKLOADS narrows
-# it (default: messaging runq cyclic transcode); REPS (default 8) and
-# DURATION (seconds, default 2) size it.
+# it (default: messaging runq cyclic transcode), POINTS (default: x1 x4);
+# REPS (default 8) and DURATION (seconds, default 2) size it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/bench.sh
@@ -49,10 +49,4 @@ for k, v in rows.items():
     print(f"{k:<8} {n:>4} {m[0]:>10.3f} {m[1]:>13.3f} {m[2]:>10.0f} {m[3]:>12.0f} {m[4]:>10.4g}")
 EOF
 )
-for workload in ${WORKLOADS:-messaging runq cyclic transcode}; do
-    for point in x1 x4; do
-        point_shape $point
-        recorded_run "$out/$workload-$point" bench "$workload" "${shape[@]}" --duration "$dur" \
-            --reps "$reps" --mitigations all --compare-kicks
-    done
-done
+ab_runs --compare-kicks "messaging runq cyclic transcode"

@@ -46,10 +46,4 @@ for k, v in rows.items():
     print(f"{k:<8} {n:>4} {m[0]:>9.0f} {m[1]:>11.0f} {m[2]:>9.0f} {m[3]:>11.0f} {m[4]:>10.4g}")
 EOF
 )
-for workload in ${WORKLOADS:-cyclic transcode}; do
-    for point in ${POINTS:-x1 x4}; do
-        point_shape "$point"
-        recorded_run "$out/$workload-$point" bench "$workload" "${shape[@]}" --duration "$dur" \
-            --reps "$reps" --mitigations all --compare-rt-pull
-    done
-done
+ab_runs --compare-rt-pull "cyclic transcode"

@@ -46,10 +46,4 @@ for k, v in rows.items():
     print(f"{k:<14} {n:>4} {m[0]:>10.4g} {m[1]:>9.0f} {m[2]:>13.2f}")
 EOF
 )
-for workload in ${WORKLOADS:-cyclic}; do
-    for point in ${POINTS:-x1 x4}; do
-        point_shape "$point"
-        recorded_run "$out/$workload-$point" bench "$workload" "${shape[@]}" --duration "$dur" \
-            --reps "$reps" --mitigations all --compare-timer-advance
-    done
-done
+ab_runs --compare-timer-advance "cyclic"

@@ -111,6 +111,22 @@ point_shape() {
     fi
 }
 
+# ab_runs FLAG WORKLOADS: the A/B of one executor or scheduler option,
+# `vmm bench --FLAG` (an interleaved comparison along that option, all
+# fixes), for every workload of $WORKLOADS (default: the WORKLOADS given)
+# and point of $POINTS (default: x1 x4), each a recorded_run into
+# $out/WORKLOAD-POINT of $reps repetitions x $dur seconds.
+ab_runs() {
+    local flag=$1 defaults=$2 workload point
+    for workload in ${WORKLOADS:-$defaults}; do
+        for point in ${POINTS:-x1 x4}; do
+            point_shape "$point"
+            recorded_run "$out/$workload-$point" bench "$workload" "${shape[@]}" \
+                --duration "$dur" --reps "$reps" --mitigations all "$flag"
+        done
+    done
+}
+
 # bench_netns PREFIX: a new network namespace $ns (PREFIX-PID) with its
 # loopback up and IPv6 off (no router solicitations in the measurement).
 # The caller deletes it (its EXIT trap: ip netns del "$ns").
