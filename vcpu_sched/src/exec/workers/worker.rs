@@ -212,12 +212,12 @@ impl Worker<'_> {
                 return false;
             }
             let now = core.now();
-            match self.local.peek().map(|r| (r.0 .0, TaskId(r.0 .1))) {
+            match self.local.peek().map(|r| r.0) {
                 // a local timer is due: fire it below (its wake kicks this
                 // CPU, whose token the next round takes)
-                Some((d, _)) if d <= now => break,
-                Some((d, t)) => {
-                    let ahead = self.advances(t);
+                Some((d, _, _)) if d <= now => break,
+                Some((d, t, gen)) => {
+                    let ahead = self.advances(TaskId(t), gen);
                     if ahead && d - now <= self.advance_ns {
                         // within the advance: poll the rest of the way
                         self.poll_until(d);
@@ -238,15 +238,23 @@ impl Worker<'_> {
         !core.quit.load(Ordering::Acquire)
     }
 
-    /// Whether the worker parks ahead of task `t`'s timer: with the
-    /// timer advance on, for RT tasks only. Their wakeup latency is what
+    /// Whether the worker parks ahead of task `t`'s timer of generation
+    /// `gen`: with the timer advance on, while the timer is live (a wake
+    /// that ended the sleep early leaves a stale timer in the heap, not
+    /// worth a poll), and for RT tasks only. Their wakeup latency is what
     /// they are there for (cyclic, RT transcoding vCPUs); a fair task's
     /// timer is not worth the idle CPU's polling (a Linux guest's halted
     /// fair vCPUs sleep to their next timer tick, hundreds of times a
     /// second each, and under kvm_pvm the host CPUs the polling would take
     /// are what a booting guest runs short of).
-    fn advances(&self, t: TaskId) -> bool {
-        self.p.timer_advance_max_ns > 0 && self.p.sched.task_policy(t).is_ok_and(|p| p.is_rt())
+    fn advances(&self, t: TaskId, gen: u64) -> bool {
+        self.p.timer_advance_max_ns > 0
+            && self
+                .p
+                .core
+                .task(t)
+                .is_some_and(|rt| rt.timer_gen.load(Ordering::Acquire) == gen)
+            && self.p.sched.task_policy(t).is_ok_and(|p| p.is_rt())
     }
 
     /// Parks until the local timer due at `d`, or `advance_ns` before it
