@@ -165,12 +165,7 @@ fn guest_code(opts: &BenchOptions, ipu: f64, seed: u64) -> Result<Vec<u8>, Bench
             guests::cyclic((period_us * 1000) as u32, iters, seed)?
         }
         Workload::Messaging => {
-            if opts.vcpus % 2 != 0 {
-                return Err(BenchError::Input(format!(
-                    "messaging pairs senders with receivers: give an even --vcpus (not {})",
-                    opts.vcpus
-                )));
-            }
+            even_vcpus(opts, "messaging pairs senders with receivers")?;
             guests::messaging(iters, seed)?
         }
         Workload::Runq => {
@@ -183,12 +178,7 @@ fn guest_code(opts: &BenchOptions, ipu: f64, seed: u64) -> Result<Vec<u8>, Bench
         }
         Workload::Transcode => guests::transcode(iters, seed)?,
         Workload::Pingpong => {
-            if opts.vcpus % 2 != 0 {
-                return Err(BenchError::Input(format!(
-                    "pingpong pairs vCPU 2p with 2p+1: give an even --vcpus (not {})",
-                    opts.vcpus
-                )));
-            }
+            even_vcpus(opts, "pingpong pairs vCPU 2p with 2p+1")?;
             guests::pingpong(iters, seed)?
         }
         Workload::Blk | Workload::Net => {
@@ -198,6 +188,17 @@ fn guest_code(opts: &BenchOptions, ipu: f64, seed: u64) -> Result<Vec<u8>, Bench
             )))
         }
     })
+}
+
+/// A workload that pairs its vCPUs (`why`) needs an even count.
+fn even_vcpus(opts: &BenchOptions, why: &str) -> Result<(), BenchError> {
+    if opts.vcpus % 2 != 0 {
+        return Err(BenchError::Input(format!(
+            "{why}: give an even --vcpus (not {})",
+            opts.vcpus
+        )));
+    }
+    Ok(())
 }
 
 /// The scheduling attributes of VM `v`'s vCPUs: RT workloads are FIFO,
