@@ -54,7 +54,7 @@ header() {
 for qd in 1 32; do
     for mode in read write; do
         f="$out/$mode-qd$qd"
-        rm -f "$f.json" "$f.json.gz"
+        clear_old "$f.json" "$f.json.gz" "$f.txt"
         if [ $mode = read ]; then img=(--disk "$tmp/shared.img"); extra=(); else img=("${disks[@]}"); extra=(--write); fi
         cmd=(bench blk "${img[@]}" "${extra[@]}" --vms "$ncpu" --qd "$qd" --executor host
             --compare-engines sync,pool,io_uring --duration "$dur" --reps "$reps" --json "$f.json")

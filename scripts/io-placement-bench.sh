@@ -50,8 +50,7 @@ common=(--vms "$ncpu" --executor host --pin --compare-io-cpus any,same,other
     --duration "$dur" --reps "$reps")
 for cfg in blk-qd1 blk-qd32 net-echo; do
     f="$out/$cfg"
-    # vmm never replaces a file: this script regenerates its own output
-    rm -f "$f.json" "$f.json.gz"
+    clear_old "$f.json" "$f.json.gz" "$f.txt"
     case $cfg in
         blk-qd*) cmd=(bench blk --disk "$tmp/shared.img" --qd "${cfg#blk-qd}") ;;
         net-echo) cmd=(bench net --mode echo --tap-prefix iop) ;;

@@ -49,8 +49,7 @@ for mode in tx rx echo; do
     for point in x1 x4; do
         if [ $point = x1 ]; then vms=$ncpu; else vms=$ntaps; fi
         f="$out/$mode-$point"
-        # vmm never replaces a file: this script regenerates its own output
-        rm -f "$f.json" "$f.json.gz"
+        clear_old "$f.json" "$f.json.gz" "$f.txt"
         cmd=(bench net --mode "$mode" --tap-prefix pps --vms "$vms" --duration "$dur" --reps "$reps"
             --compare-executors --json "$f.json")
         {

@@ -53,6 +53,7 @@ vmm() { "$bin" "$@"; }
 # meta.txt would make machine-meta.sh report the tree as dirty); $commit
 # and $dirty from it.
 record_meta() {
+    own_output "$1"
     mkdir -p "$1"
     scripts/machine-meta.sh >"$1/.meta.txt.new"
     mv "$1/.meta.txt.new" "$1/meta.txt"
@@ -60,18 +61,54 @@ record_meta() {
     dirty=$(sed -n 's/^dirty=//p' "$1/meta.txt")
 }
 
+# restorable PATH...: true when git can give back everything at PATH: it
+# is missing, or every file under it is tracked by this repository with no
+# uncommitted change (the committed data under docs/data/, say). Anything
+# else - an untracked, ignored or edited file, or a file outside the
+# repository - is the user's.
+restorable() {
+    local p
+    for p in "$@"; do
+        [ -e "$p" ] || continue
+        if [ -d "$p" ] && [ -z "$(ls -A "$p")" ]; then continue; fi
+        git ls-files --error-unmatch -- "$p" >/dev/null 2>&1 || return 1
+        [ -z "$(git status --porcelain --ignored --untracked-files=all -- "$p")" ] || return 1
+    done
+}
+
+# own_output PATH...: exit 2, naming PATH, unless restorable: a run
+# replaces its earlier output (vmm never replaces a file, so the scripts
+# remove it first), and may only do so where nothing is lost.
+own_output() {
+    local p
+    for p in "$@"; do
+        if ! restorable "$p"; then
+            echo "$me: refusing to write over $p: it holds files git cannot restore;" \
+                "move them aside or choose a new or empty output directory (--out / OUT)" >&2
+            exit 2
+        fi
+    done
+}
+
+# clear_old FILE...: removes earlier output before a run writes it again,
+# after own_output.
+clear_old() {
+    own_output "$@"
+    rm -f "$@"
+}
+
 # recorded_run STEM ARGS...: runs `vmm ARGS... --json STEM.json` into
 # STEM.txt, headed by the command and a line with the date, $commit,
 # $dirty and $ncpu (record_meta and target_points set them); then, if
 # $summary holds a Python program, its output on the JSON (argv[1]) under
-# a comment line; then gzips the JSON and prints STEM.txt. vmm never
-# replaces a file, so an earlier STEM.json(.gz) is removed first. With
+# a comment line; then gzips the JSON and prints STEM.txt. An earlier
+# STEM.json(.gz) and STEM.txt go first, if git can restore them (clear_old). With
 # $hide set (a path, such as a scratch image) the header shows it as IMG
 # and adds $hide_note.
 recorded_run() {
     local f=$1
     shift
-    rm -f "$f.json" "$f.json.gz"
+    clear_old "$f.json" "$f.json.gz" "$f.txt"
     local cmd=("$@" --json "$f.json")
     {
         if [ -n "${hide:-}" ]; then

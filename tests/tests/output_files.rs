@@ -148,3 +148,50 @@ fn a_cpuid_dump_goes_only_where_no_user_file_is() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["cpus"].as_array().map(Vec::len), Some(2), "{v}");
 }
+
+/// The measurement scripts remove their own earlier output before a run
+/// (vmm never replaces a file), but only what git can give back. A
+/// directory given with `--out` that holds anything else (here a user's
+/// file, and one named like the script's own output) is refused before
+/// any measurement, and left as it was.
+#[test]
+fn measurement_scripts_write_only_over_what_git_can_restore() {
+    let (dir, _) = setup();
+    let d = dir.path();
+    std::fs::write(d.join("qd1-x1.json.gz"), "the user's earlier run\n").unwrap();
+    let before = snapshot(d);
+    let root = integration_tests::workspace_root();
+    let out = std::process::Command::new("scripts/blk-bench.sh")
+        .current_dir(&root)
+        .env("VMM_BIN", integration_tests::vmm_bin())
+        .args(["--out", s(d), "--duration", "0.1", "--reps", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert!(
+        err.contains("refusing to write over") && err.contains(s(d)) && err.contains("--out"),
+        "the refusal names the directory and what to give instead: {err}"
+    );
+    assert_eq!(snapshot(d), before, "nothing in the directory changed");
+
+    // The committed data under docs/data/ is what the scripts may rewrite
+    // (git restores it); a file outside the repository is not.
+    let check = |path: &str| {
+        std::process::Command::new("bash")
+            .current_dir(&root)
+            .args([
+                "-c",
+                "source scripts/lib/bench.sh && restorable \"$1\"",
+                "restorable",
+                path,
+            ])
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(check("docs/data/targets"), "committed data is restorable");
+    assert!(check(&p(d, "no-such-file")), "a missing file is restorable");
+    assert!(!check(&p(d, "mine.json")), "a user's file is not");
+    assert!(!check(s(d)), "nor a directory holding one");
+}
