@@ -291,6 +291,88 @@ fn timer_advance_is_chosen_and_recorded() {
     }
 }
 
+/// `--compare-busy-balance`: the busy balance off (baseline and A/A)
+/// against on, all fixes on the workers, interleaved; every report says
+/// which setting ran it, and only rows with it on push waiting vCPUs
+/// between busy CPUs (runq at 4 vCPUs per CPU, nothing pinned: busy CPUs
+/// with vCPUs waiting are the common case; 28 pushes per 0.5 s run with
+/// it on, in a debug build on 2 CPUs).
+#[test]
+fn busy_balance_compares_interleaved() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("b.json");
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let vcpus = (2 * cpus).min(256).to_string();
+    let o = vmm(&[
+        "bench",
+        "runq",
+        "--vms",
+        "2",
+        "--vcpus",
+        &vcpus,
+        "--duration",
+        "0.5",
+        "--compare-busy-balance",
+        "--reps",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    integration_tests::comparison::check_comparison(
+        &v,
+        &["no busy balance", "no busy balance (A/A)", "busy balance"],
+        2,
+    );
+    let reports = v["reports"].as_array().unwrap();
+    assert_eq!(reports.len(), 6, "{v}");
+    let (mut runs_on, mut pushes_on) = (0, 0);
+    for r in reports {
+        assert_eq!(r["run"]["mitigations"], "all");
+        let pushes = r["run"]["counters"]["busy_pushes"].as_u64().unwrap();
+        if r["busy_balance"].as_bool().unwrap() {
+            runs_on += 1;
+            pushes_on += pushes;
+        } else {
+            assert_eq!(pushes, 0, "a run without the busy balance pushed");
+        }
+    }
+    assert_eq!(runs_on, 2, "{v}");
+    assert!(pushes_on > 0, "the busy balance never pushed: {v}");
+    for (args, msg) in [
+        (
+            vec![
+                "bench",
+                "runq",
+                "--executor",
+                "host",
+                "--compare-busy-balance",
+            ],
+            "--compare-busy-balance",
+        ),
+        (
+            vec!["bench", "runq", "--compare-busy-balance", "--busy-balance"],
+            "--busy-balance",
+        ),
+        (
+            vec!["bench", "runq", "--compare-busy-balance", "--compare-kicks"],
+            "--compare",
+        ),
+    ] {
+        let o = vmm(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(msg), "{args:?}: {err}");
+    }
+}
+
 /// `--rt-pull`: each report records the RT pull protocol it ran (bounded
 /// by default), and a waiting pull never passes a busy source by.
 #[test]

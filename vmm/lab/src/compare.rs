@@ -17,7 +17,9 @@ use vcpu_sched::bench::{interleaved, Comparison, ComparisonHeader, RowKind};
 use vcpu_sched::comparison;
 use vcpu_sched::Mitigations;
 
-use super::{run, BenchError, BenchOptions, BenchReport, IoCpus, Kicks, RtPull, TimerAdvance};
+use super::{
+    run, BenchError, BenchOptions, BenchReport, BusyBalance, IoCpus, Kicks, RtPull, TimerAdvance,
+};
 use vmm_machine::devices::BlockEngine;
 use vmm_machine::vcpu_body::ExecutorKind;
 
@@ -59,6 +61,10 @@ pub struct CompareOptions {
     /// ([`TimerAdvance`]; the first is the baseline and gets the A/A
     /// row), with the same restrictions.
     pub timer_advance: Vec<TimerAdvance>,
+    /// Compare the busy balance off and on instead ([`BusyBalance`]; the
+    /// first is the baseline and gets the A/A row), with the same
+    /// restrictions.
+    pub busy_balance: Vec<BusyBalance>,
 }
 
 /// Where a comparison is.
@@ -105,41 +111,58 @@ pub fn compare(
             "a comparison needs at least one mitigation set and one repetition".into(),
         ));
     }
-    let axes = [
-        !opts.engines.is_empty(),
-        !opts.io_cpus.is_empty(),
-        !opts.kicks.is_empty(),
-        !opts.rt_pull.is_empty(),
-        !opts.timer_advance.is_empty(),
-    ];
-    let cells = match axes {
-        [false, false, false, false, false] => scheduler_cells(opts)?,
-        [true, false, false, false, false] => {
-            axis_cells(opts, "an engine", &opts.engines, |o, e| o.blk.engine = e)?
-        }
-        [false, true, false, false, false] => {
-            axis_cells(opts, "an I/O thread placement", &opts.io_cpus, |o, p| {
-                o.io_cpus = p
-            })?
-        }
-        [false, false, true, false, false] => {
-            axis_cells(opts, "a kick protocol", &opts.kicks, |o, k| o.kicks = k)?
-        }
-        [false, false, false, true, false] => {
-            axis_cells(opts, "an RT pull protocol", &opts.rt_pull, |o, p| {
-                o.rt_pull = p
-            })?
-        }
-        [false, false, false, false, true] => axis_cells(
+    // at most one axis: each one given builds its rows (checking its
+    // restrictions)
+    let mut axes = Vec::new();
+    if !opts.engines.is_empty() {
+        axes.push(axis_cells(opts, "an engine", &opts.engines, |o, e| {
+            o.blk.engine = e
+        }));
+    }
+    if !opts.io_cpus.is_empty() {
+        axes.push(axis_cells(
+            opts,
+            "an I/O thread placement",
+            &opts.io_cpus,
+            |o, p| o.io_cpus = p,
+        ));
+    }
+    if !opts.kicks.is_empty() {
+        axes.push(axis_cells(opts, "a kick protocol", &opts.kicks, |o, k| {
+            o.kicks = k
+        }));
+    }
+    if !opts.rt_pull.is_empty() {
+        axes.push(axis_cells(
+            opts,
+            "an RT pull protocol",
+            &opts.rt_pull,
+            |o, p| o.rt_pull = p,
+        ));
+    }
+    if !opts.timer_advance.is_empty() {
+        axes.push(axis_cells(
             opts,
             "a timer advance setting",
             &opts.timer_advance,
             |o, t| o.timer_advance = t,
-        )?,
+        ));
+    }
+    if !opts.busy_balance.is_empty() {
+        axes.push(axis_cells(
+            opts,
+            "a busy balance setting",
+            &opts.busy_balance,
+            |o, b| o.busy_balance = b == BusyBalance::On,
+        ));
+    }
+    let cells = match axes.len() {
+        0 => scheduler_cells(opts)?,
+        1 => axes.pop().expect("one axis")?,
         _ => {
             return Err(BenchError::Input(
                 "compare one of engines, I/O thread placements, kick protocols, RT pull \
-                 protocols or timer advance settings at a time"
+                 protocols, timer advance or busy balance settings at a time"
                     .into(),
             ))
         }

@@ -321,6 +321,28 @@ impl std::str::FromStr for TimerAdvance {
     }
 }
 
+/// Whether a busy CPU hands a waiting fair vCPU to a less loaded busy CPU
+/// ([`vcpu_sched::SchedConfig::busy_balance`]): the values of a
+/// `--compare-busy-balance` comparison (a run's own setting is
+/// [`BenchOptions::busy_balance`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BusyBalance {
+    /// Fair vCPUs move only into idle CPUs.
+    Off,
+    /// A busy CPU also pushes to a busier-by-two busy CPU.
+    On,
+}
+
+impl std::fmt::Display for BusyBalance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BusyBalance::On => "busy balance",
+            BusyBalance::Off => "no busy balance",
+        })
+    }
+}
+
 /// The RT pull's protocol for a source whose runqueue lock is held.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -488,6 +510,10 @@ pub struct BenchReport {
     /// it was recorded: there was none).
     #[serde(default = "timer_advance_off")]
     pub timer_advance: TimerAdvance,
+    /// Whether the scheduler rows ran the busy balance (off in reports
+    /// written before it was recorded).
+    #[serde(default)]
+    pub busy_balance: bool,
     /// VMs.
     pub vms: usize,
     /// vCPUs per VM.

@@ -399,6 +399,7 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
         kicks: opts.kicks,
         rt_pull: opts.rt_pull,
         timer_advance: opts.timer_advance,
+        busy_balance: opts.busy_balance && opts.executor != ExecutorKind::Host,
         vms: opts.vms,
         vcpus: opts.vcpus,
         per_vcpu: std::mem::take(&mut rows.rows),

@@ -14,7 +14,7 @@ use vcpu_sched::Mitigations;
 use super::args::{self, ignored, mitigation_sets, out, outln, progress_bar, InputError};
 pub use super::bench_report::render_report;
 use vmm_lab::{
-    compare, integrity, run as run_bench, BenchOptions, BlkOptions, CompareOptions,
+    compare, integrity, run as run_bench, BenchOptions, BlkOptions, BusyBalance, CompareOptions,
     IntegrityOptions, IoCpus, Kicks, NetOptions, RtPull, TimerAdvance, Workload,
 };
 use vmm_machine::devices::{BlockEngine, UnknownEngine};
@@ -151,6 +151,11 @@ pub struct BenchArgs {
     /// scripts/ab-bench.sh). Scheduler executors only
     #[arg(long)]
     pub busy_balance: bool,
+    /// Compare the busy balance off (the baseline, with its A/A row) and
+    /// on; one mitigation set on one scheduler executor, no host row;
+    /// --reps repetitions, interleaved
+    #[arg(long, conflicts_with_all = ["compare", "compare_executors", "compare_engines", "compare_io_cpus", "compare_kicks", "compare_rt_pull", "compare_timer_advance", "busy_balance"])]
+    pub compare_busy_balance: bool,
     /// How an RT pull treats a source CPU whose runqueue lock another
     /// thread holds: bounded (pass it by and ask it to push; the default)
     /// or wait (wait for the lock, the protocol before bounded pulls).
@@ -398,6 +403,7 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         || a.no_wakeup_preempt
         || a.slices_follow_load
         || a.busy_balance
+        || a.compare_busy_balance
         || a.rt_pull.is_some()
         || a.compare_rt_pull)
         && executor == ExecutorKind::Host
@@ -417,6 +423,8 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
                 "--slices-follow-load"
             } else if a.busy_balance {
                 "--busy-balance"
+            } else if a.compare_busy_balance {
+                "--compare-busy-balance"
             } else {
                 "--rt-pull"
             },
@@ -444,6 +452,7 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         && !a.compare_kicks
         && !a.compare_rt_pull
         && !a.compare_timer_advance
+        && !a.compare_busy_balance
     {
         if a.reps.is_some() {
             return Err(ignored("--reps", "--compare", "a single run").into());
@@ -623,6 +632,7 @@ struct Axes {
     kicks: Vec<Kicks>,
     rt_pull: Vec<RtPull>,
     timer_advance: Vec<TimerAdvance>,
+    busy_balance: Vec<BusyBalance>,
 }
 
 impl Axes {
@@ -645,6 +655,11 @@ impl Axes {
             } else {
                 Vec::new()
             },
+            busy_balance: if a.compare_busy_balance {
+                vec![BusyBalance::Off, BusyBalance::On]
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -656,6 +671,7 @@ impl Axes {
             .max(self.kicks.len())
             .max(self.rt_pull.len())
             .max(self.timer_advance.len())
+            .max(self.busy_balance.len())
     }
 }
 
@@ -707,6 +723,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     kicks: axes.kicks,
                     rt_pull: axes.rt_pull,
                     timer_advance: axes.timer_advance,
+                    busy_balance: axes.busy_balance,
                 },
                 &mut |p| {
                     let f = (p.done as f64 + p.run_fraction) / p.total.max(1) as f64;
