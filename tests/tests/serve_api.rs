@@ -1305,7 +1305,7 @@ fn busy_balance_is_refused_on_the_host_executor() {
     let (cfg, sock_s) = (cfg.to_str().unwrap(), sock.to_str().unwrap());
     for extra in [
         vec!["--config", cfg],
-        vec!["--executor", "host", "--busy-balance"],
+        vec!["--executor", "host", "--busy-balance", "on"],
     ] {
         let mut args = vec!["serve", "--api-socket", sock_s];
         args.extend(extra);

@@ -251,7 +251,14 @@ fn kick_protocols_compare_interleaved() {
             "--slices-follow-load",
         ),
         (
-            vec!["bench", "runq", "--executor", "host", "--busy-balance"],
+            vec![
+                "bench",
+                "runq",
+                "--executor",
+                "host",
+                "--busy-balance",
+                "on",
+            ],
             "--busy-balance",
         ),
         (
@@ -346,6 +353,11 @@ fn busy_balance_compares_interleaved() {
     }
     assert_eq!(runs_on, 2, "{v}");
     assert!(pushes_on > 0, "the busy balance never pushed: {v}");
+    // a single run: on by default, and recorded
+    for (flag, want) in [(None, true), (Some("off"), false), (Some("on"), true)] {
+        let v = cyclic_report(dir.path(), "2", flag.map(|f| ["--busy-balance", f]));
+        assert_eq!(v["busy_balance"], want, "{flag:?}");
+    }
     for (args, msg) in [
         (
             vec![
@@ -358,8 +370,18 @@ fn busy_balance_compares_interleaved() {
             "--compare-busy-balance",
         ),
         (
-            vec!["bench", "runq", "--compare-busy-balance", "--busy-balance"],
+            vec![
+                "bench",
+                "runq",
+                "--compare-busy-balance",
+                "--busy-balance",
+                "off",
+            ],
             "--busy-balance",
+        ),
+        (
+            vec!["bench", "runq", "--busy-balance", "sometimes"],
+            "not a busy balance setting",
         ),
         (
             vec!["bench", "runq", "--compare-busy-balance", "--compare-kicks"],

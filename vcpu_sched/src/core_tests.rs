@@ -1136,7 +1136,7 @@ fn idle_balance_and_shared_runqueue_spread_fair_work() {
     }
 }
 
-/// The busy balance (off by default): three tasks that never block on
+/// The busy balance (on by default): three tasks that never block on
 /// CPU 0 and one on CPU 1 stay so without it, since no CPU ever idles to
 /// steal; with it, CPU 0's tick hands one waiting task to CPU 1 (2 and 2),
 /// and no further task moves (the margin of two).

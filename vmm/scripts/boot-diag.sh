@@ -5,7 +5,7 @@
 # every 5 s, until every VM printed its root sched domain.
 #
 #   vmm/scripts/boot-diag.sh VMM_BIN EXECUTOR OUTDIR [serve flags...]
-#   e.g. vmm/scripts/boot-diag.sh target/release/vmm workers /tmp/d --busy-balance
+#   e.g. vmm/scripts/boot-diag.sh target/release/vmm workers /tmp/d --busy-balance off
 #
 # OUTDIR gets console-N.log (each guest's console), counters-bN.json
 # (vm.counters at the end), counters.txt (every VM's vm.counters per

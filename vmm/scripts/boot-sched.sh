@@ -14,7 +14,7 @@
 # time from the first `vm.boot` until the last VM printed the line (each
 # VM's own time is in the log). With VMS=1 each boot is one `vmm run`.
 # SERVE_ARGS adds flags to the workers rows' `vmm serve` (VMS>1 only),
-# e.g. SERVE_ARGS=--busy-balance.
+# e.g. SERVE_ARGS="--busy-balance off".
 #
 # The whole log of each boot goes to OUT (default docs/data/boot-sched),
 # one tab-separated line per boot to stdout:

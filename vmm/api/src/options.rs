@@ -26,7 +26,8 @@ pub struct ServeOptions {
     /// Per-vCPU metric series.
     pub per_vcpu_metrics: bool,
     /// The shared scheduler's busy balance
-    /// (`vcpu_sched::SchedConfig::busy_balance`; off by default).
+    /// (`vcpu_sched::SchedConfig::busy_balance`; `vmm serve` turns it on
+    /// with the workers executor unless told otherwise).
     pub busy_balance: bool,
 }
 

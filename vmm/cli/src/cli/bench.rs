@@ -145,12 +145,12 @@ pub struct BenchArgs {
     /// only
     #[arg(long)]
     pub slices_follow_load: bool,
-    /// A busy CPU with fair vCPUs waiting hands one to a busy CPU with at
-    /// least two fewer waiting, at the tick's balance interval, instead of
-    /// moving vCPUs only into idle CPUs (off by default; for its A/B:
-    /// scripts/ab-bench.sh). Scheduler executors only
-    #[arg(long)]
-    pub busy_balance: bool,
+    /// Whether a busy CPU with fair vCPUs waiting hands one to a busy CPU
+    /// with at least two fewer waiting, at the tick's balance interval
+    /// (on, the default), or vCPUs move only into idle CPUs (off).
+    /// Scheduler executors only
+    #[arg(long, value_name = "on|off", value_parser = busy_balance)]
+    pub busy_balance: Option<BusyBalance>,
     /// Compare the busy balance off (the baseline, with its A/A row) and
     /// on; one mitigation set on one scheduler executor, no host row;
     /// --reps repetitions, interleaved
@@ -307,6 +307,10 @@ fn timer_advance(s: &str) -> std::result::Result<TimerAdvance, String> {
     s.trim().parse()
 }
 
+fn busy_balance(s: &str) -> std::result::Result<BusyBalance, String> {
+    s.trim().parse()
+}
+
 fn io_cpus(s: &str) -> std::result::Result<IoCpus, String> {
     s.parse().map_err(|e: vmm_lab::BenchError| e.to_string())
 }
@@ -402,7 +406,7 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         || a.sleeper_credit
         || a.no_wakeup_preempt
         || a.slices_follow_load
-        || a.busy_balance
+        || a.busy_balance.is_some()
         || a.compare_busy_balance
         || a.rt_pull.is_some()
         || a.compare_rt_pull)
@@ -421,7 +425,7 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
                 "--no-wakeup-preempt"
             } else if a.slices_follow_load {
                 "--slices-follow-load"
-            } else if a.busy_balance {
+            } else if a.busy_balance.is_some() {
                 "--busy-balance"
             } else if a.compare_busy_balance {
                 "--compare-busy-balance"
@@ -595,7 +599,7 @@ fn bench_options(
     o.sleeper_credit = a.sleeper_credit;
     o.no_wakeup_preempt = a.no_wakeup_preempt;
     o.slices_follow_load = a.slices_follow_load;
-    o.busy_balance = a.busy_balance;
+    o.busy_balance = a.busy_balance != Some(BusyBalance::Off);
     o.rt_pull = a.rt_pull.unwrap_or_default();
     o.timer_advance = a.timer_advance.unwrap_or_default();
     o.io_cpus = a.io_cpus.unwrap_or_default();

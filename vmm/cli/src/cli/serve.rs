@@ -41,10 +41,11 @@ pub struct ServeArgs {
     #[arg(long)]
     pub metrics_per_vcpu: bool,
     /// The shared scheduler's busy balance: a busy CPU with vCPUs waiting
-    /// hands one to a busy CPU with at least two fewer waiting (off by
-    /// default, being measured). Workers executor only
-    #[arg(long)]
-    pub busy_balance: bool,
+    /// hands one to a busy CPU with at least two fewer waiting (on, the
+    /// default with the workers executor) or vCPUs move only into idle
+    /// CPUs (off). Workers executor only
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    pub busy_balance: Option<bool>,
     /// A TOML file with any of: topology, mitigations, executor,
     /// metrics_per_vcpu, busy_balance. Flags win over it.
     #[arg(long, value_name = "FILE")]
@@ -60,8 +61,15 @@ struct ServeFile {
     executor: Option<String>,
     #[serde(default)]
     metrics_per_vcpu: bool,
-    #[serde(default)]
-    busy_balance: bool,
+    busy_balance: Option<bool>,
+}
+
+fn on_off(s: &str) -> std::result::Result<bool, String> {
+    match s.trim() {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("'{s}': give on or off")),
+    }
 }
 
 fn load_file(path: &Path) -> Result<ServeFile> {
@@ -98,7 +106,7 @@ pub fn run_ch_entry(api_socket: PathBuf, seccomp: Option<&str>) -> Result<()> {
         mitigations: None,
         executor: None,
         metrics_per_vcpu: false,
-        busy_balance: false,
+        busy_balance: None,
         config,
     });
     match named {
@@ -146,15 +154,18 @@ pub fn run(a: ServeArgs) -> Result<()> {
         )
         .into());
     }
-    let busy_balance = a.busy_balance || file.busy_balance;
-    if busy_balance && executor == ExecutorKind::Host {
+    // on by default with vcpu_sched; asked for with the host executor,
+    // which runs no vcpu_sched, it is refused
+    let busy_balance = a.busy_balance.or(file.busy_balance);
+    if busy_balance == Some(true) && executor == ExecutorKind::Host {
         return Err(InputError(
             "busy_balance: a setting of vcpu_sched, which the host executor does not run (the \
-             host kernel schedules its vCPU threads); use --executor workers or leave it off"
+             host kernel schedules its vCPU threads); use --executor workers or leave it out"
                 .into(),
         )
         .into());
     }
+    let busy_balance = busy_balance.unwrap_or(executor == ExecutorKind::Workers);
     topology::load(&topology).with_context(|| format!("--topology {topology}"))?;
     let dir = a
         .api_socket
