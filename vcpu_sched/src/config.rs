@@ -86,13 +86,14 @@ pub struct SchedConfig {
     /// node with at least two fewer waiting (see `sched/balance.rs`,
     /// `busy_push`; Linux's `load_balance` from busy CPUs). Off: a fair
     /// task moves only into an idle CPU, so tasks that never block can
-    /// stay 3 to a CPU next to a CPU running 1. On by default: 4 Linux
-    /// VMs booting at once on 2 CPUs without it left one VM without a CPU
-    /// for minutes; on the x4 micro-guest workloads it never acts (their
-    /// CPUs stay even) and measured within noise (docs/results-vcpus.md,
+    /// stay 3 to a CPU next to a CPU running 1. Off in these defaults:
+    /// `vmm serve`, where VMs share the CPUs, turns it on (4 Linux VMs
+    /// booting at once without it left one VM without a CPU for minutes);
+    /// one VM alone (`vmm run`) boots faster without it (about 5% with
+    /// the CPU-bound rule, 13% with the first rule; docs/results-vcpus.md,
     /// "Busy balance"). The simulator runs with it off (its recorded
     /// results).
-    #[serde(default = "yes")]
+    #[serde(default)]
     pub busy_balance: bool,
 }
 
@@ -118,7 +119,7 @@ impl Default for SchedConfig {
             fair_wakeup_preempt: true,
             slice_follows_load: false,
             bounded_rt_pull: true,
-            busy_balance: true,
+            busy_balance: false,
         }
     }
 }

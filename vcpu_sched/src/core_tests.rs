@@ -1136,9 +1136,10 @@ fn idle_balance_and_shared_runqueue_spread_fair_work() {
     }
 }
 
-/// The busy balance (on by default): three tasks that never block on
+/// The busy balance (`vmm serve` turns it on): three tasks that never block on
 /// CPU 0 and one on CPU 1 stay so without it, since no CPU ever idles to
-/// steal; with it, CPU 0's tick hands one waiting task to CPU 1 (2 and 2),
+/// steal; with it, once the excess of CPU-bound tasks has lasted 100 ms
+/// (not before), CPU 0's tick hands one waiting task to CPU 1 (2 and 2),
 /// and no further task moves (the margin of two).
 #[test]
 fn a_busy_cpu_hands_a_waiting_task_to_a_less_loaded_busy_cpu_only_with_busy_balance() {
@@ -1168,14 +1169,25 @@ fn a_busy_cpu_hands_a_waiting_task_to_a_less_loaded_busy_cpu_only_with_busy_bala
                 sim.s.set_affinity(t, &both, sim.now).unwrap();
             }
             sim.settle();
-            for _ in 0..20 {
+            let t0 = sim.now;
+            let mut first_push = None;
+            for _ in 0..200 {
                 sim.now += 1_000_000;
                 for c in 0..2 {
                     sim.s.tick(c, sim.now).unwrap();
                 }
                 sim.settle();
+                if first_push.is_none() && sim.s.counters().busy_pushes > 0 {
+                    first_push = Some(sim.now - t0);
+                }
             }
             sim.strict("busy balance");
+            if let Some(t) = first_push {
+                assert!(
+                    t >= 100_000_000,
+                    "{mit}: pushed after {t} ns, before the excess lasted"
+                );
+            }
             let on = |c: u32| {
                 ids.iter()
                     .filter(|&&t| sim.s.task_cpu(t).unwrap() == c)

@@ -40,6 +40,11 @@ pub(crate) struct Rq {
     /// `schedule` dropped the lock to balance; `curr` is already `None` but
     /// cpupri and idle still show the old state.
     pub(crate) in_balance: bool,
+    /// The busy balance: since when this CPU has held at least two more
+    /// CPU-bound tasks than a busy neighbour, and when it last saw that
+    /// (a gap of two balance intervals starts the streak again).
+    pub(crate) hog_excess_since: u64,
+    pub(crate) hog_excess_seen: u64,
     pub(crate) clock: u64,
 }
 
@@ -57,6 +62,8 @@ impl Rq {
             idle: true,
             in_idle_set: true,
             in_balance: false,
+            hog_excess_since: 0,
+            hog_excess_seen: 0,
             clock: 0,
         }
     }

@@ -109,6 +109,13 @@ impl TaskAcct {
     }
 }
 
+/// Turns in a row that ended preempted, without a block between them,
+/// from which a task counts as CPU-bound ([`Task::is_hog`]). One or two
+/// are common for a task that wakes for a short job (an idle vCPU's tick)
+/// and is preempted by another wakeup before it blocks again; a CPU hog
+/// reaches three within a few slices.
+pub(crate) const HOG_TURNS: u32 = 3;
+
 /// One task slot.
 #[repr(align(128))]
 pub(crate) struct Task {
@@ -126,6 +133,11 @@ pub(crate) struct Task {
     pub(crate) vruntime: AtomicU64,
     /// Counted as pushable by its runqueue (set and cleared under its lock).
     pub(crate) pushable: AtomicBool,
+    /// Its turns on a CPU since it last blocked that ended with it still
+    /// runnable (preempted): from [`HOG_TURNS`] on it counts as CPU-bound.
+    /// Written by the CPU that ran it, under that CPU's runqueue lock;
+    /// read by the busy balance.
+    pub(crate) preempted_turns: AtomicU32,
     /// Has an entry in a shared runqueue.
     pub(crate) in_shared: AtomicBool,
     /// Wake-list link.
@@ -148,6 +160,7 @@ impl Task {
             aff_fold: AtomicU64::new(u64::MAX),
             vruntime: AtomicU64::new(0),
             pushable: AtomicBool::new(false),
+            preempted_turns: AtomicU32::new(0),
             in_shared: AtomicBool::new(false),
             wake_next: sync::AtomicU32::new(NIL),
             enqueue_seq: AtomicU64::new(0),
@@ -155,6 +168,14 @@ impl Task {
             name: Mutex::new(String::new()),
             acct: TaskAcct::new(),
         }
+    }
+
+    /// CPU-bound for now: fair, and its last [`HOG_TURNS`] turns or more
+    /// ended preempted, with no block between them.
+    #[inline]
+    pub(crate) fn is_hog(&self) -> bool {
+        self.preempted_turns.load(Ordering::Relaxed) >= HOG_TURNS
+            && matches!(self.policy(), Policy::Fair(_))
     }
 
     #[inline]
@@ -251,6 +272,7 @@ impl TaskTable {
             .store(affinity.fold64(self.fold_shift), Ordering::Relaxed);
         t.vruntime.store(0, Ordering::Relaxed);
         t.pushable.store(false, Ordering::Relaxed);
+        t.preempted_turns.store(0, Ordering::Relaxed);
         t.in_shared.store(false, Ordering::Relaxed);
         t.wake_next.store(NIL, sync::Ordering::Relaxed);
         *lock(&t.affinity) = affinity;

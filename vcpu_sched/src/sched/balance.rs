@@ -424,8 +424,8 @@ impl Scheduler {
     /// WHAT: at the tick's balance interval, when `cpu` has fair tasks
     /// waiting and no CPU is idle to take one, it looks over its LLC, then
     /// its node (at most `steal_scan_limit` CPUs) for a CPU that runs a
-    /// task and has at least two fewer fair tasks waiting, and moves its
-    /// least urgent waiting task there.
+    /// task and has at least two fewer fair tasks waiting and two fewer
+    /// CPU-bound ones, and moves a CPU-bound waiting task there.
     ///
     /// WHY: every other path moves a fair task only into an idle CPU
     /// (new-idle balance, the shared runqueue, the tick's idle kick). With
@@ -434,18 +434,35 @@ impl Scheduler {
     /// each VM's boot CPU compute-bound before SMP bring-up, progressed at
     /// 100% / 33% / 33% / 33% (docs/results-vcpus.md, "Linux boot").
     /// Linux's `load_balance` runs from busy CPUs too (less often than
-    /// from idle ones) for this reason. Off by default until it is
-    /// measured (`SchedConfig::busy_balance`).
+    /// from idle ones) for this reason. `SchedConfig::busy_balance`: on
+    /// in `vmm serve`, off elsewhere by default.
     ///
     /// HOW: push rather than pull, so that the tick of the CPU with the
     /// queue does it and the counts need no global view: the source claims
     /// itself (`pull_busy`, as stealers do, so it is never pulled from and
     /// pushing at once), locks both runqueues in order, re-reads both
     /// counts under the locks (the margin of two keeps one task from
-    /// bouncing between two CPUs that differ by one) and moves the task
-    /// that would run last here. The target runs it when its current
+    /// bouncing between two CPUs that differ by one), then counts the
+    /// CPU-bound fair tasks on each side (the current one included: tasks
+    /// whose last turns ended preempted, not blocked, `Task::is_hog`) and
+    /// moves the most urgent CPU-bound waiting task only if the source has
+    /// had two more of them for 100 ms. Waiting counts alone are the wrong load: one
+    /// booting Linux VM's boot CPU (its one CPU hog) shares 2 CPUs with 11
+    /// idle vCPUs that wake for a tick and block again; pushing on counts
+    /// moved ticking vCPUs onto the hog's CPU and the hog itself to the
+    /// back of the other CPU's queue (it keeps its lag) about 30 times a
+    /// second, and made that boot 13% slower (docs/results-vcpus.md,
+    /// "Busy balance"). Linux weighs its imbalance by each task's tracked
+    /// load (PELT) for the same reason; the CPU-bound count is that
+    /// weighing's coarsest form. The target runs the task when its current
     /// slice ends; no kick.
     pub(crate) fn busy_push(&self, cpu: CpuId, now: u64) -> bool {
+        /// How long a CPU-bound excess must last before the busy balance
+        /// acts on it: 25 balance intervals. The imbalance it is for lasts
+        /// minutes (4 booting VMs' boot CPUs, 3 on one CPU and 1 on the
+        /// other); one booting VM's brief ones (a spinning AP next to its
+        /// boot CPU during SMP bring-up) are left to the idle steal.
+        const HOG_EXCESS_PERSIST_NS: u64 = 100_000_000;
         let me_hot = &self.cpus[cpu as usize].hot;
         if me_hot.nr_fair_queued.load(Ordering::Relaxed) < 2 {
             return false;
@@ -483,11 +500,31 @@ impl Scheduler {
                 {
                     continue;
                 }
+                let hogs = |rq: &Rq| {
+                    rq.fair
+                        .iter()
+                        .map(|(_, i)| i)
+                        .chain(rq.curr)
+                        .filter(|&i| self.t(i).is_hog())
+                        .count()
+                };
+                if hogs(&me) < hogs(&to) + 2 {
+                    continue;
+                }
+                // only an excess that lasts: a hog's queue fills and drains
+                // within milliseconds when short jobs wake around it
+                if now.saturating_sub(me.hog_excess_seen) > 2 * self.cfg.balance_interval_ns {
+                    me.hog_excess_since = now;
+                }
+                me.hog_excess_seen = now;
+                if now - me.hog_excess_since < HOG_EXCESS_PERSIST_NS {
+                    return false;
+                }
                 let cand = me
                     .fair
-                    .iter_rev()
+                    .iter()
                     .map(|(_, i)| i)
-                    .find(|&i| self.t(i).allowed(dst));
+                    .find(|&i| self.t(i).is_hog() && self.t(i).allowed(dst));
                 if let Some(id) = cand {
                     self.migrate_queued(&mut me, &mut to, id, now, cpu);
                     self.cpus[cpu as usize]

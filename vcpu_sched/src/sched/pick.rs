@@ -128,6 +128,11 @@ impl Scheduler {
         t.acct
             .preemptions
             .fetch_add(!yielded as u64, Ordering::Relaxed);
+        if yielded {
+            t.preempted_turns.store(0, Ordering::Relaxed);
+        } else {
+            t.preempted_turns.fetch_add(1, Ordering::Relaxed);
+        }
         // absolute -> relative for enqueue_task's arithmetic
         if let Policy::Fair(_) = t.policy() {
             let mut vr = t.vruntime.load(Ordering::Relaxed);
@@ -285,6 +290,7 @@ impl Scheduler {
             }
             Prev::Block => {
                 if !self.consume_pending(c) {
+                    t.preempted_turns.store(0, Ordering::Relaxed);
                     self.put_gone(rq, c, now, ST_BLOCKED);
                     if !self.publish_blocked(c) {
                         // Woken while it was leaving: runnable again, and

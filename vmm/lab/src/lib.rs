@@ -269,8 +269,8 @@ pub struct BenchOptions {
     #[serde(default)]
     pub slices_follow_load: bool,
     /// A busy CPU hands a waiting fair vCPU to a less loaded busy CPU
-    /// ([`vcpu_sched::SchedConfig::busy_balance`], on by default).
-    #[serde(default = "yes")]
+    /// ([`vcpu_sched::SchedConfig::busy_balance`], off by default).
+    #[serde(default)]
     pub busy_balance: bool,
     /// How the RT pull treats a source whose runqueue lock is held
     /// ([`vcpu_sched::SchedConfig::bounded_rt_pull`]).
@@ -351,7 +351,7 @@ impl std::str::FromStr for BusyBalance {
             "off" => Ok(BusyBalance::Off),
             _ => Err(format!(
                 "'{s}' is not a busy balance setting: use on (a busy CPU also hands a waiting \
-                 vCPU to a less loaded busy CPU, the default) or off"
+                 vCPU to a less loaded busy CPU) or off (the default)"
             )),
         }
     }
@@ -453,7 +453,7 @@ impl BenchOptions {
             sleeper_credit: false,
             no_wakeup_preempt: false,
             slices_follow_load: false,
-            busy_balance: true,
+            busy_balance: false,
             rt_pull: RtPull::Bounded,
             timer_advance: TimerAdvance::On,
         }

@@ -146,9 +146,9 @@ pub struct BenchArgs {
     #[arg(long)]
     pub slices_follow_load: bool,
     /// Whether a busy CPU with fair vCPUs waiting hands one to a busy CPU
-    /// with at least two fewer waiting, at the tick's balance interval
-    /// (on, the default), or vCPUs move only into idle CPUs (off).
-    /// Scheduler executors only
+    /// with at least two more CPU-bound ones fewer, once that has lasted
+    /// 100 ms (on; `vmm serve`'s default), or vCPUs move only into idle
+    /// CPUs (off, the default here). Scheduler executors only
     #[arg(long, value_name = "on|off", value_parser = busy_balance)]
     pub busy_balance: Option<BusyBalance>,
     /// Compare the busy balance off (the baseline, with its A/A row) and
@@ -599,7 +599,7 @@ fn bench_options(
     o.sleeper_credit = a.sleeper_credit;
     o.no_wakeup_preempt = a.no_wakeup_preempt;
     o.slices_follow_load = a.slices_follow_load;
-    o.busy_balance = a.busy_balance != Some(BusyBalance::Off);
+    o.busy_balance = a.busy_balance == Some(BusyBalance::On);
     o.rt_pull = a.rt_pull.unwrap_or_default();
     o.timer_advance = a.timer_advance.unwrap_or_default();
     o.io_cpus = a.io_cpus.unwrap_or_default();

@@ -777,6 +777,12 @@ pub fn run_sched(
             quiet_rounds = polls.quiet,
             irq_wakes,
             switches = o.counters.switches,
+            steals = o.counters.steals,
+            busy_pushes = o.counters.busy_pushes,
+            migrations = o.counters.migrations_l2
+                + o.counters.migrations_llc
+                + o.counters.migrations_node
+                + o.counters.migrations_remote,
             violations = o.violations.len(),
             "vcpu_sched run done"
         ),
