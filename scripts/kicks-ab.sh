@@ -20,12 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/bench.sh
 source scripts/lib/bench.sh
-out=${OUT:-docs/data/kicks}
-reps=${REPS:-8}
-dur=${DURATION:-2}
-vmm_binary
-record_meta "$out"
-target_points
+ab_setup docs/data/kicks 8
 summary=$(cat <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -20,12 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/bench.sh
 source scripts/lib/bench.sh
-out=${OUT:-docs/data/timer-advance}
-reps=${REPS:-10}
-dur=${DURATION:-2}
-vmm_binary
-record_meta "$out"
-target_points
+ab_setup docs/data/timer-advance 10
 summary=$(cat <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))

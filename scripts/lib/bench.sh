@@ -164,6 +164,20 @@ ab_runs() {
     done
 }
 
+# ab_setup DEFAULT_OUT DEFAULT_REPS: what every A/B script of one option
+# (the *-ab.sh scripts, whose runs ab_runs makes) does first: $out (OUT,
+# else DEFAULT_OUT), $reps (REPS, else DEFAULT_REPS) and $dur (DURATION,
+# else 2 s), the binary (vmm_binary), OUT/meta.txt (record_meta) and the
+# points (target_points).
+ab_setup() {
+    out=${OUT:-$1}
+    reps=${REPS:-$2}
+    dur=${DURATION:-2}
+    vmm_binary
+    record_meta "$out"
+    target_points
+}
+
 # bench_netns PREFIX: a new network namespace $ns (PREFIX-PID) with its
 # loopback up and IPv6 off (no router solicitations in the measurement).
 # The caller deletes it (its EXIT trap: ip netns del "$ns").
