@@ -39,6 +39,58 @@ fn cyclic_report(dir: &std::path::Path, vcpus: &str, flag: Option<[&str; 2]>) ->
     serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
 }
 
+/// One `vmm bench WORKLOAD --vms VMS --vcpus VCPUS --reps 2` comparison
+/// along `flag` (`--compare-kicks`, ...): checks its table against
+/// `labels` (the baseline, its A/A row, the other value) and returns the
+/// six reports.
+fn axis_comparison(
+    workload: &str,
+    (vms, vcpus): (&str, &str),
+    duration: &str,
+    flag: &str,
+    labels: &[&str],
+) -> Vec<serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("c.json");
+    let o = vmm(&[
+        "bench",
+        workload,
+        "--vms",
+        vms,
+        "--vcpus",
+        vcpus,
+        "--duration",
+        duration,
+        flag,
+        "--reps",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(
+        o.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    integration_tests::comparison::check_comparison(&v, labels, 2);
+    let reports = v["reports"].as_array().unwrap().clone();
+    assert_eq!(reports.len(), 6, "{v}");
+    reports
+}
+
+/// Each of `cases` is refused: exit 2, its message on stderr.
+fn refused(cases: &[(Vec<&str>, &str)]) {
+    for (args, msg) in cases {
+        let o = vmm(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(msg), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn a_run_prints_metrics_and_writes_json() {
     let dir = tempfile::tempdir().unwrap();
@@ -173,39 +225,14 @@ fn executors_compare_with_the_same_set_interleaved() {
 /// protocol ran it, and only lazy rows defer wakeups.
 #[test]
 fn kick_protocols_compare_interleaved() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("k.json");
-    let o = vmm(&[
-        "bench",
+    let reports = axis_comparison(
         "messaging",
-        "--vms",
-        "2",
-        "--vcpus",
-        "2",
-        "--duration",
+        ("2", "2"),
         "0.3",
         "--compare-kicks",
-        "--reps",
-        "2",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    integration_tests::comparison::check_comparison(
-        &v,
         &["eager kicks", "eager kicks (A/A)", "lazy kicks"],
-        2,
     );
-    let reports = v["reports"].as_array().unwrap();
-    assert_eq!(reports.len(), 6, "{v}");
-    for r in reports {
+    for r in &reports {
         assert_eq!(r["run"]["mitigations"], "all");
         let deferred = r["run"]["counters"]["wake_deferred"].as_u64().unwrap();
         match r["kicks"].as_str().unwrap() {
@@ -217,9 +244,9 @@ fn kick_protocols_compare_interleaved() {
     assert_eq!(
         reports.iter().filter(|r| r["kicks"] == "lazy").count(),
         2,
-        "{v}"
+        "{reports:?}"
     );
-    for (args, msg) in [
+    refused(&[
         (
             vec!["bench", "runq", "--executor", "host", "--kicks", "eager"],
             "--kicks",
@@ -273,12 +300,7 @@ fn kick_protocols_compare_interleaved() {
             vec!["bench", "cyclic", "--rt-pull", "spin"],
             "bounded (pass a busy source by, the default) or wait",
         ),
-    ] {
-        let o = vmm(&args);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(msg), "{args:?}: {err}");
-    }
+    ]);
 }
 
 /// `--timer-advance`: each report records whether the workers parked
@@ -306,42 +328,17 @@ fn timer_advance_is_chosen_and_recorded() {
 /// between requests, rarely build; `core_tests` checks the push itself.)
 #[test]
 fn busy_balance_compares_interleaved() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("b.json");
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
     let vcpus = (2 * cpus).min(256).to_string();
-    let o = vmm(&[
-        "bench",
+    let reports = axis_comparison(
         "runq",
-        "--vms",
-        "2",
-        "--vcpus",
-        &vcpus,
-        "--duration",
+        ("2", &vcpus),
         "0.5",
         "--compare-busy-balance",
-        "--reps",
-        "2",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    integration_tests::comparison::check_comparison(
-        &v,
         &["no busy balance", "no busy balance (A/A)", "busy balance"],
-        2,
     );
-    let reports = v["reports"].as_array().unwrap();
-    assert_eq!(reports.len(), 6, "{v}");
     let mut runs_on = 0;
-    for r in reports {
+    for r in &reports {
         assert_eq!(r["run"]["mitigations"], "all");
         let pushes = r["run"]["counters"]["busy_pushes"].as_u64().unwrap();
         if r["busy_balance"].as_bool().unwrap() {
@@ -350,13 +347,14 @@ fn busy_balance_compares_interleaved() {
             assert_eq!(pushes, 0, "a run without the busy balance pushed");
         }
     }
-    assert_eq!(runs_on, 2, "{v}");
+    assert_eq!(runs_on, 2, "{reports:?}");
     // a single run: off by default, and recorded
+    let dir = tempfile::tempdir().unwrap();
     for (flag, want) in [(None, false), (Some("off"), false), (Some("on"), true)] {
         let v = cyclic_report(dir.path(), "2", flag.map(|f| ["--busy-balance", f]));
         assert_eq!(v["busy_balance"], want, "{flag:?}");
     }
-    for (args, msg) in [
+    refused(&[
         (
             vec![
                 "bench",
@@ -385,12 +383,7 @@ fn busy_balance_compares_interleaved() {
             vec!["bench", "runq", "--compare-busy-balance", "--compare-kicks"],
             "--compare",
         ),
-    ] {
-        let o = vmm(&args);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.contains(msg), "{args:?}: {err}");
-    }
+    ]);
 }
 
 /// `--rt-pull`: each report records the RT pull protocol it ran (bounded

@@ -467,6 +467,21 @@ impl Scheduler {
         if me_hot.nr_fair_queued.load(Ordering::Relaxed) < 2 {
             return false;
         }
+        let hogs = |rq: &Rq| {
+            rq.fair
+                .iter()
+                .map(|(_, i)| i)
+                .chain(rq.curr)
+                .filter(|&i| self.t(i).is_hog())
+                .count()
+        };
+        // Fewer than two CPU-bound tasks here (the common case: short jobs
+        // queued around one hog) settles it under this CPU's lock alone,
+        // before any claim or other lock: a claim held here makes a CPU
+        // that goes idle pass this one by instead of stealing from it.
+        if hogs(&self.lock_rq(cpu)) < 2 {
+            return false;
+        }
         let Some(_claim) = SourceClaim::take(&me_hot.pull_busy) else {
             return false;
         };
@@ -500,14 +515,6 @@ impl Scheduler {
                 {
                     continue;
                 }
-                let hogs = |rq: &Rq| {
-                    rq.fair
-                        .iter()
-                        .map(|(_, i)| i)
-                        .chain(rq.curr)
-                        .filter(|&i| self.t(i).is_hog())
-                        .count()
-                };
                 if hogs(&me) < hogs(&to) + 2 {
                     continue;
                 }
