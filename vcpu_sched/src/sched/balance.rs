@@ -445,17 +445,17 @@ impl Scheduler {
     /// bouncing between two CPUs that differ by one), then counts the
     /// CPU-bound fair tasks on each side (the current one included: tasks
     /// whose last turns ended preempted, not blocked, `Task::is_hog`) and
-    /// moves the most urgent CPU-bound waiting task only if the source has
-    /// had two more of them for 100 ms. Waiting counts alone are the wrong load: one
-    /// booting Linux VM's boot CPU (its one CPU hog) shares 2 CPUs with 11
-    /// idle vCPUs that wake for a tick and block again; pushing on counts
-    /// moved ticking vCPUs onto the hog's CPU and the hog itself to the
-    /// back of the other CPU's queue (it keeps its lag) about 30 times a
-    /// second, and made that boot 13% slower (docs/results-vcpus.md,
-    /// "Busy balance"). Linux weighs its imbalance by each task's tracked
-    /// load (PELT) for the same reason; the CPU-bound count is that
-    /// weighing's coarsest form. The target runs the task when its current
-    /// slice ends; no kick.
+    /// moves the most urgent CPU-bound waiting task only if the source
+    /// has had two more of them for 100 ms. Waiting counts alone are the
+    /// wrong load: one booting Linux VM's boot CPU (its one CPU hog)
+    /// shares 2 CPUs with 11 idle vCPUs that wake for a tick and block
+    /// again; pushing on counts moved ticking vCPUs onto the hog's CPU and
+    /// the hog itself to the back of the other CPU's queue (it keeps its
+    /// lag) about 30 times a second, and made that boot 13% slower
+    /// (docs/results-vcpus.md, "Busy balance"). Linux weighs its imbalance
+    /// by each task's tracked load (PELT) for the same reason; the
+    /// CPU-bound count is that weighing's coarsest form. The target runs
+    /// the task when its current slice ends; no kick.
     pub(crate) fn busy_push(&self, cpu: CpuId, now: u64) -> bool {
         /// How long a CPU-bound excess must last before the busy balance
         /// acts on it: 25 balance intervals. The imbalance it is for lasts
@@ -524,7 +524,7 @@ impl Scheduler {
                     me.hog_excess_since = now;
                 }
                 me.hog_excess_seen = now;
-                if now - me.hog_excess_since < HOG_EXCESS_PERSIST_NS {
+                if now.saturating_sub(me.hog_excess_since) < HOG_EXCESS_PERSIST_NS {
                     return false;
                 }
                 let cand = me

@@ -128,11 +128,12 @@ impl Scheduler {
         t.acct
             .preemptions
             .fetch_add(!yielded as u64, Ordering::Relaxed);
-        if yielded {
-            t.preempted_turns.store(0, Ordering::Relaxed);
-        } else {
-            t.preempted_turns.fetch_add(1, Ordering::Relaxed);
-        }
+        // (one writer: the CPU that ran it, under its runqueue lock)
+        let turns = t.preempted_turns.load(Ordering::Relaxed);
+        t.preempted_turns.store(
+            if yielded { 0 } else { turns.saturating_add(1) },
+            Ordering::Relaxed,
+        );
         // absolute -> relative for enqueue_task's arithmetic
         if let Policy::Fair(_) = t.policy() {
             let mut vr = t.vruntime.load(Ordering::Relaxed);
