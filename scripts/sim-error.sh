@@ -11,8 +11,10 @@
 #   * wake -> run: median and mean wakeup-to-running latency, from the
 #     core's per-task tables on both sides (`task_summary` / the sim
 #     report's `wake_to_run_*`);
-#   * throughput: the workload's metric (messaging, runq; cyclic's real
-#     metric is a p99, the simulator's a mean, so only wake -> run there);
+#   * the workload's metric: throughput (messaging, runq, pingpong), or
+#     cyclic's p99 of timer -> running (both sides report it since
+#     2026-11-29; before, the simulator's was a mean and the column said
+#     "n/a");
 #   * direction: all against none on each side, from each side's own
 #     `--compare 'none;all'` (its A/A row and paired 95% interval): judged
 #     only where the real interval excludes 100%.
@@ -109,7 +111,7 @@ MODELS = {"hw": "the model of hardware CPUs (executor costs 0)",
 real = {w: json.load(gzip.open(f"{out}/real-{w}.json.gz")) for w in workloads}
 for model, title in MODELS.items():
     print(f"Simulator: {title}.\n")
-    print("| workload | set | runs real / sim | ns per `schedule` call: real / sim (error) | wake -> run p50, us: real / sim (error) | wake -> run mean, us: real / sim (error) | throughput: real / sim (error) |")
+    print("| workload | set | runs real / sim | ns per `schedule` call: real / sim (error) | wake -> run p50, us: real / sim (error) | wake -> run mean, us: real / sim (error) | metric (throughput; cyclic: p99 timer -> running): real / sim (error) |")
     print("|---|---|---|---|---|---|---|")
     for w in workloads:
         byset = {}
@@ -121,8 +123,12 @@ for model, title in MODELS.items():
             rc, sc = mean([r["sched_ns_per_call"] for r in rr]), mean([r["schedule_ns_per_call"] for r in sims])
             rp, sp = mean([r["task_summary"]["wake_to_run_p50_ns"] for r in rr]), mean([r["wake_to_run_p50_ns"] for r in sims])
             rm, sm = mean([r["task_summary"]["wake_to_run"]["mean"] for r in rr]), mean([r["wake_to_run_mean_ns"] for r in sims])
-            if w == "cyclic":
-                thr = "n/a (metrics differ)"
+            if w == "cyclic" and not all(r.get("metric_name", "").startswith("p99") for r in sims):
+                thr = "n/a (metrics differ: the simulator's is a mean)"
+            elif w == "cyclic":
+                # the real side's p99 is in us, the simulator's in ns
+                rt, stv = mean([r["metric"]["value"] * 1e3 for r in rr]), mean([r["metric"] for r in sims])
+                thr = f"p99 {rt/1e3:,.1f} / {stv/1e3:,.1f} us ({pct(stv, rt)})"
             else:
                 rt, stv = mean([r["metric"]["value"] for r in rr]), mean([r["metric"] for r in sims])
                 thr = f"{rt:,.0f} / {stv:,.0f} ({pct(stv, rt)})"

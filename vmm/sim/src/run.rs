@@ -172,6 +172,14 @@ fn single(a: &SimArgs, plan: &Plan) -> Result<()> {
         .map(|(k, v)| format!("{k} {v}"))
         .collect();
     outln!("  counters: {}", counters.join(", "));
+    if plan.workload == sim::SimWorkload::Cyclic {
+        outln!(
+            "  timer -> running: p99 {:.0} ns (the metric), mean {:.0} ns, max {} ns",
+            r.metric,
+            r.mean_latency_ns,
+            r.max_latency_ns
+        );
+    }
     if r.absorbed_wakes > 0 && r.interleave.is_none() {
         outln!(
             "  absorbed wakes: {} (the task was awake; their tokens merged)",

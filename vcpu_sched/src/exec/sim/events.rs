@@ -171,10 +171,7 @@ impl Sim<'_> {
     pub(super) fn start(&mut self, cpu: u32, id: TaskId, now: u64) {
         let n = self.task_of(id);
         if let Some(f) = self.tasks[n].fired_at.take() {
-            let lat = now.saturating_sub(f);
-            self.lat_sum += lat;
-            self.lat_n += 1;
-            self.lat_max = self.lat_max.max(lat);
+            self.lat.record(now.saturating_sub(f));
         }
         // runq's message task computes nothing between its wakeups
         let idle_step = self.cfg.workload == SimWorkload::Runq && self.tasks[n].idx == 0;

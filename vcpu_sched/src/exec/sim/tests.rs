@@ -86,6 +86,30 @@ fn runq_answers_every_request_once() {
     assert!(err.to_string().contains("message task"), "{err}");
 }
 
+/// cyclic: the metric is the 99th percentile of timer -> running, as the
+/// thread workload reports it (`p99_wakeup_latency`), with the mean and
+/// the worst case beside it: mean <= p99 <= max (the p99 rounded to the
+/// histogram's 3 significant digits).
+#[test]
+fn cyclic_reports_the_p99_of_timer_to_running() {
+    let stop = AtomicBool::new(false);
+    let r = run(
+        topo(),
+        &cfg(SimWorkload::Cyclic, 3, Mitigations::all()),
+        &stop,
+    )
+    .unwrap();
+    assert_eq!(r.metric_name, "p99 wakeup latency");
+    assert!(r.mean_latency_ns > 0.0, "{}", r.mean_latency_ns);
+    assert!(
+        r.metric >= r.mean_latency_ns && r.metric <= r.max_latency_ns as f64 * 1.001,
+        "mean {} p99 {} max {}",
+        r.mean_latency_ns,
+        r.metric,
+        r.max_latency_ns
+    );
+}
+
 /// A CPU that wakes several tasks in a row does so one event at a
 /// time, so that a CPU it kicks drains its wake list before the waker
 /// goes idle and looks for work. On 2 CPUs with an L2 each, fix 5

@@ -78,7 +78,7 @@ impl SimWorkload {
     pub fn metric(self) -> (&'static str, &'static str, bool) {
         match self {
             Self::Messaging => ("messages/s", "msg/s", true),
-            Self::Cyclic => ("mean wakeup latency", "ns", false),
+            Self::Cyclic => ("p99 wakeup latency", "ns", false),
             Self::Transcode => ("frames/s", "frames/s", true),
             Self::Pingpong => ("transactions/s", "trans/s", true),
             Self::Runq => ("requests/s", "req/s", true),
