@@ -22,6 +22,7 @@
 #   scripts/sim-error.sh             REPS (default 3) x 2 s real, 200 ms sim
 #   COSTS=FILE OUT=DIR WORKLOADS="runq" scripts/sim-error.sh
 #   COMPARE=seeds OUT=DIR scripts/sim-error.sh   every fix's direction
+#   COPIES=2 OUT=DIR scripts/sim-error.sh         twice each default shape
 #
 # The shapes: the simulator's tasks are set to the thread workload's
 # defaults at this CPU count (messaging: 1 group of 10 senders and 10
@@ -42,6 +43,14 @@ costs=${COSTS:-docs/data/c2c-2/costs.toml}
 # the comparison both sides run for the directions; its first set is the
 # baseline and it must hold `none` and `all` (the per-metric rows)
 compare=${COMPARE:-none;all}
+# how many copies of each workload's default shape run at once (COPIES=2:
+# twice the tasks on the same 2 CPUs); cyclic's thread workload stretches
+# its 1 ms period beyond 16 tasks, which the simulator does not: at most 2
+groups=${COPIES:-1}
+case $groups in
+    1 | 2) ;;
+    *) echo "sim-error: COPIES must be 1 or 2 (cyclic's period is 1 ms on both sides only up to 16 tasks), not '$groups'" >&2; exit 2 ;;
+esac
 vmm_binary
 [ -n "${VMM_BIN:-}" ] || cargo build --release --quiet -p vmm-sim
 sim_bin=$(dirname "$bin")/vmm-sim
@@ -58,22 +67,26 @@ mkdir -p "$out"
 if [ ! -f "$out/meta.txt" ]; then
     record_meta "$out"
     echo "costs=$costs" >>"$out/meta.txt"
+    echo "groups=$groups" >>"$out/meta.txt"
 fi
 # the same table as a model of hardware CPUs: no executor costs
 hw_costs=$out/costs-hw.toml
 # (kept if there: a resumed run; never written over)
 [ -f "$hw_costs" ] || grep -v -E '^(switch_ns|kick_ns|idle_exit_ns) ' "$costs" >"$hw_costs"
 for w in ${WORKLOADS:-messaging runq cyclic pingpong}; do
+    # COPIES copies of the default shape (real: --groups or --tasks)
     case $w in
-        messaging) shape=(--vms 1 --vcpus 20) ;;
-        runq) shape=(--vms 1 --vcpus 9) ;;
-        cyclic) shape=(--vms 1 --vcpus 8) ;;
-        pingpong) shape=(--vms 1 --vcpus 2) ;;
+        messaging) shape=(--vms "$groups" --vcpus 20); real_shape=(--groups "$groups") ;;
+        runq) shape=(--vms "$groups" --vcpus 9); real_shape=(--groups "$groups") ;;
+        cyclic) shape=(--vms 1 --vcpus $((8 * groups))); real_shape=(--tasks $((8 * groups))) ;;
+        pingpong) shape=(--vms "$groups" --vcpus 2); real_shape=(--groups "$groups") ;;
         *) echo "sim-error: no shape for $w" >&2; exit 2 ;;
     esac
+    # the default shape's command lines stay as they were
+    [ "$groups" = 1 ] && real_shape=()
     if [ ! -f "$out/real-$w.json.gz" ]; then
-        { echo "\$ vmm sched-bench $w --topology host --compare '$compare' --reps $reps --duration 2s"
-          vmm sched-bench "$w" --topology host --compare "$compare" --reps "$reps" --duration 2s \
+        { echo "\$ vmm sched-bench $w --topology host ${real_shape[*]:+${real_shape[*]} }--compare '$compare' --reps $reps --duration 2s"
+          vmm sched-bench "$w" --topology host "${real_shape[@]}" --compare "$compare" --reps "$reps" --duration 2s \
               --json "$out/real-$w.json"; } >"$out/real-$w.txt"
         gzip -n "$out/real-$w.json"
     fi
