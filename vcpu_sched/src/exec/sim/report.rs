@@ -63,10 +63,11 @@ pub struct SimReport {
     pub calls: u64,
     /// Mean virtual ns per core call.
     pub sched_ns_per_call: f64,
-    /// Worst timer -> running latency (cyclic), ns.
+    /// Worst timer -> running latency (cyclic; runq: a request's stamp ->
+    /// its worker running), ns, to the histogram's 3 significant digits.
     pub max_latency_ns: u64,
-    /// Mean timer -> running latency (cyclic), ns: the metric until
-    /// 2026-11-29, when the p99 of the thread workload replaced it.
+    /// Mean of the same latencies, ns: cyclic's metric until 2026-11-29,
+    /// when the p99 the thread workload reports replaced it.
     #[serde(default)]
     pub mean_latency_ns: f64,
     /// Invariant violations found.
