@@ -18,12 +18,14 @@
 #
 #   scripts/net-neighbours.sh [--sched host|vcpu_sched] [--vcpus N]
 #                             [--neighbours K] [--pings N] [--interval S]
-#                             [--out FILE]
+#                             [--serve-arg ARG]... [--out FILE]
 #
 # Defaults: --vcpus 2, --neighbours 6 (8 vCPUs: 4 per CPU on a 2-CPU
 # host), 300 pings 0.05 s apart. --out FILE gets the raw round-trip times
 # (ms, one per line after a # header with the command, date, commit and
-# machine). Needs root, the guest kernel (guest/build.sh), iproute2, ping
+# machine). --serve-arg ARG (repeatable) appends ARG to the `vmm serve`
+# command line, e.g. `--serve-arg --sleeper-credit --serve-arg on` for an
+# A/B of a scheduler setting. Needs root, the guest kernel (guest/build.sh), iproute2, ping
 # and curl (scripts/setup.sh installs them). VMM_BIN picks the binary
 # (default: target/debug/vmm, then `vmm` on PATH).
 set -euo pipefail
@@ -32,6 +34,7 @@ source "$(dirname "$0")/lib/ping.sh"
 # shellcheck source=scripts/lib/serve.sh
 source "$(dirname "$0")/lib/serve.sh"
 sched=vcpu_sched vcpus=2 neighbours=6 pings=300 interval=0.05 out=
+serve_args=()
 while [ $# -gt 0 ]; do
   case $1 in
     --sched) sched=$2; shift 2 ;;
@@ -39,6 +42,7 @@ while [ $# -gt 0 ]; do
     --neighbours) neighbours=$2; shift 2 ;;
     --pings) pings=$2; shift 2 ;;
     --interval) interval=$2; shift 2 ;;
+    --serve-arg) serve_args+=("$2"); shift 2 ;;
     --out) out=$2; shift 2 ;;
     *) echo "net-neighbours.sh: unknown argument $1 (see the header for the options)" >&2; exit 2 ;;
   esac
@@ -74,7 +78,7 @@ trap cleanup EXIT
 ip netns add "$ns"
 guest_tap "$ns" "$tap"
 
-ip netns exec "$ns" "$VMM" serve --api-socket "$sock" --executor "$executor" 2>"$dir/serve.log" &
+ip netns exec "$ns" "$VMM" serve --api-socket "$sock" --executor "$executor" "${serve_args[@]}" 2>"$dir/serve.log" &
 pid=$!
 for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
 [ -S "$sock" ] || { echo "net-neighbours.sh: vmm serve did not start:" >&2; cat "$dir/serve.log" >&2; exit 1; }
@@ -99,7 +103,7 @@ for i in $(seq "$neighbours"); do
 done
 total=$((vcpus + neighbours))
 echo "$total vCPUs on $(nproc) host CPUs under --sched $sched: $vcpus in the guest, $neighbours spinning neighbours"
-ping_judge "$ns" "$pings" "$interval" "$dir" "$out" "scripts/net-neighbours.sh --sched $sched --vcpus $vcpus --neighbours $neighbours --pings $pings --interval $interval"
+ping_judge "$ns" "$pings" "$interval" "$dir" "$out" "scripts/net-neighbours.sh --sched $sched --vcpus $vcpus --neighbours $neighbours --pings $pings --interval $interval${serve_args[*]:+ (vmm serve ${serve_args[*]})}"
 # every neighbour is still running (none failed while the guest was pinged)
 for i in $(seq "$neighbours"); do
   api GET "vms/n$i/vm.info"

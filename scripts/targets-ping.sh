@@ -23,6 +23,13 @@
 # `--table` only prints the table from OUT. Needs root, the guest kernel
 # (guest/build.sh) and about 70 minutes on 2 CPUs under kvm_pvm. VMM_BIN
 # picks the binary (default: a release build).
+#
+# An A/B of a `vmm serve` setting at x4 reuses all of it: B_ARGS="FLAGS"
+# adds a row `b` (`all` with those flags; the table's row `B`), POINTS
+# picks the points (default "x1 x4"; `b` needs net-neighbours.sh, so x4
+# only), ROWS the rows (default "all host all-aa", with B_ARGS "all b
+# all-aa"), e.g.
+#   OUT=DIR POINTS=x4 B_ARGS="--sleeper-credit on" scripts/targets-ping.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib/bench.sh
@@ -44,16 +51,43 @@ if [ "${1:-}" = --table ]; then
     table
     exit 0
 fi
+read -r -a points <<<"${POINTS:-x1 x4}"
+b_args=()
+if [ -n "${B_ARGS:-}" ]; then
+    read -r -a b_args <<<"$B_ARGS"
+    read -r -a rows <<<"${ROWS:-all b all-aa}"
+else
+    read -r -a rows <<<"${ROWS:-all host all-aa}"
+fi
+for p in "${points[@]}"; do
+    case $p in x1 | x4) ;; *) echo "targets-ping.sh: POINTS: $p is not a point (x1, x4)" >&2; exit 2 ;; esac
+done
+for r in "${rows[@]}"; do
+    case $r in
+        all | host | all-aa) ;;
+        b)
+            [ ${#b_args[@]} -gt 0 ] || { echo "targets-ping.sh: ROWS has b: give its vmm serve flags in B_ARGS" >&2; exit 2; }
+            for p in "${points[@]}"; do
+                [ "$p" = x4 ] || { echo "targets-ping.sh: the row b runs on vmm serve (net-neighbours.sh): POINTS=x4" >&2; exit 2; }
+            done
+            ;;
+        *) echo "targets-ping.sh: ROWS: $r is not a row (all, host, all-aa, b)" >&2; exit 2 ;;
+    esac
+done
 need_root "network namespaces and taps"
 vmm_binary
 export VMM_BIN=$bin
 record_meta "$out"
+# what the B row is
+if [ ${#b_args[@]} -gt 0 ]; then
+    echo "b_args=${b_args[*]}" >>"$out/meta.txt"
+fi
 target_points
-rows=(all host all-aa)
+nrows=${#rows[@]}
 for rep in $(seq "$reps"); do
-    for point in x1 x4; do
-        for k in 0 1 2; do
-            row=${rows[$(((k + rep) % 3))]}
+    for point in "${points[@]}"; do
+        for k in $(seq 0 $((nrows - 1))); do
+            row=${rows[$(((k + rep) % nrows))]}
             f="$out/$point-$row-$rep.txt"
             [ -e "$f" ] && continue
             sched=vcpu_sched
@@ -64,6 +98,9 @@ for rep in $(seq "$reps"); do
             else
                 run=(scripts/net-neighbours.sh --sched "$sched" --vcpus "$ncpu"
                     --neighbours $((3 * ncpu)) --pings 60 --interval 1)
+                if [ "$row" = b ]; then
+                    for a in "${b_args[@]}"; do run+=(--serve-arg "$a"); done
+                fi
             fi
             echo "== rep $rep $point $row: ${run[*]}"
             if ! "${run[@]}" --out "$f.new" >"$f.log" 2>&1; then

@@ -1294,28 +1294,42 @@ fn stalled_connections_are_closed_and_excess_ones_wait_for_a_slot() {
     });
 }
 
-/// The busy balance is a setting of the shared scheduler: with `--executor
-/// host` (flag or config file) `vmm serve` refuses it before it listens.
+/// The busy balance, sleeper credit and wakeup preemption are settings of
+/// the shared scheduler: with `--executor host` (flag or config file)
+/// `vmm serve` refuses any value the host executor cannot honour, naming
+/// the setting, before it listens.
 #[test]
-fn busy_balance_is_refused_on_the_host_executor() {
+fn scheduler_settings_are_refused_on_the_host_executor() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("serve.toml");
-    std::fs::write(&cfg, "executor = \"host\"\nbusy_balance = true\n").unwrap();
     let sock = dir.path().join("api.sock");
-    let (cfg, sock_s) = (cfg.to_str().unwrap(), sock.to_str().unwrap());
-    for extra in [
-        vec!["--config", cfg],
-        vec!["--executor", "host", "--busy-balance", "on"],
+    let sock_s = sock.to_str().unwrap();
+    for (key, value) in [
+        ("busy_balance", "on"),
+        ("sleeper_credit", "on"),
+        ("wakeup_preempt", "off"),
     ] {
-        let mut args = vec!["serve", "--api-socket", sock_s];
-        args.extend(extra);
-        let out = integration_tests::run_bounded::run_bounded(&args, Duration::from_secs(60));
-        assert_eq!(out.code, Some(2), "{}", out.context());
-        assert!(
-            out.stderr.contains("busy_balance: a setting of vcpu_sched"),
-            "{}",
-            out.context()
-        );
-        assert!(!sock.exists(), "it listened");
+        let cfg = dir.path().join(format!("{key}.toml"));
+        std::fs::write(
+            &cfg,
+            format!("executor = \"host\"\n{key} = {}\n", value == "on"),
+        )
+        .unwrap();
+        let flag = format!("--{}", key.replace('_', "-"));
+        for extra in [
+            vec!["--config", cfg.to_str().unwrap()],
+            vec!["--executor", "host", &flag, value],
+        ] {
+            let mut args = vec!["serve", "--api-socket", sock_s];
+            args.extend(extra);
+            let out = integration_tests::run_bounded::run_bounded(&args, Duration::from_secs(60));
+            assert_eq!(out.code, Some(2), "{}", out.context());
+            assert!(
+                out.stderr
+                    .contains(&format!("{key}: a setting of vcpu_sched")),
+                "{}",
+                out.context()
+            );
+            assert!(!sock.exists(), "it listened");
+        }
     }
 }

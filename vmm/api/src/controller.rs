@@ -211,6 +211,8 @@ impl Controller {
                 let mut eo = ExecOptions::new(topo.clone(), mapping.clone());
                 eo.mitigations = opts.mitigations;
                 eo.sched.busy_balance = opts.busy_balance;
+                eo.sched.sleeper_credit = opts.sleeper_credit;
+                eo.sched.fair_wakeup_preempt = opts.wakeup_preempt;
                 Some(Arc::new(VcpuPool::start(&eo)?))
             }
             ExecutorKind::Host => None,

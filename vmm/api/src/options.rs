@@ -1,7 +1,7 @@
 //! What the server is started with, and why it may not start.
 //!
 //! WHAT: [`ServeOptions`] (the socket, the topology, the fixes, the
-//! executor, per-vCPU metrics) and [`ServeError`].
+//! executor, per-vCPU metrics, the shared scheduler's settings) and [`ServeError`].
 //! WHY: every other module of the crate reads these; keeping them in a
 //! file of their own, importing no sibling, keeps the module graph
 //! one-way.
@@ -29,6 +29,12 @@ pub struct ServeOptions {
     /// (`vcpu_sched::SchedConfig::busy_balance`; `vmm serve` turns it on
     /// with the workers executor unless told otherwise).
     pub busy_balance: bool,
+    /// Sleeper credit for woken fair vCPUs
+    /// (`vcpu_sched::SchedConfig::sleeper_credit`; off by default).
+    pub sleeper_credit: bool,
+    /// Fair wakeup preemption
+    /// (`vcpu_sched::SchedConfig::fair_wakeup_preempt`; on by default).
+    pub wakeup_preempt: bool,
 }
 
 /// Errors starting the server.

@@ -25,8 +25,11 @@ use super::{median_spread, one_decimal};
 
 pub const POINTS: [&str; 2] = ["x1", "x4"];
 pub const PERCENTILES: [(f64, &str); 2] = [(0.5, "p50"), (0.99, "p99")];
-/// (label, file stem) of the rows compared with `all`.
-pub const ROWS: [(&str, &str); 2] = [("all (A/A)", "all-aa"), ("host 1:1", "host")];
+/// (label, file stem) of the rows compared with `all`: its A/A row, the
+/// host's 1:1 threads (the target), and `B`, an A/B's variant (`all` with
+/// the `vmm serve` flags `targets-ping.sh`'s `B_ARGS` names, recorded in
+/// the directory's `meta.txt`), where one was run.
+pub const ROWS: [(&str, &str); 3] = [("all (A/A)", "all-aa"), ("host 1:1", "host"), ("B", "b")];
 /// Repetitions the target asks for.
 pub const WANTED_REPS: usize = 8;
 
@@ -66,10 +69,20 @@ pub struct PingRow {
 }
 
 impl PingRow {
-    /// The target's verdict (the host row) or the A/A row's role.
+    /// The target's verdict (the host row), the A/B's (the B row) or the
+    /// A/A row's role.
     pub fn verdict(&self) -> String {
         if self.label == ROWS[0].0 {
             return "A/A (noise floor)".into();
+        }
+        if self.label == ROWS[2].0 {
+            return match self.paired.verdict {
+                PairedVerdict::Better => "**B faster**",
+                PairedVerdict::Worse => "**B slower**",
+                PairedVerdict::CannotTellApart => "cannot tell apart",
+                PairedVerdict::TooFewPairs => "too few pairs",
+            }
+            .into();
         }
         let mut v = match self.paired.verdict {
             PairedVerdict::Worse => "**met**",
@@ -134,6 +147,16 @@ pub fn rows(dir: &Path, reps: usize) -> Result<Vec<PingRow>, String> {
     Ok(out)
 }
 
+/// The A/A row of `r`'s point and percentile (none for the A/A row
+/// itself).
+pub fn aa_of<'a>(rows: &'a [PingRow], r: &PingRow) -> Option<&'a PingRow> {
+    if r.label == ROWS[0].0 {
+        return None;
+    }
+    rows.iter()
+        .find(|a| a.label == ROWS[0].0 && a.point == r.point && a.percentile == r.percentile)
+}
+
 /// The ping table (`results_md --ping-table DIR [REPS]`).
 pub fn table(dir: &Path, reps: usize) -> Result<String, String> {
     let mut s = String::from(
@@ -142,11 +165,7 @@ pub fn table(dir: &Path, reps: usize) -> Result<String, String> {
     );
     let rows = rows(dir, reps)?;
     for r in &rows {
-        let aa = rows
-            .iter()
-            .find(|a| a.label != r.label && a.point == r.point && a.percentile == r.percentile)
-            .filter(|_| r.label != ROWS[0].0)
-            .map(|a| &a.paired);
+        let aa = aa_of(&rows, r).map(|a| &a.paired);
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -214,5 +233,46 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("| A/A (noise floor) |"), "{t}");
+    }
+
+    #[test]
+    fn a_b_row_gets_the_ab_verdict_and_every_row_is_guarded_by_the_aa_row() {
+        let dir = tempfile::tempdir().unwrap();
+        for rep in 1..=8 {
+            let w = |stem: &str, ms: f64| {
+                let body: String = (1..=10)
+                    .map(|i| format!("{i} {}\n", ms + i as f64 * 0.02))
+                    .collect();
+                std::fs::write(
+                    dir.path().join(format!("x4-{stem}-{rep}.txt")),
+                    format!("# cmd\n{body}"),
+                )
+                .unwrap();
+            };
+            w("all", 200.0 + rep as f64);
+            // the A/A row far off: no verdict may stand beside it
+            w("all-aa", 150.0 + rep as f64 * 0.5);
+            w("b", 160.0);
+            w("host", 300.0);
+        }
+        let rows = rows(dir.path(), 8).unwrap();
+        assert_eq!(rows.len(), 6);
+        let b = rows
+            .iter()
+            .find(|r| r.label == "B" && r.percentile == "p50")
+            .unwrap();
+        assert_eq!(b.verdict(), "**B faster**");
+        let host = rows.iter().find(|r| r.label == "host 1:1").unwrap();
+        assert_eq!(host.verdict(), "**met**");
+        assert_eq!(aa_of(&rows, host).unwrap().label, "all (A/A)");
+        assert_eq!(aa_of(&rows, b).unwrap().label, "all (A/A)");
+        let t = table(dir.path(), 8).unwrap();
+        assert!(
+            t.contains("| B | 160.1 (160.1-160.1) | ")
+                && t.contains(
+                    "no verdict: the A/A row's interval excludes 100% (was: **B faster**)"
+                ),
+            "{t}"
+        );
     }
 }

@@ -173,10 +173,7 @@ fn ping_lines(here: &Path, out: &mut String) -> Result<(), String> {
     }
     let rows = super::ping::rows(&dir, super::ping::WANTED_REPS)?;
     for r in rows.iter().filter(|r| r.label == "host 1:1") {
-        let aa = rows
-            .iter()
-            .find(|a| a.label != r.label && a.point == r.point && a.percentile == r.percentile)
-            .map(|a| a.paired);
+        let aa = super::ping::aa_of(&rows, r).map(|a| a.paired);
         let line = Line {
             target: format!(
                 "ping round trip over virtio-net: {} (ms, lower is better)",

@@ -46,8 +46,20 @@ pub struct ServeArgs {
     /// CPUs (off). Workers executor only
     #[arg(long, value_name = "on|off", value_parser = on_off)]
     pub busy_balance: Option<bool>,
+    /// Sleeper credit: a woken fair vCPU is credited the time it slept,
+    /// up to half the fair latency, so that a mostly idle vCPU goes ahead
+    /// of CPU-bound ones (on) or comes back with the virtual runtime it
+    /// left with (off, the default). Workers executor only
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    pub sleeper_credit: Option<bool>,
+    /// Fair wakeup preemption: a woken fair vCPU far enough behind the
+    /// running one preempts it (on, the default) or waits for its slice
+    /// to end or for it to block (off). Workers executor only
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    pub wakeup_preempt: Option<bool>,
     /// A TOML file with any of: topology, mitigations, executor,
-    /// metrics_per_vcpu, busy_balance. Flags win over it.
+    /// metrics_per_vcpu, busy_balance, sleeper_credit, wakeup_preempt.
+    /// Flags win over it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
@@ -62,6 +74,8 @@ struct ServeFile {
     #[serde(default)]
     metrics_per_vcpu: bool,
     busy_balance: Option<bool>,
+    sleeper_credit: Option<bool>,
+    wakeup_preempt: Option<bool>,
 }
 
 fn on_off(s: &str) -> std::result::Result<bool, String> {
@@ -107,11 +121,37 @@ pub fn run_ch_entry(api_socket: PathBuf, seccomp: Option<&str>) -> Result<()> {
         executor: None,
         metrics_per_vcpu: false,
         busy_balance: None,
+        sleeper_credit: None,
+        wakeup_preempt: None,
         config,
     });
     match named {
         Some(p) => r.with_context(|| format!("{CONFIG_ENV}={}", p.display())),
         None => r,
+    }
+}
+
+/// A setting of the shared scheduler (`name`, as the config file spells
+/// it): the flag's or the file's value, else `default`. With the host
+/// executor (`workers` false), which runs no vcpu_sched, any value but
+/// `inert` (what the host executor does anyway) is refused: it would
+/// silently do nothing.
+fn sched_setting(
+    name: &str,
+    asked: Option<bool>,
+    default: bool,
+    inert: bool,
+    workers: bool,
+) -> Result<bool> {
+    match asked {
+        Some(v) if !workers && v != inert => Err(InputError(format!(
+            "{name}: a setting of vcpu_sched, which the host executor does not run (the host \
+             kernel schedules its vCPU threads); use --executor workers or leave it out"
+        ))
+        .into()),
+        Some(v) => Ok(v),
+        None if workers => Ok(default),
+        None => Ok(inert),
     }
 }
 
@@ -154,18 +194,30 @@ pub fn run(a: ServeArgs) -> Result<()> {
         )
         .into());
     }
-    // on by default with vcpu_sched; asked for with the host executor,
-    // which runs no vcpu_sched, it is refused
-    let busy_balance = a.busy_balance.or(file.busy_balance);
-    if busy_balance == Some(true) && executor == ExecutorKind::Host {
-        return Err(InputError(
-            "busy_balance: a setting of vcpu_sched, which the host executor does not run (the \
-             host kernel schedules its vCPU threads); use --executor workers or leave it out"
-                .into(),
-        )
-        .into());
-    }
-    let busy_balance = busy_balance.unwrap_or(executor == ExecutorKind::Workers);
+    // the shared scheduler's settings: asked for with the host executor,
+    // which runs no vcpu_sched, a value it cannot honour is refused
+    let workers = executor == ExecutorKind::Workers;
+    let busy_balance = sched_setting(
+        "busy_balance",
+        a.busy_balance.or(file.busy_balance),
+        true,
+        false,
+        workers,
+    )?;
+    let sleeper_credit = sched_setting(
+        "sleeper_credit",
+        a.sleeper_credit.or(file.sleeper_credit),
+        false,
+        false,
+        workers,
+    )?;
+    let wakeup_preempt = sched_setting(
+        "wakeup_preempt",
+        a.wakeup_preempt.or(file.wakeup_preempt),
+        true,
+        true,
+        workers,
+    )?;
     topology::load(&topology).with_context(|| format!("--topology {topology}"))?;
     let dir = a
         .api_socket
@@ -187,6 +239,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         executor,
         per_vcpu_metrics: a.metrics_per_vcpu || file.metrics_per_vcpu,
         busy_balance,
+        sleeper_credit,
+        wakeup_preempt,
     };
     serve(opts).map_err(|e| {
         if e.is_user_fault() {
@@ -197,4 +251,35 @@ pub fn run(a: ServeArgs) -> Result<()> {
                 .context(format!("vmm serve --api-socket {}", a.api_socket.display()))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sched_setting;
+
+    #[test]
+    fn a_scheduler_setting_takes_what_is_asked_else_its_executors_default() {
+        // workers: the asked value, else the scheduler's default
+        assert!(sched_setting("busy_balance", None, true, false, true).unwrap());
+        assert!(!sched_setting("busy_balance", Some(false), true, false, true).unwrap());
+        assert!(sched_setting("sleeper_credit", Some(true), false, false, true).unwrap());
+        assert!(!sched_setting("wakeup_preempt", Some(false), true, true, true).unwrap());
+        // host: what it does anyway, asked or not
+        assert!(!sched_setting("busy_balance", None, true, false, false).unwrap());
+        assert!(!sched_setting("busy_balance", Some(false), true, false, false).unwrap());
+        assert!(sched_setting("wakeup_preempt", Some(true), true, true, false).unwrap());
+        // host: anything else is refused, by name
+        let e = sched_setting("sleeper_credit", Some(true), false, false, false).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("sleeper_credit: a setting of vcpu_sched"),
+            "{e}"
+        );
+        let e = sched_setting("wakeup_preempt", Some(false), true, true, false).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("wakeup_preempt: a setting of vcpu_sched"),
+            "{e}"
+        );
+    }
 }
