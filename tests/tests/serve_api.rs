@@ -1294,6 +1294,44 @@ fn stalled_connections_are_closed_and_excess_ones_wait_for_a_slot() {
     });
 }
 
+/// The scheduler's settings from `/metrics` (`vmm_sched_setting`).
+async fn sched_settings(sock: &Path) -> [f64; 3] {
+    let (s, text) = call_text(sock, "GET", "/metrics", None).await;
+    assert_eq!(s, 200, "{text}");
+    let m = samples(&text);
+    ["busy_balance", "sleeper_credit", "wakeup_preempt"]
+        .map(|k| sample(&m, &format!("vmm_sched_setting{{setting=\"{k}\"}}")))
+}
+
+/// `--sleeper-credit`, `--wakeup-preempt` and `--busy-balance` (flags, or
+/// the config file's keys, a flag winning over the file) reach the
+/// scheduler every VM shares: its own config, exported on `/metrics`,
+/// says so.
+#[test]
+fn scheduler_settings_reach_the_shared_scheduler() {
+    let srv = start(&[]);
+    let defaults = rt().block_on(sched_settings(&srv.sock));
+    assert_eq!(defaults, [1.0, 0.0, 1.0], "{}", srv.log());
+    drop(srv);
+    let srv = start(&[
+        "--sleeper-credit",
+        "on",
+        "--wakeup-preempt",
+        "off",
+        "--busy-balance",
+        "off",
+    ]);
+    let flipped = rt().block_on(sched_settings(&srv.sock));
+    assert_eq!(flipped, [0.0, 1.0, 0.0], "{}", srv.log());
+    drop(srv);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("serve.toml");
+    std::fs::write(&cfg, "sleeper_credit = true\nwakeup_preempt = false\n").unwrap();
+    let srv = start(&["--config", cfg.to_str().unwrap(), "--wakeup-preempt", "on"]);
+    let from_file = rt().block_on(sched_settings(&srv.sock));
+    assert_eq!(from_file, [1.0, 1.0, 1.0], "{}", srv.log());
+}
+
 /// The busy balance, sleeper credit and wakeup preemption are settings of
 /// the shared scheduler: with `--executor host` (flag or config file)
 /// `vmm serve` refuses any value the host executor cannot honour, naming

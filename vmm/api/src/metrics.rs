@@ -8,7 +8,8 @@
 //! push/pull, RT overload updates, shared-runqueue pops, steals,
 //! group-load writes, ...), migrations by distance
 //! (`vmm_sched_migrations_total{distance="l2|llc|node|remote"}`), and its
-//! live tasks and task groups; the API's own
+//! live tasks and task groups, and its on/off settings
+//! (`vmm_sched_setting{setting="sleeper_credit"}` 1 or 0); the API's own
 //! request counts and latency histogram; with `--metrics-per-vcpu`, KVM
 //! exits and run delay per vCPU.
 //! WHY: operators scrape VMMs with Prometheus; per-vCPU series are opt-in
@@ -392,6 +393,26 @@ fn register_scheduler(reg: &mut Registry, sched: &vcpu_sched::Scheduler) {
         "sched_tasks",
         "vCPU tasks in the shared scheduler, over every VM",
         tasks,
+    );
+    let settings = gauge_family();
+    let c = sched.config();
+    for (name, on) in [
+        ("busy_balance", c.busy_balance),
+        ("sleeper_credit", c.sleeper_credit),
+        ("wakeup_preempt", c.fair_wakeup_preempt),
+        ("lazy_fair_kicks", c.lazy_fair_kicks),
+        ("slice_follows_load", c.slice_follows_load),
+        ("bounded_rt_pull", c.bounded_rt_pull),
+    ] {
+        settings
+            .get_or_create(&vec![("setting".to_string(), name.to_string())])
+            .set(i64::from(on));
+    }
+    reg.register(
+        "sched_setting",
+        "The shared scheduler's on/off settings (1 on, 0 off), named as vmm serve's flags \
+         (busy_balance, sleeper_credit, wakeup_preempt) or SchedConfig (the others) name them",
+        settings,
     );
     let groups = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
     // the root group is always there
