@@ -25,7 +25,10 @@
 # (ms, one per line after a # header with the command, date, commit and
 # machine). --serve-arg ARG (repeatable) appends ARG to the `vmm serve`
 # command line, e.g. `--serve-arg --sleeper-credit --serve-arg on` for an
-# A/B of a scheduler setting. Needs root, the guest kernel (guest/build.sh), iproute2, ping
+# A/B of a scheduler setting. After the pings it prints (and appends to
+# FILE as a # line) the guest's and the neighbours' running time and run
+# delay over the pings, from /metrics: vcpu_sched's statistics, or the
+# host kernel's schedstat of the vCPU threads with --sched host. Needs root, the guest kernel (guest/build.sh), iproute2, ping
 # and curl (scripts/setup.sh installs them). VMM_BIN picks the binary
 # (default: target/debug/vmm, then `vmm` on PATH).
 set -euo pipefail
@@ -103,7 +106,23 @@ for i in $(seq "$neighbours"); do
 done
 total=$((vcpus + neighbours))
 echo "$total vCPUs on $(nproc) host CPUs under --sched $sched: $vcpus in the guest, $neighbours spinning neighbours"
+# the guest's vCPUs and the neighbours' over the pings, from /metrics:
+# running time and run delay (vcpu_sched's own statistics, or the host
+# kernel's schedstat of each vCPU thread under --executor host), seconds
+times() {
+  curl -sS --unix-socket "$sock" http://localhost/metrics | awk '
+    /^vmm_vm_running_seconds_total\{vm="guest"\}/ { gr = $2 }
+    /^vmm_vm_run_delay_seconds_total\{vm="guest"\}/ { gd = $2 }
+    /^vmm_vm_running_seconds_total\{vm="n[0-9]+"\}/ { nr += $2 }
+    /^vmm_vm_run_delay_seconds_total\{vm="n[0-9]+"\}/ { nd += $2 }
+    END { printf "%.6f %.6f %.6f %.6f\n", gr, gd, nr, nd }'
+}
+t0=$(times)
 ping_judge "$ns" "$pings" "$interval" "$dir" "$out" "scripts/net-neighbours.sh --sched $sched --vcpus $vcpus --neighbours $neighbours --pings $pings --interval $interval${serve_args[*]:+ (vmm serve ${serve_args[*]})}"
+t1=$(times)
+split=$(echo "$t0 $t1" | awk '{ printf "guest running %.3f s, run delay %.3f s; neighbours running %.3f s, run delay %.3f s", $5 - $1, $6 - $2, $7 - $3, $8 - $4 }')
+echo "over the pings: $split"
+if [ -n "$out" ]; then echo "# over the pings: $split" >>"$out"; fi
 # every neighbour is still running (none failed while the guest was pinged)
 for i in $(seq "$neighbours"); do
   api GET "vms/n$i/vm.info"

@@ -899,8 +899,12 @@ fn injected_faults_stop_only_their_vm_and_the_server_stays_up() {
     assert!(srv.log().contains("injected panic"), "{}", srv.log());
 }
 
+/// The host executor names its vCPU threads `vcpuN`, and `/metrics` gives
+/// their running time and run delay as the host kernel's schedstat counts
+/// them: a scrape lies between two reads of the threads' own schedstat
+/// files, one before it and one after.
 #[test]
-fn host_executor_names_vcpu_threads() {
+fn host_executor_names_vcpu_threads_and_reports_their_schedstat() {
     let srv = start(&["--executor", "host"]);
     let sock = srv.sock.clone();
     let pid = srv.child.id();
@@ -914,14 +918,50 @@ fn host_executor_names_vcpu_threads() {
         assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
         progresses(&sock, "default", 0).await;
     });
-    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
-        .map(|n| n.trim().to_string())
-        .filter(|n| n.starts_with("vcpu"))
-        .collect();
+    let vcpus = || -> Vec<(String, std::path::PathBuf)> {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|e| {
+                let p = e.ok()?.path();
+                let n = std::fs::read_to_string(p.join("comm")).ok()?;
+                let n = n.trim();
+                n.starts_with("vcpu").then(|| (n.to_string(), p))
+            })
+            .collect()
+    };
+    let mut names: Vec<String> = vcpus().into_iter().map(|(n, _)| n).collect();
     names.sort();
     assert_eq!(names, ["vcpu0", "vcpu1"]);
+    // (running, run delay) summed over the vCPU threads, seconds
+    let schedstat = || -> (f64, f64) {
+        vcpus().iter().fold((0.0, 0.0), |(r, d), (_, p)| {
+            let t = std::fs::read_to_string(p.join("schedstat")).unwrap();
+            let v: Vec<f64> = t
+                .split_whitespace()
+                .map(|x| x.parse::<f64>().unwrap() / 1e9)
+                .collect();
+            (r + v[0], d + v[1])
+        })
+    };
+    let before = schedstat();
+    let m = rt().block_on(async {
+        let (s, text) = call_text(&sock, "GET", "/metrics", None).await;
+        assert_eq!(s, 200, "{text}");
+        samples(&text)
+    });
+    let after = schedstat();
+    let running = sample(&m, "vmm_vm_running_seconds_total{vm=\"default\"}");
+    let delay = sample(&m, "vmm_vm_run_delay_seconds_total{vm=\"default\"}");
+    // the exposition rounds to a few significant digits at most
+    let tol = 1e-6;
+    assert!(
+        before.0 > 0.0 && before.0 - tol <= running && running <= after.0 + tol,
+        "running {running} s not within the threads' {before:?} .. {after:?}"
+    );
+    assert!(
+        before.1 - tol <= delay && delay <= after.1 + tol,
+        "run delay {delay} s not within the threads' {before:?} .. {after:?}"
+    );
     drop(srv);
 }
 

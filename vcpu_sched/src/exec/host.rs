@@ -323,6 +323,27 @@ impl HostExecutor {
     }
 }
 
+impl HostExecutor {
+    /// `(time on CPU, time waiting on a run queue)`, ns, of task `t`'s
+    /// host thread so far, from the kernel's schedstat: live, or as the
+    /// thread left it when it ended. `None` for no such task, a thread
+    /// not started yet, or a kernel without schedstat. What vcpu_sched's
+    /// `running_ns` and `run_delay_ns` are for its tasks.
+    pub fn task_schedstat(&self, t: TaskId) -> Option<(u64, u64)> {
+        let h = self.sh.task(t)?;
+        if h.ended.load(Ordering::Acquire) {
+            return lock(&self.sh.schedstat)
+                .get(t.0 as usize)
+                .copied()
+                .flatten();
+        }
+        match h.tid.load(Ordering::Acquire) {
+            0 => None,
+            tid => thread_schedstat_of(&format!("/proc/self/task/{tid}/schedstat")),
+        }
+    }
+}
+
 impl Spawner for HostExecutor {
     fn topology(&self) -> &Arc<HostTopology> {
         &self.topo
@@ -652,7 +673,12 @@ impl Engine for HostEngine<'_> {
 
 /// `(time on CPU, time waiting on a run queue)` of the calling thread.
 fn thread_schedstat() -> Option<(u64, u64)> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    thread_schedstat_of("/proc/thread-self/schedstat")
+}
+
+/// The first two fields of a schedstat file.
+fn thread_schedstat_of(path: &str) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(path).ok()?;
     let mut it = s.split_whitespace().map(|x| x.parse::<u64>().ok());
     Some((it.next()??, it.next()??))
 }

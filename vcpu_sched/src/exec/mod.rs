@@ -107,6 +107,16 @@ impl Executor {
         }
     }
 
+    /// The host kernel's `(time on CPU, time waiting on a run queue)` of
+    /// task `t`'s thread, ns (the host executor; `None` for the others,
+    /// whose tasks' times are the scheduler's `TaskStats`).
+    pub fn host_schedstat(&self, t: crate::task::TaskId) -> Option<(u64, u64)> {
+        match self {
+            Executor::Host(h) => h.task_schedstat(t),
+            _ => None,
+        }
+    }
+
     /// A handle that wakes this executor's tasks from any thread, for as
     /// long as the holder likes (see [`RemoteWaker`]).
     pub fn remote_waker(&self) -> RemoteWaker {

@@ -2,7 +2,9 @@
 //!
 //! WHAT: per VM, its KVM exits, live vCPUs, boots and state, and its
 //! vCPUs' scheduler statistics (run delay, running time, migrations,
-//! wakeups, preemptions, a wake-to-run latency histogram); for the one
+//! wakeups, preemptions, a wake-to-run latency histogram; with the host
+//! executor run delay and running time only, from the host kernel's
+//! schedstat of each vCPU thread); for the one
 //! scheduler every VM shares, every [`vcpu_sched::SchedCounters`] field as
 //! a `_total` counter (context switches, wake-list vs direct enqueues, RT
 //! push/pull, RT overload updates, shared-runqueue pops, steals,
@@ -201,6 +203,31 @@ struct TaskFamilies {
 }
 
 impl TaskFamilies {
+    /// The host executor's vCPU threads: their run delay and running time
+    /// from the host kernel's schedstat, the series vcpu_sched's own
+    /// statistics give for the other executors (no wakeup, migration or
+    /// wake-to-run series: the kernel's schedstat has no such split).
+    fn add_host(&self, l: &Labels, host: &[Option<(u64, u64)>], per_vcpu: bool) {
+        if host.iter().all(Option::is_none) {
+            return;
+        }
+        let (mut run, mut delay) = (0u64, 0u64);
+        for (k, h) in host.iter().enumerate() {
+            let Some((r, d)) = h else { continue };
+            run += r;
+            delay += d;
+            if per_vcpu {
+                let mut lk = l.clone();
+                lk.push(("vcpu".into(), k.to_string()));
+                self.vcpu_run_delay
+                    .get_or_create(&lk)
+                    .inc_by(*d as f64 / 1e9);
+            }
+        }
+        self.run_delay.get_or_create(l).inc_by(delay as f64 / 1e9);
+        self.running.get_or_create(l).inc_by(run as f64 / 1e9);
+    }
+
     fn add(&self, l: &Labels, stats: &[Option<TaskStats>], per_vcpu: bool) {
         let mut h = vcpu_sched::stats::Histogram::new();
         let (mut delay, mut run, mut mig, mut wk, mut pre) = (0u64, 0u64, 0, 0, 0);
@@ -313,6 +340,7 @@ pub fn render(src: &Sources) -> String {
                 }
             }
             tasks.add(&l, &r.task_stats(), src.per_vcpu);
+            tasks.add_host(&l, &r.host_schedstat(), src.per_vcpu);
         }
         exits.get_or_create(&l).inc_by(total);
         for (reason, n) in v.exit_counts.snapshot() {

@@ -522,6 +522,21 @@ impl Running {
             .collect()
     }
 
+    /// Each vCPU thread's host schedstat so far, `(time on CPU, time
+    /// waiting on a run queue)` in ns, by global index: the host
+    /// executor's live counterpart of [`Self::task_stats`]' running time
+    /// and run delay. `None` for the other executors (their vCPUs share
+    /// worker threads), a thread not started yet, or a kernel without
+    /// schedstat.
+    pub fn host_schedstat(&self) -> Vec<Option<(u64, u64)>> {
+        let ex = self.executor();
+        self.set
+            .slots()
+            .iter()
+            .map(|s| s.task.get().and_then(|t| ex.host_schedstat(*t)))
+            .collect()
+    }
+
     /// Wakes vCPU `k` of VM `vm` from outside the executor (an I/O thread,
     /// a halt poller). False if there is no such live vCPU.
     pub fn wake(&self, vm: usize, k: usize) -> bool {
