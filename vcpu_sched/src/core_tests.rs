@@ -1094,6 +1094,69 @@ fn an_idle_cpu_does_not_steal_the_one_task_queued_on_another_idle_cpu() {
     }
 }
 
+/// No wake-affine rule: a fair wakee goes to its previous CPU while that
+/// CPU is idle, never towards its waker (Linux's `wake_affine` may, for a
+/// synchronous wakeup). So a pair of tasks handing a token back and
+/// forth from two CPUs stays on those two CPUs for good: without fix 5
+/// each wakeup goes straight into the other CPU's runqueue (the CPUs
+/// share an LLC), with it each waits on the other CPU's wake list, where
+/// no balance can take it, and kicks that CPU. What the simulator's
+/// two-CPU pingpong shows with fix 5 (docs/simulator.md, "Measured error
+/// against this machine").
+#[test]
+fn a_pair_split_across_l2s_stays_split_and_fix_5_queues_every_handoff() {
+    for (mit, queued) in [
+        (Mitigations::none(), false),
+        (Mitigations::only(Fix::L2Wake), true),
+    ] {
+        let mut sim = Sim::new(topo16(), mit);
+        // 4 and 6 share the LLC, not an L2
+        let two: CpuMask = "4,6".parse().unwrap();
+        let ids: Vec<TaskId> = (0..2)
+            .map(|i| {
+                let spec = TaskSpec::new(format!("p{i}")).affinity(two);
+                sim.s.add_task(&spec, 0).unwrap()
+            })
+            .collect();
+        // one after the other: the second finds the first's CPU busy and
+        // takes the other, idle one of the LLC
+        for &t in &ids {
+            sim.s.wake(t, None, sim.now).unwrap();
+            sim.settle();
+        }
+        let cpu_of = |sim: &Sim, t: TaskId| sim.running().iter().find(|r| r.1 == t).map(|r| r.0);
+        let (a, b) = (cpu_of(&sim, ids[0]).unwrap(), cpu_of(&sim, ids[1]).unwrap());
+        assert_ne!(a, b, "{mit}: both start running, one per CPU");
+        // p1 waits for the token
+        sim.now += 1_000;
+        sim.s.schedule(b, Prev::Block, sim.now).unwrap();
+        sim.settle();
+        let before = sim.s.counters();
+        for _ in 0..50 {
+            for (from, to, me, other) in [(a, b, ids[0], ids[1]), (b, a, ids[1], ids[0])] {
+                sim.now += 1_000;
+                sim.s.wake(other, Some(from), sim.now).unwrap();
+                sim.s.schedule(from, Prev::Block, sim.now).unwrap();
+                sim.settle();
+                assert_eq!(
+                    sim.running(),
+                    vec![(to, other)],
+                    "{mit}: {me:?} handed over"
+                );
+            }
+        }
+        let d = sim.s.counters().since(&before);
+        assert_eq!(d.migrations_l2 + d.migrations_llc, 0, "{mit}");
+        assert_eq!(d.steals + d.shared_pops, 0, "{mit}");
+        if queued {
+            assert_eq!((d.wake_queued, d.wake_direct), (100, 0), "{mit}");
+        } else {
+            assert_eq!((d.wake_queued, d.wake_direct), (0, 100), "{mit}");
+        }
+        sim.strict("a split pair");
+    }
+}
+
 #[test]
 fn idle_balance_and_shared_runqueue_spread_fair_work() {
     for mit in [Mitigations::none(), Mitigations::all()] {
