@@ -197,20 +197,19 @@ mod tests {
         assert!(rtts("1 x\n").is_err());
     }
 
+    /// `DIR/NAME.txt`: a header and 10 round trips from `ms` up by 0.02.
+    fn write_rtts(dir: &Path, name: &str, ms: f64) {
+        let body: String = (1..=10)
+            .map(|i| format!("{i} {}\n", ms + i as f64 * 0.02))
+            .collect();
+        std::fs::write(dir.join(format!("{name}.txt")), format!("# cmd\n{body}")).unwrap();
+    }
+
     #[test]
     fn a_host_faster_in_every_repetition_misses_the_target() {
         let dir = tempfile::tempdir().unwrap();
         for rep in 1..=4 {
-            let w = |stem: &str, ms: f64| {
-                let body: String = (1..=10)
-                    .map(|i| format!("{i} {}\n", ms + i as f64 * 0.02))
-                    .collect();
-                std::fs::write(
-                    dir.path().join(format!("x1-{stem}-{rep}.txt")),
-                    format!("# cmd\n{body}"),
-                )
-                .unwrap();
-            };
+            let w = |stem: &str, ms: f64| write_rtts(dir.path(), &format!("x1-{stem}-{rep}"), ms);
             w("all", 20.0 + rep as f64 * 0.2);
             w("all-aa", 20.0 + (5 - rep) as f64 * 0.2);
             w("host", 18.0);
@@ -239,16 +238,7 @@ mod tests {
     fn a_b_row_gets_the_ab_verdict_and_every_row_is_guarded_by_the_aa_row() {
         let dir = tempfile::tempdir().unwrap();
         for rep in 1..=8 {
-            let w = |stem: &str, ms: f64| {
-                let body: String = (1..=10)
-                    .map(|i| format!("{i} {}\n", ms + i as f64 * 0.02))
-                    .collect();
-                std::fs::write(
-                    dir.path().join(format!("x4-{stem}-{rep}.txt")),
-                    format!("# cmd\n{body}"),
-                )
-                .unwrap();
-            };
+            let w = |stem: &str, ms: f64| write_rtts(dir.path(), &format!("x4-{stem}-{rep}"), ms);
             w("all", 200.0 + rep as f64);
             // the A/A row far off: no verdict may stand beside it
             w("all-aa", 150.0 + rep as f64 * 0.5);
