@@ -109,7 +109,7 @@ echo "$total vCPUs on $(nproc) host CPUs under --sched $sched: $vcpus in the gue
 # the guest's vCPUs and the neighbours' over the pings, from /metrics:
 # running time and run delay (vcpu_sched's own statistics, or the host
 # kernel's schedstat of each vCPU thread under --executor host), seconds
-times() {
+cpu_split() {
   curl -sS --unix-socket "$sock" http://localhost/metrics | awk '
     /^vmm_vm_running_seconds_total\{vm="guest"\}/ { gr = $2 }
     /^vmm_vm_run_delay_seconds_total\{vm="guest"\}/ { gd = $2 }
@@ -117,9 +117,9 @@ times() {
     /^vmm_vm_run_delay_seconds_total\{vm="n[0-9]+"\}/ { nd += $2 }
     END { printf "%.6f %.6f %.6f %.6f\n", gr, gd, nr, nd }'
 }
-t0=$(times)
+t0=$(cpu_split)
 ping_judge "$ns" "$pings" "$interval" "$dir" "$out" "scripts/net-neighbours.sh --sched $sched --vcpus $vcpus --neighbours $neighbours --pings $pings --interval $interval${serve_args[*]:+ (vmm serve ${serve_args[*]})}"
-t1=$(times)
+t1=$(cpu_split)
 split=$(echo "$t0 $t1" | awk '{ printf "guest running %.3f s, run delay %.3f s; neighbours running %.3f s, run delay %.3f s", $5 - $1, $6 - $2, $7 - $3, $8 - $4 }')
 echo "over the pings: $split"
 if [ -n "$out" ]; then echo "# over the pings: $split" >>"$out"; fi

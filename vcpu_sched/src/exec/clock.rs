@@ -246,8 +246,16 @@ pub fn current_tid() -> u32 {
 /// from `/proc/self/task/TID/schedstat`; `None` where the kernel does not
 /// say (no schedstat, or the thread is gone).
 pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-    s.split_whitespace().next()?.parse().ok()
+    schedstat_of(&format!("/proc/self/task/{tid}/schedstat")).map(|(cpu, _)| cpu)
+}
+
+/// `(time on CPU, time waiting on a run queue)`, ns: the first two fields
+/// of a schedstat file (`/proc/thread-self/schedstat`,
+/// `/proc/self/task/TID/schedstat`); `None` if it cannot be read.
+pub(crate) fn schedstat_of(path: &str) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(path).ok()?;
+    let mut it = s.split_whitespace().map(|x| x.parse::<u64>().ok());
+    Some((it.next()??, it.next()??))
 }
 
 /// The liveness of a runnable thread with kernel thread id `tid` (0: not

@@ -339,7 +339,7 @@ impl HostExecutor {
         }
         match h.tid.load(Ordering::Acquire) {
             0 => None,
-            tid => thread_schedstat_of(&format!("/proc/self/task/{tid}/schedstat")),
+            tid => crate::exec::clock::schedstat_of(&format!("/proc/self/task/{tid}/schedstat")),
         }
     }
 }
@@ -673,12 +673,5 @@ impl Engine for HostEngine<'_> {
 
 /// `(time on CPU, time waiting on a run queue)` of the calling thread.
 fn thread_schedstat() -> Option<(u64, u64)> {
-    thread_schedstat_of("/proc/thread-self/schedstat")
-}
-
-/// The first two fields of a schedstat file.
-fn thread_schedstat_of(path: &str) -> Option<(u64, u64)> {
-    let s = std::fs::read_to_string(path).ok()?;
-    let mut it = s.split_whitespace().map(|x| x.parse::<u64>().ok());
-    Some((it.next()??, it.next()??))
+    crate::exec::clock::schedstat_of("/proc/thread-self/schedstat")
 }
