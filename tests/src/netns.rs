@@ -95,10 +95,19 @@ impl Netns {
     /// `ping -c COUNT -i INTERVAL` the guest from inside the namespace:
     /// the round-trip times of the replies in milliseconds, and ping's
     /// summary lines.
+    ///
+    /// A late reply is a reply, not a loss: with `-c` alone, ping stops
+    /// twice the slowest round trip after its last request, so one reply
+    /// held up behind a stalled vCPU (a CI run saw 49 of 50 with a 78 ms
+    /// maximum) was counted as lost. `-w` makes it wait until every
+    /// request is answered or a deadline 10 s past the last request.
     pub fn ping(&self, count: usize, interval: &str) -> (Vec<f64>, String) {
+        let gap: f64 = interval.parse().expect("ping interval in seconds");
+        let deadline = (count as f64 * gap).ceil() as u64 + 10;
         let out = self
             .exec("ping")
-            .args(["-n", "-c", &count.to_string(), "-i", interval, "-W", "10"])
+            .args(["-n", "-c", &count.to_string(), "-i", interval])
+            .args(["-w", &deadline.to_string()])
             .arg(GUEST_IP)
             .output()
             .expect("ping (iputils-ping; scripts/setup.sh installs it)");
