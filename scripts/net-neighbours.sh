@@ -26,9 +26,11 @@
 # machine). --serve-arg ARG (repeatable) appends ARG to the `vmm serve`
 # command line, e.g. `--serve-arg --sleeper-credit --serve-arg on` for an
 # A/B of a scheduler setting. After the pings it prints (and appends to
-# FILE as a # line) the guest's and the neighbours' running time and run
-# delay over the pings, from /metrics: vcpu_sched's statistics, or the
-# host kernel's schedstat of the vCPU threads with --sched host. Needs root, the guest kernel (guest/build.sh), iproute2, ping
+# FILE as a # line) the guest's and the neighbours' running time, run
+# delay and runs (switch-ins; the guest's mean turn on a CPU and mean wait
+# per turn follow) over the pings, from /metrics: vcpu_sched's statistics,
+# or the host kernel's schedstat of the vCPU threads with --sched host.
+# Needs root, the guest kernel (guest/build.sh), iproute2, ping
 # and curl (scripts/setup.sh installs them). VMM_BIN picks the binary
 # (default: target/debug/vmm, then `vmm` on PATH).
 set -euo pipefail
@@ -113,14 +115,19 @@ cpu_split() {
   curl -sS --unix-socket "$sock" http://localhost/metrics | awk '
     /^vmm_vm_running_seconds_total\{vm="guest"\}/ { gr = $2 }
     /^vmm_vm_run_delay_seconds_total\{vm="guest"\}/ { gd = $2 }
+    /^vmm_vm_runs_total\{vm="guest"\}/ { gn = $2 }
     /^vmm_vm_running_seconds_total\{vm="n[0-9]+"\}/ { nr += $2 }
     /^vmm_vm_run_delay_seconds_total\{vm="n[0-9]+"\}/ { nd += $2 }
-    END { printf "%.6f %.6f %.6f %.6f\n", gr, gd, nr, nd }'
+    /^vmm_vm_runs_total\{vm="n[0-9]+"\}/ { nn += $2 }
+    END { printf "%.6f %.6f %d %.6f %.6f %d\n", gr, gd, gn, nr, nd, nn }'
 }
 t0=$(cpu_split)
 ping_judge "$ns" "$pings" "$interval" "$dir" "$out" "scripts/net-neighbours.sh --sched $sched --vcpus $vcpus --neighbours $neighbours --pings $pings --interval $interval${serve_args[*]:+ (vmm serve ${serve_args[*]})}"
 t1=$(cpu_split)
-split=$(echo "$t0 $t1" | awk '{ printf "guest running %.3f s, run delay %.3f s; neighbours running %.3f s, run delay %.3f s", $5 - $1, $6 - $2, $7 - $3, $8 - $4 }')
+split=$(echo "$t0 $t1" | awk '{
+  gr = $7 - $1; gd = $8 - $2; gn = $9 - $3; nr = $10 - $4; nd = $11 - $5; nn = $12 - $6
+  printf "guest running %.3f s, run delay %.3f s, %d runs (%.3f ms running, %.3f ms waiting per run); neighbours running %.3f s, run delay %.3f s, %d runs", gr, gd, gn, gn ? 1e3 * gr / gn : 0, gn ? 1e3 * gd / gn : 0, nr, nd, nn
+}')
 echo "over the pings: $split"
 if [ -n "$out" ]; then echo "# over the pings: $split" >>"$out"; fi
 # every neighbour is still running (none failed while the guest was pinged)

@@ -503,7 +503,12 @@ fn metrics_parse_grow_and_pass_promtool() {
             (delay - sum).abs() <= 1e-9 * delay,
             "{delay} != {per_vcpu:?}"
         );
-        assert!(sample(&bs, "vmm_vm_wakeups_total{vm=\"default\"}") > 0.0);
+        let wakeups = sample(&bs, "vmm_vm_wakeups_total{vm=\"default\"}");
+        assert!(wakeups > 0.0);
+        // every wakeup ends in a switch-in, but for the (at most 2) woken
+        // vCPUs still waiting at the scrape
+        let runs = sample(&bs, "vmm_vm_runs_total{vm=\"default\"}");
+        assert!(runs + 2.0 >= wakeups, "runs {runs}, wakeups {wakeups}");
         // The ticker's exits are its port writes (REPORT, SLEEP).
         assert!(sample(&bs, "vmm_vm_exits_total{vm=\"default\",reason=\"io\"}") > 0.0);
         assert_eq!(
@@ -900,9 +905,9 @@ fn injected_faults_stop_only_their_vm_and_the_server_stays_up() {
 }
 
 /// The host executor names its vCPU threads `vcpuN`, and `/metrics` gives
-/// their running time and run delay as the host kernel's schedstat counts
-/// them: a scrape lies between two reads of the threads' own schedstat
-/// files, one before it and one after.
+/// their running time, run delay and runs (switch-ins) as the host
+/// kernel's schedstat counts them: a scrape lies between two reads of the
+/// threads' own schedstat files, one before it and one after.
 #[test]
 fn host_executor_names_vcpu_threads_and_reports_their_schedstat() {
     let srv = start(&["--executor", "host"]);
@@ -932,15 +937,15 @@ fn host_executor_names_vcpu_threads_and_reports_their_schedstat() {
     let mut names: Vec<String> = vcpus().into_iter().map(|(n, _)| n).collect();
     names.sort();
     assert_eq!(names, ["vcpu0", "vcpu1"]);
-    // (running, run delay) summed over the vCPU threads, seconds
-    let schedstat = || -> (f64, f64) {
-        vcpus().iter().fold((0.0, 0.0), |(r, d), (_, p)| {
+    // (running s, run delay s, runs) summed over the vCPU threads
+    let schedstat = || -> (f64, f64, f64) {
+        vcpus().iter().fold((0.0, 0.0, 0.0), |(r, d, n), (_, p)| {
             let t = std::fs::read_to_string(p.join("schedstat")).unwrap();
             let v: Vec<f64> = t
                 .split_whitespace()
-                .map(|x| x.parse::<f64>().unwrap() / 1e9)
+                .map(|x| x.parse::<f64>().unwrap())
                 .collect();
-            (r + v[0], d + v[1])
+            (r + v[0] / 1e9, d + v[1] / 1e9, n + v[2])
         })
     };
     let before = schedstat();
@@ -952,6 +957,7 @@ fn host_executor_names_vcpu_threads_and_reports_their_schedstat() {
     let after = schedstat();
     let running = sample(&m, "vmm_vm_running_seconds_total{vm=\"default\"}");
     let delay = sample(&m, "vmm_vm_run_delay_seconds_total{vm=\"default\"}");
+    let runs = sample(&m, "vmm_vm_runs_total{vm=\"default\"}");
     // the exposition rounds to a few significant digits at most
     let tol = 1e-6;
     assert!(
@@ -961,6 +967,10 @@ fn host_executor_names_vcpu_threads_and_reports_their_schedstat() {
     assert!(
         before.1 - tol <= delay && delay <= after.1 + tol,
         "run delay {delay} s not within the threads' {before:?} .. {after:?}"
+    );
+    assert!(
+        before.2 > 0.0 && before.2 <= runs && runs <= after.2,
+        "runs {runs} not within the threads' {before:?} .. {after:?}"
     );
     drop(srv);
 }

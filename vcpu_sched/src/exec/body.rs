@@ -118,9 +118,8 @@ pub trait Hooks: Send + Sync {
 pub struct TaskEnd {
     /// Its scheduler statistics (executors with a scheduler).
     pub stats: Option<TaskStats>,
-    /// Its thread's `(time on CPU, time waiting)` from the host's
-    /// schedstat (executors with a thread per task).
-    pub host_schedstat: Option<(u64, u64)>,
+    /// Its thread's host schedstat (executors with a thread per task).
+    pub host_schedstat: Option<crate::exec::clock::HostSchedstat>,
     /// Why it failed ([`Action::Fail`], or a panic in the body).
     pub failure: Option<String>,
 }

@@ -246,16 +246,35 @@ pub fn current_tid() -> u32 {
 /// from `/proc/self/task/TID/schedstat`; `None` where the kernel does not
 /// say (no schedstat, or the thread is gone).
 pub fn thread_cpu_ns(tid: u32) -> Option<u64> {
-    schedstat_of(&format!("/proc/self/task/{tid}/schedstat")).map(|(cpu, _)| cpu)
+    schedstat_of(&format!("/proc/self/task/{tid}/schedstat")).map(|s| s.running_ns)
 }
 
-/// `(time on CPU, time waiting on a run queue)`, ns: the first two fields
-/// of a schedstat file (`/proc/thread-self/schedstat`,
+/// One host thread's scheduling as the host kernel's schedstat gives it:
+/// the three fields of `/proc/.../schedstat` (Linux's
+/// `Documentation/scheduler/sched-stats.rst`). What vcpu_sched's
+/// `TaskStats` `running_ns`, `run_delay_ns` and `runs` are for its tasks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct HostSchedstat {
+    /// Time on a CPU, ns.
+    pub running_ns: u64,
+    /// Time runnable on a run queue, not running, ns.
+    pub run_delay_ns: u64,
+    /// Times it was switched in (the kernel's `pcount`: "timeslices run
+    /// on this cpu"), after a wakeup or after a preemption.
+    pub runs: u64,
+}
+
+/// A schedstat file (`/proc/thread-self/schedstat`,
 /// `/proc/self/task/TID/schedstat`); `None` if it cannot be read.
-pub(crate) fn schedstat_of(path: &str) -> Option<(u64, u64)> {
+pub(crate) fn schedstat_of(path: &str) -> Option<HostSchedstat> {
     let s = std::fs::read_to_string(path).ok()?;
     let mut it = s.split_whitespace().map(|x| x.parse::<u64>().ok());
-    Some((it.next()??, it.next()??))
+    Some(HostSchedstat {
+        running_ns: it.next()??,
+        run_delay_ns: it.next()??,
+        runs: it.next()??,
+    })
 }
 
 /// The liveness of a runnable thread with kernel thread id `tid` (0: not

@@ -244,10 +244,9 @@ pub struct ExecReport {
     pub tasks: Vec<TaskStats>,
     /// Tasks that ended with a failure: `name: why`.
     pub failures: Vec<String>,
-    /// Host executor: each task thread's `(time on CPU, time waiting)`
-    /// from the host's schedstat, by task id.
+    /// Host executor: each task thread's host schedstat, by task id.
     #[serde(default)]
-    pub host_schedstat: Vec<Option<(u64, u64)>>,
+    pub host_schedstat: Vec<Option<crate::exec::clock::HostSchedstat>>,
     /// Invariant violations (executor checks and the checker).
     pub violations: Vec<String>,
     /// Checker snapshots taken.

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use topology::HostTopology;
 
 use super::body::{apply, Action, Apply, BlockPath, Body, Cx, Engine, Hooks, Spawner, TaskEnd};
+use super::clock::HostSchedstat;
 use super::config::{CpuMapping, ExecConfig, ExecReport};
 use super::shared::start_thread;
 use super::threads::panic_message;
@@ -100,7 +101,7 @@ struct Shared {
     stamping: AtomicBool,
     live: AtomicUsize,
     failures: Mutex<Vec<String>>,
-    schedstat: Mutex<Vec<Option<(u64, u64)>>>,
+    schedstat: Mutex<Vec<Option<HostSchedstat>>>,
     stack: usize,
 }
 
@@ -324,12 +325,10 @@ impl HostExecutor {
 }
 
 impl HostExecutor {
-    /// `(time on CPU, time waiting on a run queue)`, ns, of task `t`'s
-    /// host thread so far, from the kernel's schedstat: live, or as the
-    /// thread left it when it ended. `None` for no such task, a thread
-    /// not started yet, or a kernel without schedstat. What vcpu_sched's
-    /// `running_ns` and `run_delay_ns` are for its tasks.
-    pub fn task_schedstat(&self, t: TaskId) -> Option<(u64, u64)> {
+    /// Task `t`'s host thread's schedstat so far: live, or as the thread
+    /// left it when it ended. `None` for no such task, a thread not
+    /// started yet, or a kernel without schedstat.
+    pub fn task_schedstat(&self, t: TaskId) -> Option<HostSchedstat> {
         let h = self.sh.task(t)?;
         if h.ended.load(Ordering::Acquire) {
             return lock(&self.sh.schedstat)
@@ -671,7 +670,7 @@ impl Engine for HostEngine<'_> {
     }
 }
 
-/// `(time on CPU, time waiting on a run queue)` of the calling thread.
-fn thread_schedstat() -> Option<(u64, u64)> {
+/// The calling thread's schedstat.
+fn thread_schedstat() -> Option<HostSchedstat> {
     crate::exec::clock::schedstat_of("/proc/thread-self/schedstat")
 }

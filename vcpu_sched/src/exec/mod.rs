@@ -40,7 +40,7 @@ use topology::HostTopology;
 pub use body::{Action, BlockPath, Body, Cx, Hooks, Spawner, TaskEnd};
 pub use clock::{
     current_tid, run_checker, run_clock, runnable_thread, thread_cpu_ns, ClockHost, ClockPeriods,
-    TimerQueue,
+    HostSchedstat, TimerQueue,
 };
 pub use config::{CheckConfig, CpuMapping, ExecConfig, ExecReport, ExecutorKind};
 pub use host::{HostExecutor, HostThread};
@@ -107,10 +107,10 @@ impl Executor {
         }
     }
 
-    /// The host kernel's `(time on CPU, time waiting on a run queue)` of
-    /// task `t`'s thread, ns (the host executor; `None` for the others,
-    /// whose tasks' times are the scheduler's `TaskStats`).
-    pub fn host_schedstat(&self, t: crate::task::TaskId) -> Option<(u64, u64)> {
+    /// The host kernel's schedstat of task `t`'s thread (the host
+    /// executor; `None` for the others, whose tasks' times are the
+    /// scheduler's `TaskStats`).
+    pub fn host_schedstat(&self, t: crate::task::TaskId) -> Option<clock::HostSchedstat> {
         match self {
             Executor::Host(h) => h.task_schedstat(t),
             _ => None,

@@ -35,6 +35,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
+use vcpu_sched::exec::HostSchedstat;
 use vcpu_sched::TaskStats;
 
 use super::vms::{VmRecord, VmState};
@@ -195,6 +196,7 @@ impl EncodeMetric for SnapshotHistogram {
 struct TaskFamilies {
     run_delay: Family<Labels, Counter<f64, std::sync::atomic::AtomicU64>>,
     running: Family<Labels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    runs: Family<Labels, Counter>,
     migrations: Family<Labels, Counter>,
     wakeups: Family<Labels, Counter>,
     preemptions: Family<Labels, Counter>,
@@ -203,38 +205,41 @@ struct TaskFamilies {
 }
 
 impl TaskFamilies {
-    /// The host executor's vCPU threads: their run delay and running time
-    /// from the host kernel's schedstat, the series vcpu_sched's own
-    /// statistics give for the other executors (no wakeup, migration or
-    /// wake-to-run series: the kernel's schedstat has no such split).
-    fn add_host(&self, l: &Labels, host: &[Option<(u64, u64)>], per_vcpu: bool) {
+    /// The host executor's vCPU threads: their run delay, running time
+    /// and runs from the host kernel's schedstat, the series vcpu_sched's
+    /// own statistics give for the other executors (no wakeup, migration
+    /// or wake-to-run series: the kernel's schedstat has no such split).
+    fn add_host(&self, l: &Labels, host: &[Option<HostSchedstat>], per_vcpu: bool) {
         if host.iter().all(Option::is_none) {
             return;
         }
-        let (mut run, mut delay) = (0u64, 0u64);
+        let (mut run, mut delay, mut runs) = (0u64, 0u64, 0u64);
         for (k, h) in host.iter().enumerate() {
-            let Some((r, d)) = h else { continue };
-            run += r;
-            delay += d;
+            let Some(h) = h else { continue };
+            run += h.running_ns;
+            delay += h.run_delay_ns;
+            runs += h.runs;
             if per_vcpu {
                 let mut lk = l.clone();
                 lk.push(("vcpu".into(), k.to_string()));
                 self.vcpu_run_delay
                     .get_or_create(&lk)
-                    .inc_by(*d as f64 / 1e9);
+                    .inc_by(h.run_delay_ns as f64 / 1e9);
             }
         }
         self.run_delay.get_or_create(l).inc_by(delay as f64 / 1e9);
         self.running.get_or_create(l).inc_by(run as f64 / 1e9);
+        self.runs.get_or_create(l).inc_by(runs);
     }
 
     fn add(&self, l: &Labels, stats: &[Option<TaskStats>], per_vcpu: bool) {
         let mut h = vcpu_sched::stats::Histogram::new();
-        let (mut delay, mut run, mut mig, mut wk, mut pre) = (0u64, 0u64, 0, 0, 0);
+        let (mut delay, mut run, mut runs, mut mig, mut wk, mut pre) = (0u64, 0u64, 0, 0, 0, 0);
         for (k, t) in stats.iter().enumerate() {
             let Some(t) = t else { continue };
             delay += t.run_delay_ns;
             run += t.running_ns;
+            runs += t.runs;
             mig += t.migrations;
             wk += t.wakeups;
             pre += t.preemptions;
@@ -252,6 +257,7 @@ impl TaskFamilies {
         }
         self.run_delay.get_or_create(l).inc_by(delay as f64 / 1e9);
         self.running.get_or_create(l).inc_by(run as f64 / 1e9);
+        self.runs.get_or_create(l).inc_by(runs);
         self.migrations.get_or_create(l).inc_by(mig);
         self.wakeups.get_or_create(l).inc_by(wk);
         self.preemptions.get_or_create(l).inc_by(pre);
@@ -268,6 +274,11 @@ impl TaskFamilies {
             "vm_running_seconds",
             "Time the VM's vCPUs ran (this boot)",
             self.running,
+        );
+        reg.register(
+            "vm_runs",
+            "Times the VM's vCPUs were switched in, after a wakeup or a preemption (this boot)",
+            self.runs,
         );
         reg.register(
             "vm_migrations",

@@ -669,7 +669,7 @@ fn vcpu_rows(
             .get(i)
             .copied()
             .flatten()
-            .unwrap_or((0, 0));
+            .unwrap_or_default();
         rows.push(VcpuRow {
             name,
             entries: vm_m.entries,
@@ -690,8 +690,8 @@ fn vcpu_rows(
             running_ns: t.running_ns,
             queued_ns: t.queued_ns,
             blocked_ns: t.blocked_ns,
-            host_run_ns: hs.0,
-            host_wait_ns: hs.1,
+            host_run_ns: hs.running_ns,
+            host_wait_ns: hs.run_delay_ns,
         });
     }
     Rows {

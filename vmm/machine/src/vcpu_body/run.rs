@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use topology::HostTopology;
 use vcpu_sched::exec::{
-    CheckConfig, CpuMapping, ExecConfig, ExecReport, Executor, ExecutorKind, HostThread,
+    CheckConfig, CpuMapping, ExecConfig, ExecReport, Executor, ExecutorKind, HostSchedstat,
+    HostThread,
 };
 use vcpu_sched::{Mitigations, SchedConfig, SchedCounters, Scheduler, TaskId, TaskSpec, TaskStats};
 
@@ -109,9 +110,9 @@ pub struct ExecOutcome {
     /// The scheduler's per-task statistics, by global vCPU index (`None`
     /// for the host executor).
     pub tasks: Vec<Option<TaskStats>>,
-    /// Host run-queue statistics per vCPU thread (host executor): time on
-    /// CPU and time waiting, from `/proc/thread-self/schedstat`.
-    pub host_schedstat: Vec<Option<(u64, u64)>>,
+    /// Host run-queue statistics per vCPU thread (host executor), from
+    /// `/proc/thread-self/schedstat`.
+    pub host_schedstat: Vec<Option<HostSchedstat>>,
     /// Scheduler counters, summed.
     pub counters: SchedCounters,
     /// Per CPU: ns inside `schedule`.
@@ -522,13 +523,12 @@ impl Running {
             .collect()
     }
 
-    /// Each vCPU thread's host schedstat so far, `(time on CPU, time
-    /// waiting on a run queue)` in ns, by global index: the host
-    /// executor's live counterpart of [`Self::task_stats`]' running time
-    /// and run delay. `None` for the other executors (their vCPUs share
+    /// Each vCPU thread's host schedstat so far, by global index: the
+    /// host executor's live counterpart of [`Self::task_stats`]' running
+    /// time, run delay and runs. `None` for the other executors (their vCPUs share
     /// worker threads), a thread not started yet, or a kernel without
     /// schedstat.
-    pub fn host_schedstat(&self) -> Vec<Option<(u64, u64)>> {
+    pub fn host_schedstat(&self) -> Vec<Option<HostSchedstat>> {
         let ex = self.executor();
         self.set
             .slots()

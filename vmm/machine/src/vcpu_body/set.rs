@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
+use vcpu_sched::exec::HostSchedstat;
 use vcpu_sched::stats::Histogram;
 pub use vcpu_sched::workload::Window;
 use vcpu_sched::{GroupId, TaskId, TaskStats};
@@ -242,7 +243,7 @@ pub struct VmSet {
     pub(crate) finished_stats: Mutex<Vec<(usize, TaskStats)>>,
     /// Host executor: each vCPU thread's `(time on CPU, time waiting)`,
     /// by global index.
-    pub(crate) host_schedstat: Mutex<Vec<(usize, (u64, u64))>>,
+    pub(crate) host_schedstat: Mutex<Vec<(usize, HostSchedstat)>>,
     /// Latencies are recorded inside this window only (on the set's
     /// clock).
     pub window: Window,
@@ -536,7 +537,7 @@ impl VmSet {
         &self,
         global: usize,
         st: Option<TaskStats>,
-        host: Option<(u64, u64)>,
+        host: Option<HostSchedstat>,
     ) {
         if let Some(st) = st {
             self.finished_stats
