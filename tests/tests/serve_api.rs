@@ -1344,24 +1344,34 @@ fn stalled_connections_are_closed_and_excess_ones_wait_for_a_slot() {
     });
 }
 
-/// The scheduler's settings from `/metrics` (`vmm_sched_setting`).
-async fn sched_settings(sock: &Path) -> [f64; 3] {
+/// The scheduler's settings from `/metrics`: `vmm_sched_setting` (busy
+/// balance, sleeper credit, wakeup preemption) and
+/// `vmm_sched_fair_slice_seconds` (latency, min granularity, in µs).
+async fn sched_settings(sock: &Path) -> [f64; 5] {
     let (s, text) = call_text(sock, "GET", "/metrics", None).await;
     assert_eq!(s, 200, "{text}");
     let m = samples(&text);
-    ["busy_balance", "sleeper_credit", "wakeup_preempt"]
-        .map(|k| sample(&m, &format!("vmm_sched_setting{{setting=\"{k}\"}}")))
+    let on = ["busy_balance", "sleeper_credit", "wakeup_preempt"]
+        .map(|k| sample(&m, &format!("vmm_sched_setting{{setting=\"{k}\"}}")));
+    let us = ["latency", "min_granularity"].map(|b| {
+        (sample(
+            &m,
+            &format!("vmm_sched_fair_slice_seconds{{bound=\"{b}\"}}"),
+        ) * 1e6)
+            .round()
+    });
+    [on[0], on[1], on[2], us[0], us[1]]
 }
 
-/// `--sleeper-credit`, `--wakeup-preempt` and `--busy-balance` (flags, or
-/// the config file's keys, a flag winning over the file) reach the
-/// scheduler every VM shares: its own config, exported on `/metrics`,
-/// says so.
+/// `--sleeper-credit`, `--wakeup-preempt`, `--busy-balance`,
+/// `--fair-latency-us` and `--fair-min-granularity-us` (flags, or the
+/// config file's keys, a flag winning over the file) reach the scheduler
+/// every VM shares: its own config, exported on `/metrics`, says so.
 #[test]
 fn scheduler_settings_reach_the_shared_scheduler() {
     let srv = start(&[]);
     let defaults = rt().block_on(sched_settings(&srv.sock));
-    assert_eq!(defaults, [1.0, 0.0, 1.0], "{}", srv.log());
+    assert_eq!(defaults, [1.0, 0.0, 1.0, 6000.0, 750.0], "{}", srv.log());
     drop(srv);
     let srv = start(&[
         "--sleeper-credit",
@@ -1370,20 +1380,36 @@ fn scheduler_settings_reach_the_shared_scheduler() {
         "off",
         "--busy-balance",
         "off",
+        "--fair-latency-us",
+        "12000",
+        "--fair-min-granularity-us",
+        "1500",
     ]);
     let flipped = rt().block_on(sched_settings(&srv.sock));
-    assert_eq!(flipped, [0.0, 1.0, 0.0], "{}", srv.log());
+    assert_eq!(flipped, [0.0, 1.0, 0.0, 12000.0, 1500.0], "{}", srv.log());
     drop(srv);
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("serve.toml");
-    std::fs::write(&cfg, "sleeper_credit = true\nwakeup_preempt = false\n").unwrap();
-    let srv = start(&["--config", cfg.to_str().unwrap(), "--wakeup-preempt", "on"]);
+    std::fs::write(
+        &cfg,
+        "sleeper_credit = true\nwakeup_preempt = false\nfair_latency_us = 24000\n\
+         fair_min_granularity_us = 3000\n",
+    )
+    .unwrap();
+    let srv = start(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--wakeup-preempt",
+        "on",
+        "--fair-min-granularity-us",
+        "2000",
+    ]);
     let from_file = rt().block_on(sched_settings(&srv.sock));
-    assert_eq!(from_file, [1.0, 1.0, 1.0], "{}", srv.log());
+    assert_eq!(from_file, [1.0, 1.0, 1.0, 24000.0, 2000.0], "{}", srv.log());
 }
 
-/// The busy balance, sleeper credit and wakeup preemption are settings of
-/// the shared scheduler: with `--executor host` (flag or config file)
+/// The busy balance, sleeper credit, wakeup preemption and the fair slice
+/// bounds are settings of the shared scheduler: with `--executor host` (flag or config file)
 /// `vmm serve` refuses any value the host executor cannot honour, naming
 /// the setting, before it listens.
 #[test]
@@ -1395,13 +1421,15 @@ fn scheduler_settings_are_refused_on_the_host_executor() {
         ("busy_balance", "on"),
         ("sleeper_credit", "on"),
         ("wakeup_preempt", "off"),
+        ("fair_latency_us", "12000"),
+        ("fair_min_granularity_us", "1500"),
     ] {
         let cfg = dir.path().join(format!("{key}.toml"));
-        std::fs::write(
-            &cfg,
-            format!("executor = \"host\"\n{key} = {}\n", value == "on"),
-        )
-        .unwrap();
+        let toml_value = match value {
+            "on" | "off" => (value == "on").to_string(),
+            n => n.to_string(),
+        };
+        std::fs::write(&cfg, format!("executor = \"host\"\n{key} = {toml_value}\n")).unwrap();
         let flag = format!("--{}", key.replace('_', "-"));
         for extra in [
             vec!["--config", cfg.to_str().unwrap()],

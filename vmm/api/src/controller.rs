@@ -213,6 +213,8 @@ impl Controller {
                 eo.sched.busy_balance = opts.busy_balance;
                 eo.sched.sleeper_credit = opts.sleeper_credit;
                 eo.sched.fair_wakeup_preempt = opts.wakeup_preempt;
+                eo.sched.fair_latency_ns = opts.fair_latency_ns;
+                eo.sched.fair_min_granularity_ns = opts.fair_min_granularity_ns;
                 Some(Arc::new(VcpuPool::start(&eo)?))
             }
             ExecutorKind::Host => None,

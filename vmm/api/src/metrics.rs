@@ -453,6 +453,22 @@ fn register_scheduler(reg: &mut Registry, sched: &vcpu_sched::Scheduler) {
          (busy_balance, sleeper_credit, wakeup_preempt) or SchedConfig (the others) name them",
         settings,
     );
+    let slices = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    for (bound, ns) in [
+        ("latency", c.fair_latency_ns),
+        ("min_granularity", c.fair_min_granularity_ns),
+    ] {
+        slices
+            .get_or_create(&vec![("bound".to_string(), bound.to_string())])
+            .set(ns as f64 / 1e9);
+    }
+    reg.register(
+        "sched_fair_slice_seconds",
+        "The shared scheduler's fair slice bounds: the period slices are cut from (latency) \
+         and the shortest slice (min_granularity); vmm serve's --fair-latency-us and \
+         --fair-min-granularity-us",
+        slices,
+    );
     let groups = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
     // the root group is always there
     groups.set(sched.groups().len().saturating_sub(1) as i64);

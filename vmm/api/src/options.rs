@@ -35,6 +35,12 @@ pub struct ServeOptions {
     /// Fair wakeup preemption
     /// (`vcpu_sched::SchedConfig::fair_wakeup_preempt`; on by default).
     pub wakeup_preempt: bool,
+    /// The fair period slices are cut from, ns
+    /// (`vcpu_sched::SchedConfig::fair_latency_ns`).
+    pub fair_latency_ns: u64,
+    /// The shortest fair slice, ns
+    /// (`vcpu_sched::SchedConfig::fair_min_granularity_ns`).
+    pub fair_min_granularity_ns: u64,
 }
 
 /// Errors starting the server.

@@ -57,9 +57,21 @@ pub struct ServeArgs {
     /// to end or for it to block (off). Workers executor only
     #[arg(long, value_name = "on|off", value_parser = on_off)]
     pub wakeup_preempt: Option<bool>,
+    /// The fair period a slice is cut from: a fair vCPU's slice is this
+    /// shared by weight among the runnable fair vCPUs of its CPU, at
+    /// least --fair-min-granularity-us (Linux's sched_latency; default
+    /// 6000, Linux's value before it scales it by 1 + log2 of the CPUs,
+    /// at most 8). 100..=1000000. Workers executor only
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
+    pub fair_latency_us: Option<u64>,
+    /// The shortest fair slice (Linux's sched_min_granularity; default
+    /// 750, unscaled as above). 100..=1000000, at most
+    /// --fair-latency-us. Workers executor only
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
+    pub fair_min_granularity_us: Option<u64>,
     /// A TOML file with any of: topology, mitigations, executor,
-    /// metrics_per_vcpu, busy_balance, sleeper_credit, wakeup_preempt.
-    /// Flags win over it.
+    /// metrics_per_vcpu, busy_balance, sleeper_credit, wakeup_preempt,
+    /// fair_latency_us, fair_min_granularity_us. Flags win over it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
@@ -76,6 +88,8 @@ struct ServeFile {
     busy_balance: Option<bool>,
     sleeper_credit: Option<bool>,
     wakeup_preempt: Option<bool>,
+    fair_latency_us: Option<u64>,
+    fair_min_granularity_us: Option<u64>,
 }
 
 fn on_off(s: &str) -> std::result::Result<bool, String> {
@@ -123,6 +137,8 @@ pub fn run_ch_entry(api_socket: PathBuf, seccomp: Option<&str>) -> Result<()> {
         busy_balance: None,
         sleeper_credit: None,
         wakeup_preempt: None,
+        fair_latency_us: None,
+        fair_min_granularity_us: None,
         config,
     });
     match named {
@@ -153,6 +169,42 @@ fn sched_setting(
         None if workers => Ok(default),
         None => Ok(inert),
     }
+}
+
+/// The fair slice bounds, ns: the flags' or the file's values (µs), else
+/// the scheduler's defaults. Refused with the host executor (which runs
+/// no vcpu_sched), outside 100 µs..=1 s (the file bypasses clap's range),
+/// and where the shortest slice exceeds the period it is cut from.
+fn fair_slices(latency_us: Option<u64>, min_us: Option<u64>, workers: bool) -> Result<(u64, u64)> {
+    let d = vcpu_sched::SchedConfig::default();
+    for (name, v) in [
+        ("fair_latency_us", latency_us),
+        ("fair_min_granularity_us", min_us),
+    ] {
+        match v {
+            Some(_) if !workers => {
+                return Err(InputError(format!(
+                    "{name}: a setting of vcpu_sched, which the host executor does not run (the                      host kernel schedules its vCPU threads); use --executor workers or leave it                      out"
+                ))
+                .into())
+            }
+            Some(us) if !(100..=1_000_000).contains(&us) => {
+                return Err(InputError(format!("{name} = {us}: give 100..=1000000 (µs)")).into())
+            }
+            _ => {}
+        }
+    }
+    let latency = latency_us.map_or(d.fair_latency_ns, |us| us * 1_000);
+    let min = min_us.map_or(d.fair_min_granularity_ns, |us| us * 1_000);
+    if min > latency {
+        return Err(InputError(format!(
+            "fair_min_granularity_us = {} exceeds fair_latency_us = {}: the shortest slice is cut              from that period; give a smaller granularity or a longer latency",
+            min / 1_000,
+            latency / 1_000
+        ))
+        .into());
+    }
+    Ok((latency, min))
 }
 
 /// Runs `vmm serve` until `vmm.shutdown` or SIGTERM.
@@ -218,6 +270,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
         true,
         workers,
     )?;
+    let (fair_latency_ns, fair_min_granularity_ns) = fair_slices(
+        a.fair_latency_us.or(file.fair_latency_us),
+        a.fair_min_granularity_us.or(file.fair_min_granularity_us),
+        workers,
+    )?;
     topology::load(&topology).with_context(|| format!("--topology {topology}"))?;
     let dir = a
         .api_socket
@@ -241,6 +298,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         busy_balance,
         sleeper_credit,
         wakeup_preempt,
+        fair_latency_ns,
+        fair_min_granularity_ns,
     };
     serve(opts).map_err(|e| {
         if e.is_user_fault() {
@@ -255,7 +314,29 @@ pub fn run(a: ServeArgs) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::sched_setting;
+    use super::{fair_slices, sched_setting};
+
+    #[test]
+    fn fair_slices_default_check_and_refuse_the_host_executor() {
+        let d = vcpu_sched::SchedConfig::default();
+        assert_eq!(
+            fair_slices(None, None, true).unwrap(),
+            (d.fair_latency_ns, d.fair_min_granularity_ns)
+        );
+        assert_eq!(fair_slices(None, None, false).unwrap().0, d.fair_latency_ns);
+        assert_eq!(
+            fair_slices(Some(12_000), Some(1_500), true).unwrap(),
+            (12_000_000, 1_500_000)
+        );
+        let msg = |r: anyhow::Result<(u64, u64)>| r.unwrap_err().to_string();
+        assert!(msg(fair_slices(Some(12_000), None, false))
+            .starts_with("fair_latency_us: a setting of vcpu_sched"));
+        assert!(msg(fair_slices(None, Some(50), true)).contains("give 100..=1000000"));
+        assert!(msg(fair_slices(Some(1_000), Some(2_000), true))
+            .contains("exceeds fair_latency_us = 1000"));
+        // the default period (6 ms) bounds a granularity given alone
+        assert!(fair_slices(None, Some(7_000), true).is_err());
+    }
 
     #[test]
     fn a_scheduler_setting_takes_what_is_asked_else_its_executors_default() {
