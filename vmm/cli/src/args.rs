@@ -453,6 +453,51 @@ pub fn platform(s: &str) -> Result<u16, String> {
     Ok(n)
 }
 
+/// The fair slice bounds, ns, of `vmm serve` and `vmm bench`
+/// (`--fair-latency-us`, `--fair-min-granularity-us`, or a config file's
+/// keys; µs): those given, else the scheduler's defaults. Refused where no
+/// vcpu_sched runs (`sched` false: the host executor), outside
+/// 100 µs..=1 s (a file bypasses clap's range), and where the shortest
+/// slice exceeds the period it is cut from.
+pub fn fair_slices(
+    latency_us: Option<u64>,
+    min_us: Option<u64>,
+    sched: bool,
+) -> Result<(u64, u64), InputError> {
+    let d = vcpu_sched::SchedConfig::default();
+    for (name, v) in [
+        ("fair_latency_us", latency_us),
+        ("fair_min_granularity_us", min_us),
+    ] {
+        match v {
+            Some(_) if !sched => {
+                return Err(InputError(format!(
+                    "{name}: a setting of vcpu_sched, which the host executor does not run (the \
+                     host kernel schedules its vCPU threads); use --executor workers or leave it \
+                     out"
+                )))
+            }
+            Some(us) if !(100..=1_000_000).contains(&us) => {
+                return Err(InputError(format!(
+                    "{name} = {us}: give 100..=1000000 (µs)"
+                )))
+            }
+            _ => {}
+        }
+    }
+    let latency = latency_us.map_or(d.fair_latency_ns, |us| us * 1_000);
+    let min = min_us.map_or(d.fair_min_granularity_ns, |us| us * 1_000);
+    if min > latency {
+        return Err(InputError(format!(
+            "fair_min_granularity_us = {} exceeds fair_latency_us = {}: the shortest slice is cut \
+             from that period; give a smaller granularity or a longer latency",
+            min / 1_000,
+            latency / 1_000
+        )));
+    }
+    Ok((latency, min))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -593,5 +638,27 @@ mod tests {
         assert!(disk("path=a,queues=2")
             .unwrap_err()
             .contains("unknown option"));
+    }
+
+    #[test]
+    fn fair_slices_default_check_and_refuse_the_host_executor() {
+        let d = vcpu_sched::SchedConfig::default();
+        assert_eq!(
+            fair_slices(None, None, true).unwrap(),
+            (d.fair_latency_ns, d.fair_min_granularity_ns)
+        );
+        assert_eq!(fair_slices(None, None, false).unwrap().0, d.fair_latency_ns);
+        assert_eq!(
+            fair_slices(Some(12_000), Some(1_500), true).unwrap(),
+            (12_000_000, 1_500_000)
+        );
+        let msg = |r: Result<(u64, u64), InputError>| r.unwrap_err().to_string();
+        assert!(msg(fair_slices(Some(12_000), None, false))
+            .starts_with("fair_latency_us: a setting of vcpu_sched"));
+        assert!(msg(fair_slices(None, Some(50), true)).contains("give 100..=1000000"));
+        assert!(msg(fair_slices(Some(1_000), Some(2_000), true))
+            .contains("exceeds fair_latency_us = 1000"));
+        // the default period (6 ms) bounds a granularity given alone
+        assert!(fair_slices(None, Some(7_000), true).is_err());
     }
 }

@@ -268,6 +268,15 @@ pub struct BenchOptions {
     /// ([`vcpu_sched::SchedConfig::slice_follows_load`]).
     #[serde(default)]
     pub slices_follow_load: bool,
+    /// The fair period slices are cut from, ns
+    /// ([`vcpu_sched::SchedConfig::fair_latency_ns`]; `None`: its default).
+    #[serde(default)]
+    pub fair_latency_ns: Option<u64>,
+    /// The shortest fair slice, ns
+    /// ([`vcpu_sched::SchedConfig::fair_min_granularity_ns`]; `None`: its
+    /// default).
+    #[serde(default)]
+    pub fair_min_granularity_ns: Option<u64>,
     /// A busy CPU hands a waiting fair vCPU to a less loaded busy CPU
     /// ([`vcpu_sched::SchedConfig::busy_balance`], off by default).
     #[serde(default)]
@@ -427,6 +436,17 @@ fn yes() -> bool {
 }
 
 impl BenchOptions {
+    /// The fair slice bounds the scheduler rows run with, ns: `[latency,
+    /// min granularity]`, the scheduler's defaults where not given.
+    pub fn fair_slice_ns(&self) -> [u64; 2] {
+        let d = vcpu_sched::SchedConfig::default();
+        [
+            self.fair_latency_ns.unwrap_or(d.fair_latency_ns),
+            self.fair_min_granularity_ns
+                .unwrap_or(d.fair_min_granularity_ns),
+        ]
+    }
+
     /// Defaults: 1 s, baseline, `workers`, checker off.
     pub fn new(workload: Workload, topology: &str, vms: usize, vcpus: usize) -> Self {
         Self {
@@ -453,6 +473,8 @@ impl BenchOptions {
             sleeper_credit: false,
             no_wakeup_preempt: false,
             slices_follow_load: false,
+            fair_latency_ns: None,
+            fair_min_granularity_ns: None,
             busy_balance: false,
             rt_pull: RtPull::Bounded,
             timer_advance: TimerAdvance::On,
@@ -528,6 +550,11 @@ pub struct BenchReport {
     /// written before it was recorded).
     #[serde(default)]
     pub busy_balance: bool,
+    /// The scheduler rows' fair slice bounds, ns: `[latency, min
+    /// granularity]` (`None` for the host executor, and in reports written
+    /// before they were recorded, when they were always 6 ms and 0.75 ms).
+    #[serde(default)]
+    pub fair_slice_ns: Option<[u64; 2]>,
     /// VMs.
     pub vms: usize,
     /// vCPUs per VM.

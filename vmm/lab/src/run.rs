@@ -400,6 +400,7 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
         rt_pull: opts.rt_pull,
         timer_advance: opts.timer_advance,
         busy_balance: opts.busy_balance && opts.executor != ExecutorKind::Host,
+        fair_slice_ns: (opts.executor != ExecutorKind::Host).then(|| opts.fair_slice_ns()),
         vms: opts.vms,
         vcpus: opts.vcpus,
         per_vcpu: std::mem::take(&mut rows.rows),
@@ -492,8 +493,11 @@ fn exec_options(
     let mut eo = ExecOptions::new(topo, mapping);
     eo.kind = opts.executor;
     eo.mitigations = opts.mitigations;
+    let [fair_latency_ns, fair_min_granularity_ns] = opts.fair_slice_ns();
     eo.sched = SchedConfig {
         max_tasks: SchedConfig::default().max_tasks.max(nslots),
+        fair_latency_ns,
+        fair_min_granularity_ns,
         lazy_fair_kicks: opts.kicks == super::Kicks::Lazy,
         sleeper_credit: opts.sleeper_credit,
         fair_wakeup_preempt: !opts.no_wakeup_preempt,

@@ -145,6 +145,17 @@ pub struct BenchArgs {
     /// only
     #[arg(long)]
     pub slices_follow_load: bool,
+    /// The fair period a slice is cut from, shared by weight among a
+    /// CPU's runnable fair vCPUs (default 6000: Linux's sched_latency
+    /// unscaled; Linux scales it by 1 + log2 of the CPUs, at most 8).
+    /// 100..=1000000. Scheduler executors only
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
+    pub fair_latency_us: Option<u64>,
+    /// The shortest fair slice (default 750: Linux's
+    /// sched_min_granularity unscaled), at most --fair-latency-us.
+    /// 100..=1000000. Scheduler executors only
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
+    pub fair_min_granularity_us: Option<u64>,
     /// Whether a busy CPU with fair vCPUs waiting hands one to a busy CPU
     /// with at least two more CPU-bound ones fewer, once that has lasted
     /// 100 ms (on; `vmm serve`'s default), or vCPUs move only into idle
@@ -437,6 +448,11 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         )
         .into());
     }
+    args::fair_slices(
+        a.fair_latency_us,
+        a.fair_min_granularity_us,
+        executor != ExecutorKind::Host,
+    )?;
     if (a.timer_advance.is_some() || a.compare_timer_advance) && executor != ExecutorKind::Workers {
         return Err(ignored(
             if a.compare_timer_advance {
@@ -599,6 +615,9 @@ fn bench_options(
     o.sleeper_credit = a.sleeper_credit;
     o.no_wakeup_preempt = a.no_wakeup_preempt;
     o.slices_follow_load = a.slices_follow_load;
+    // checked by check_applicable (fair_slices)
+    o.fair_latency_ns = a.fair_latency_us.map(|us| us * 1_000);
+    o.fair_min_granularity_ns = a.fair_min_granularity_us.map(|us| us * 1_000);
     o.busy_balance = a.busy_balance == Some(BusyBalance::On);
     o.rt_pull = a.rt_pull.unwrap_or_default();
     o.timer_advance = a.timer_advance.unwrap_or_default();

@@ -171,42 +171,6 @@ fn sched_setting(
     }
 }
 
-/// The fair slice bounds, ns: the flags' or the file's values (µs), else
-/// the scheduler's defaults. Refused with the host executor (which runs
-/// no vcpu_sched), outside 100 µs..=1 s (the file bypasses clap's range),
-/// and where the shortest slice exceeds the period it is cut from.
-fn fair_slices(latency_us: Option<u64>, min_us: Option<u64>, workers: bool) -> Result<(u64, u64)> {
-    let d = vcpu_sched::SchedConfig::default();
-    for (name, v) in [
-        ("fair_latency_us", latency_us),
-        ("fair_min_granularity_us", min_us),
-    ] {
-        match v {
-            Some(_) if !workers => {
-                return Err(InputError(format!(
-                    "{name}: a setting of vcpu_sched, which the host executor does not run (the                      host kernel schedules its vCPU threads); use --executor workers or leave it                      out"
-                ))
-                .into())
-            }
-            Some(us) if !(100..=1_000_000).contains(&us) => {
-                return Err(InputError(format!("{name} = {us}: give 100..=1000000 (µs)")).into())
-            }
-            _ => {}
-        }
-    }
-    let latency = latency_us.map_or(d.fair_latency_ns, |us| us * 1_000);
-    let min = min_us.map_or(d.fair_min_granularity_ns, |us| us * 1_000);
-    if min > latency {
-        return Err(InputError(format!(
-            "fair_min_granularity_us = {} exceeds fair_latency_us = {}: the shortest slice is cut              from that period; give a smaller granularity or a longer latency",
-            min / 1_000,
-            latency / 1_000
-        ))
-        .into());
-    }
-    Ok((latency, min))
-}
-
 /// Runs `vmm serve` until `vmm.shutdown` or SIGTERM.
 pub fn run(a: ServeArgs) -> Result<()> {
     let file = match &a.config {
@@ -270,7 +234,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         true,
         workers,
     )?;
-    let (fair_latency_ns, fair_min_granularity_ns) = fair_slices(
+    let (fair_latency_ns, fair_min_granularity_ns) = args::fair_slices(
         a.fair_latency_us.or(file.fair_latency_us),
         a.fair_min_granularity_us.or(file.fair_min_granularity_us),
         workers,
@@ -314,29 +278,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{fair_slices, sched_setting};
-
-    #[test]
-    fn fair_slices_default_check_and_refuse_the_host_executor() {
-        let d = vcpu_sched::SchedConfig::default();
-        assert_eq!(
-            fair_slices(None, None, true).unwrap(),
-            (d.fair_latency_ns, d.fair_min_granularity_ns)
-        );
-        assert_eq!(fair_slices(None, None, false).unwrap().0, d.fair_latency_ns);
-        assert_eq!(
-            fair_slices(Some(12_000), Some(1_500), true).unwrap(),
-            (12_000_000, 1_500_000)
-        );
-        let msg = |r: anyhow::Result<(u64, u64)>| r.unwrap_err().to_string();
-        assert!(msg(fair_slices(Some(12_000), None, false))
-            .starts_with("fair_latency_us: a setting of vcpu_sched"));
-        assert!(msg(fair_slices(None, Some(50), true)).contains("give 100..=1000000"));
-        assert!(msg(fair_slices(Some(1_000), Some(2_000), true))
-            .contains("exceeds fair_latency_us = 1000"));
-        // the default period (6 ms) bounds a granularity given alone
-        assert!(fair_slices(None, Some(7_000), true).is_err());
-    }
+    use super::sched_setting;
 
     #[test]
     fn a_scheduler_setting_takes_what_is_asked_else_its_executors_default() {
