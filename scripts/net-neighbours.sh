@@ -109,7 +109,7 @@ done
 total=$((vcpus + neighbours))
 echo "$total vCPUs on $(nproc) host CPUs under --sched $sched: $vcpus in the guest, $neighbours spinning neighbours"
 # the guest's vCPUs and the neighbours' over the pings, from /metrics:
-# running time and run delay (vcpu_sched's own statistics, or the host
+# running time, run delay and runs (vcpu_sched's own statistics, or the host
 # kernel's schedstat of each vCPU thread under --executor host), seconds
 cpu_split() {
   curl -sS --unix-socket "$sock" http://localhost/metrics | awk '
