@@ -1346,32 +1346,40 @@ fn stalled_connections_are_closed_and_excess_ones_wait_for_a_slot() {
 
 /// The scheduler's settings from `/metrics`: `vmm_sched_setting` (busy
 /// balance, sleeper credit, wakeup preemption) and
-/// `vmm_sched_fair_slice_seconds` (latency, min granularity, in µs).
-async fn sched_settings(sock: &Path) -> [f64; 5] {
+/// `vmm_sched_fair_slice_seconds` (latency, min granularity, wakeup
+/// granularity, in µs).
+async fn sched_settings(sock: &Path) -> [f64; 6] {
     let (s, text) = call_text(sock, "GET", "/metrics", None).await;
     assert_eq!(s, 200, "{text}");
     let m = samples(&text);
     let on = ["busy_balance", "sleeper_credit", "wakeup_preempt"]
         .map(|k| sample(&m, &format!("vmm_sched_setting{{setting=\"{k}\"}}")));
-    let us = ["latency", "min_granularity"].map(|b| {
+    let us = ["latency", "min_granularity", "wakeup_granularity"].map(|b| {
         (sample(
             &m,
             &format!("vmm_sched_fair_slice_seconds{{bound=\"{b}\"}}"),
         ) * 1e6)
             .round()
     });
-    [on[0], on[1], on[2], us[0], us[1]]
+    [on[0], on[1], on[2], us[0], us[1], us[2]]
 }
 
 /// `--sleeper-credit`, `--wakeup-preempt`, `--busy-balance`,
-/// `--fair-latency-us` and `--fair-min-granularity-us` (flags, or the
-/// config file's keys, a flag winning over the file) reach the scheduler
-/// every VM shares: its own config, exported on `/metrics`, says so.
+/// `--fair-latency-us`, `--fair-min-granularity-us` and
+/// `--fair-slice-scaling` (flags, or the config file's keys, a flag
+/// winning over the file) reach the scheduler every VM shares: its own
+/// bounds, exported on `/metrics`, say so. [`TOPO`] has 8 CPUs, so the
+/// default scaling multiplies Linux's 6 ms / 0.75 ms / 1 ms by 4.
 #[test]
 fn scheduler_settings_reach_the_shared_scheduler() {
     let srv = start(&[]);
     let defaults = rt().block_on(sched_settings(&srv.sock));
-    assert_eq!(defaults, [1.0, 0.0, 1.0, 6000.0, 750.0], "{}", srv.log());
+    assert_eq!(
+        defaults,
+        [1.0, 0.0, 1.0, 24000.0, 3000.0, 4000.0],
+        "{}",
+        srv.log()
+    );
     drop(srv);
     let srv = start(&[
         "--sleeper-credit",
@@ -1384,16 +1392,23 @@ fn scheduler_settings_reach_the_shared_scheduler() {
         "12000",
         "--fair-min-granularity-us",
         "1500",
+        "--fair-slice-scaling",
+        "none",
     ]);
     let flipped = rt().block_on(sched_settings(&srv.sock));
-    assert_eq!(flipped, [0.0, 1.0, 0.0, 12000.0, 1500.0], "{}", srv.log());
+    assert_eq!(
+        flipped,
+        [0.0, 1.0, 0.0, 12000.0, 1500.0, 1000.0],
+        "{}",
+        srv.log()
+    );
     drop(srv);
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("serve.toml");
     std::fs::write(
         &cfg,
         "sleeper_credit = true\nwakeup_preempt = false\nfair_latency_us = 24000\n\
-         fair_min_granularity_us = 3000\n",
+         fair_min_granularity_us = 3000\nfair_slice_scaling = \"none\"\n",
     )
     .unwrap();
     let srv = start(&[
@@ -1405,7 +1420,12 @@ fn scheduler_settings_reach_the_shared_scheduler() {
         "2000",
     ]);
     let from_file = rt().block_on(sched_settings(&srv.sock));
-    assert_eq!(from_file, [1.0, 1.0, 1.0, 24000.0, 2000.0], "{}", srv.log());
+    assert_eq!(
+        from_file,
+        [1.0, 1.0, 1.0, 24000.0, 2000.0, 1000.0],
+        "{}",
+        srv.log()
+    );
 }
 
 /// The busy balance, sleeper credit, wakeup preemption and the fair slice
@@ -1423,10 +1443,12 @@ fn scheduler_settings_are_refused_on_the_host_executor() {
         ("wakeup_preempt", "off"),
         ("fair_latency_us", "12000"),
         ("fair_min_granularity_us", "1500"),
+        ("fair_slice_scaling", "none"),
     ] {
         let cfg = dir.path().join(format!("{key}.toml"));
         let toml_value = match value {
             "on" | "off" => (value == "on").to_string(),
+            "none" => format!("\"{value}\""),
             n => n.to_string(),
         };
         std::fs::write(&cfg, format!("executor = \"host\"\n{key} = {toml_value}\n")).unwrap();

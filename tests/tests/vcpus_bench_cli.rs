@@ -320,6 +320,86 @@ fn timer_advance_is_chosen_and_recorded() {
     }
 }
 
+/// `--fair-slice-scaling` and `--compare-fair-slice-scaling`: each report
+/// records the fair bounds it ran with, Linux's 6 ms / 0.75 ms times 1 +
+/// log2(min(CPUs, 8)) by default (`log`), as given with `none`; a setting
+/// the host executor cannot honour, or an unknown one, is refused.
+#[test]
+fn fair_slice_bounds_are_scaled_and_recorded() {
+    let check = |v: &serde_json::Value, want: &str| {
+        assert_eq!(v["fair_slice_scaling"], want);
+        let cpus = v["run"]["cpus"].as_u64().unwrap();
+        let factor = match want {
+            "none" => 1,
+            _ => 1 + cpus.clamp(1, 8).ilog2() as u64,
+        };
+        assert_eq!(
+            v["fair_slice_ns"],
+            serde_json::json!([6_000_000 * factor, 750_000 * factor]),
+            "{want} on {cpus} CPUs"
+        );
+    };
+    let dir = tempfile::tempdir().unwrap();
+    check(&cyclic_report(dir.path(), "2", None), "log");
+    let v = cyclic_report(dir.path(), "2", Some(["--fair-slice-scaling", "none"]));
+    check(&v, "none");
+    let reports = axis_comparison(
+        "runq",
+        ("2", "2"),
+        "0.3",
+        "--compare-fair-slice-scaling",
+        &[
+            "unscaled slices",
+            "unscaled slices (A/A)",
+            "log-scaled slices",
+        ],
+    );
+    let mut scaled = 0;
+    for r in &reports {
+        let want = r["fair_slice_scaling"].as_str().unwrap();
+        scaled += usize::from(want == "log");
+        check(r, want);
+    }
+    assert_eq!(scaled, 2, "{reports:?}");
+    refused(&[
+        (
+            vec![
+                "bench",
+                "cyclic",
+                "--executor",
+                "host",
+                "--fair-slice-scaling",
+                "none",
+            ],
+            "fair_slice_scaling: a setting of vcpu_sched",
+        ),
+        (
+            vec!["bench", "cyclic", "--fair-slice-scaling", "linear"],
+            "give log",
+        ),
+        (
+            vec![
+                "bench",
+                "runq",
+                "--executor",
+                "host",
+                "--compare-fair-slice-scaling",
+            ],
+            "--compare-fair-slice-scaling",
+        ),
+        (
+            vec![
+                "bench",
+                "runq",
+                "--compare-fair-slice-scaling",
+                "--fair-slice-scaling",
+                "log",
+            ],
+            "--fair-slice-scaling",
+        ),
+    ]);
+}
+
 /// `--compare-busy-balance`: the busy balance off (baseline and A/A)
 /// against on, all fixes on the workers, interleaved; every report says
 /// which setting ran it, and rows with it off never push. (runq at 4

@@ -18,13 +18,26 @@ pub struct SchedConfig {
     pub cpupri_node_masks: bool,
     /// RR time slice (Linux: 100 ms).
     pub rr_timeslice_ns: u64,
-    /// Fair scheduling period target (Linux `sched_latency`: 6 ms).
+    /// Fair scheduling period target (Linux `sched_latency`: 6 ms), before
+    /// [`fair_slice_scaling`](Self::fair_slice_scaling).
     pub fair_latency_ns: u64,
-    /// Shortest fair slice (Linux `sched_min_granularity`: 0.75 ms).
+    /// Shortest fair slice (Linux `sched_min_granularity`: 0.75 ms), before
+    /// [`fair_slice_scaling`](Self::fair_slice_scaling).
     pub fair_min_granularity_ns: u64,
     /// A woken fair task preempts when its virtual runtime is this much
-    /// behind the current one (Linux `sched_wakeup_granularity`: 1 ms).
+    /// behind the current one (Linux `sched_wakeup_granularity`: 1 ms),
+    /// before [`fair_slice_scaling`](Self::fair_slice_scaling).
     pub wakeup_granularity_ns: u64,
+    /// How the three fair bounds above grow with the number of CPUs the
+    /// scheduler runs (Linux's `sched_tunable_scaling`). The default,
+    /// [`SliceScaling::Log`], multiplies them by 1 + log2(min(CPUs, 8)), as
+    /// Linux does at boot: 2x on 2 CPUs, 4x from 8 CPUs on. Measured at 4x
+    /// overcommit on 2 CPUs, the unscaled bounds gave a pinged guest twice
+    /// the host kernel's switches for the same CPU time (docs/results-vcpus.md,
+    /// "Slice bounds that grow with the CPUs"). The simulator runs with
+    /// [`SliceScaling::None`] (its recorded results).
+    #[serde(default)]
+    pub fair_slice_scaling: SliceScaling,
     /// How often a busy CPU with waiting tasks looks for an idle CPU to kick
     /// (idle load balancing).
     pub balance_interval_ns: u64,
@@ -101,6 +114,70 @@ fn yes() -> bool {
     true
 }
 
+/// How the fair bounds of [`SchedConfig`] grow with the number of CPUs
+/// (Linux's `sched_tunable_scaling`, without its linear mode).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SliceScaling {
+    /// The bounds as configured, whatever the number of CPUs.
+    None,
+    /// The bounds times 1 + log2(min(CPUs, 8)) (Linux's default,
+    /// `SCHED_TUNABLESCALING_LOG`).
+    #[default]
+    Log,
+}
+
+impl SliceScaling {
+    /// What the bounds are multiplied by on `ncpus` CPUs.
+    pub fn factor(self, ncpus: usize) -> u64 {
+        match self {
+            Self::None => 1,
+            // ilog2 of 1..=8: 0..=3
+            Self::Log => 1 + u64::from(ncpus.clamp(1, 8).ilog2()),
+        }
+    }
+
+    /// `none` or `log`, as the command line and the reports spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Log => "log",
+        }
+    }
+}
+
+impl std::fmt::Display for SliceScaling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for SliceScaling {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "none" => Ok(Self::None),
+            "log" => Ok(Self::Log),
+            _ => Err(format!(
+                "fair slice scaling {s:?}: give log (the bounds times 1 + log2(min(CPUs, 8)), \
+                 Linux's default) or none (the bounds as given)"
+            )),
+        }
+    }
+}
+
+/// The fair bounds a scheduler runs with: [`SchedConfig`]'s, scaled for its
+/// CPUs ([`SchedConfig::fair_bounds`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FairBounds {
+    /// The period fair slices are cut from, ns.
+    pub latency_ns: u64,
+    /// The shortest fair slice, ns.
+    pub min_granularity_ns: u64,
+    /// How far behind in virtual runtime a woken task must be to preempt, ns.
+    pub wakeup_granularity_ns: u64,
+}
+
 impl Default for SchedConfig {
     fn default() -> Self {
         Self {
@@ -112,6 +189,7 @@ impl Default for SchedConfig {
             fair_latency_ns: 6_000_000,
             fair_min_granularity_ns: 750_000,
             wakeup_granularity_ns: 1_000_000,
+            fair_slice_scaling: SliceScaling::Log,
             balance_interval_ns: 4_000_000,
             steal_scan_limit: 64,
             lazy_fair_kicks: true,
@@ -125,6 +203,17 @@ impl Default for SchedConfig {
 }
 
 impl SchedConfig {
+    /// The fair bounds on `ncpus` CPUs: the configured ones times
+    /// [`fair_slice_scaling`](Self::fair_slice_scaling)'s factor.
+    pub fn fair_bounds(&self, ncpus: usize) -> FairBounds {
+        let f = self.fair_slice_scaling.factor(ncpus);
+        FairBounds {
+            latency_ns: self.fair_latency_ns.saturating_mul(f),
+            min_granularity_ns: self.fair_min_granularity_ns.saturating_mul(f),
+            wakeup_granularity_ns: self.wakeup_granularity_ns.saturating_mul(f),
+        }
+    }
+
     /// Checks the ranges.
     pub fn validate(&self) -> Result<()> {
         let bad = |s: String| Err(SchedError::Config(s));
@@ -144,5 +233,39 @@ impl SchedConfig {
             return bad("steal_scan_limit must be at least 1".into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_scaling_follows_linux_and_stops_at_eight_cpus() {
+        let f: Vec<u64> = [1, 2, 3, 4, 7, 8, 9, 480]
+            .iter()
+            .map(|&n| SliceScaling::Log.factor(n))
+            .collect();
+        assert_eq!(f, [1, 2, 2, 3, 3, 4, 4, 4]);
+        assert_eq!(SliceScaling::None.factor(480), 1);
+        let c = SchedConfig::default();
+        assert_eq!(
+            c.fair_bounds(2),
+            FairBounds {
+                latency_ns: 12_000_000,
+                min_granularity_ns: 1_500_000,
+                wakeup_granularity_ns: 2_000_000
+            }
+        );
+        let none = SchedConfig {
+            fair_slice_scaling: SliceScaling::None,
+            ..c
+        };
+        assert_eq!(none.fair_bounds(480).latency_ns, 6_000_000);
+        assert_eq!("log".parse::<SliceScaling>(), Ok(SliceScaling::Log));
+        assert!("linear"
+            .parse::<SliceScaling>()
+            .unwrap_err()
+            .contains("give log"));
     }
 }

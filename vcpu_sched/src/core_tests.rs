@@ -816,7 +816,7 @@ fn a_fair_wakeup_that_would_not_preempt_a_busy_cpu_does_not_kick_it() {
         // w1 has run far more than `busy` (a relative virtual runtime
         // above the granularity): it would not preempt
         sim.s.tasks.slots[w1.0 as usize].vruntime.store(
-            10 * cfg.wakeup_granularity_ns,
+            10 * sim.s.fair_bounds().wakeup_granularity_ns,
             std::sync::atomic::Ordering::Relaxed,
         );
         let before = sim.s.counters();
@@ -861,11 +861,11 @@ fn a_fair_wakeup_that_would_not_preempt_a_busy_cpu_does_not_kick_it() {
         sim.s.tick(6, sim.now).unwrap();
         sim.settle();
         sim.s.tasks.slots[w2.0 as usize].vruntime.store(
-            (-(10 * cfg.fair_latency_ns as i64)) as u64,
+            (-(10 * sim.s.fair_bounds().latency_ns as i64)) as u64,
             std::sync::atomic::Ordering::Relaxed,
         );
         // `busy` has been charged well past the sleeper credit
-        sim.now += 20 * cfg.fair_latency_ns;
+        sim.now += 20 * sim.s.fair_bounds().latency_ns;
         sim.s.tick(6, sim.now).unwrap();
         sim.settle();
         let cur = sim.s.current(6).unwrap().unwrap();
@@ -904,6 +904,8 @@ fn sleeper_credit_lets_a_sleeper_preempt() {
     for credit in [false, true] {
         let cfg = SchedConfig {
             sleeper_credit: credit,
+            // the 6 ms latency the sleeps below are sized by
+            fair_slice_scaling: SliceScaling::None,
             ..SchedConfig::default()
         };
         let mut sim = Sim::with_config(topo16(), Mitigations::all(), cfg.clone());
@@ -944,6 +946,8 @@ fn without_wakeup_preemption_a_credited_sleeper_waits_for_the_tick_and_goes_firs
         let cfg = SchedConfig {
             sleeper_credit: true,
             fair_wakeup_preempt: preempt,
+            // the 6 ms latency the sleeps below are sized by
+            fair_slice_scaling: SliceScaling::None,
             ..SchedConfig::default()
         };
         let mut sim = Sim::with_config(topo16(), Mitigations::all(), cfg.clone());
@@ -1011,8 +1015,10 @@ fn a_running_slice_shrinks_when_tasks_join_its_runqueue() {
             slice_follows_load: follow,
             ..SchedConfig::default()
         };
-        let latency = cfg.fair_latency_ns;
         let mut sim = Sim::with_config(topo16(), Mitigations::all(), cfg);
+        // 16 CPUs: Linux's log scaling makes it 4 x 6 ms
+        let latency = sim.s.fair_bounds().latency_ns;
+        assert_eq!(latency, 24_000_000);
         let on6 = CpuMask::single(6);
         let ids: Vec<TaskId> = (0..4)
             .map(|i| {
@@ -1035,7 +1041,7 @@ fn a_running_slice_shrinks_when_tasks_join_its_runqueue() {
         );
         // tick every 100 us until the first switch
         let mut switched_after = None;
-        for _ in 0..100 {
+        for _ in 0..300 {
             sim.now += 100_000;
             sim.s.tick(6, sim.now).unwrap();
             sim.settle();

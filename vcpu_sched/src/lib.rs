@@ -90,7 +90,7 @@ mod loom_tests;
 mod wiring_tests;
 
 pub use check::{InvariantChecker, Liveness, RtWait, SnapshotReport};
-pub use config::SchedConfig;
+pub use config::{FairBounds, SchedConfig, SliceScaling};
 pub use cpumask::{AtomicCpuMask, CpuMask, MAX_CPUS};
 pub use error::{Result, SchedError};
 pub use mitigations::{Fix, Mitigations};

@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use topology::HostTopology;
 
-use crate::config::SchedConfig;
+use crate::config::{FairBounds, SchedConfig};
 use crate::cpumask::CpuMask;
 use crate::cpupri::CpuPri;
 use crate::error::{Result, SchedError};
@@ -142,6 +142,8 @@ pub struct Scheduler {
     pub(crate) idle: IdleTracker,
     pub(crate) gload: GroupLoad,
     kicker: Arc<dyn KickCpu>,
+    /// `cfg`'s fair bounds scaled for this scheduler's CPUs.
+    pub(crate) fair: FairBounds,
     /// Counters of work done by callers that are not a managed CPU
     /// (timers, I/O threads, the ticker).
     ext: CpuStats,
@@ -186,6 +188,7 @@ impl Scheduler {
             ext: CpuStats::default(),
             spread: AtomicU32::new(0),
             anomalies: Mutex::new(Vec::new()),
+            fair: cfg.fair_bounds(n),
             map,
             topo,
             mit,
@@ -212,6 +215,12 @@ impl Scheduler {
     /// The tunables.
     pub fn config(&self) -> &SchedConfig {
         &self.cfg
+    }
+
+    /// The fair bounds in force: the configured ones scaled for this
+    /// scheduler's CPUs ([`SchedConfig::fair_slice_scaling`]).
+    pub fn fair_bounds(&self) -> FairBounds {
+        self.fair
     }
 
     /// Number of CPUs.

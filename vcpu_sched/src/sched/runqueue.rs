@@ -148,7 +148,7 @@ impl Scheduler {
                 if wakeup {
                     // Sleeper credit, bounded: a long sleeper does not
                     // starve the others when it comes back.
-                    vr = vr.max(base - (self.cfg.fair_latency_ns / 2) as i64);
+                    vr = vr.max(base - (self.fair.latency_ns / 2) as i64);
                 }
                 let vr = vr.max(0) as u64;
                 t.vruntime.store(vr, Ordering::Relaxed);
@@ -228,8 +228,8 @@ impl Scheduler {
 
     pub(super) fn fair_slice(&self, rq: &Rq, w: u32) -> u64 {
         let total = rq.fair.load + w as u64;
-        let s = (self.cfg.fair_latency_ns as u128 * w as u128 / total.max(1) as u128) as u64;
-        s.max(self.cfg.fair_min_granularity_ns)
+        let s = (self.fair.latency_ns as u128 * w as u128 / total.max(1) as u128) as u64;
+        s.max(self.fair.min_granularity_ns)
     }
 
     /// A fair task joined `rq`: if a fair task runs there, its slice end
@@ -279,7 +279,7 @@ impl Scheduler {
                     return false;
                 };
                 let cvr = t.vruntime.load(Ordering::Relaxed);
-                cvr > lvr.saturating_add(self.cfg.wakeup_granularity_ns)
+                cvr > lvr.saturating_add(self.fair.wakeup_granularity_ns)
                     || (cvr > lvr && now.saturating_sub(rq.slice_start) >= self.fair_slice(rq, w))
             }
         }
@@ -301,7 +301,7 @@ impl Scheduler {
             }
             let cvr = self.t(c).vruntime.load(Ordering::Relaxed);
             let vr = t.vruntime.load(Ordering::Relaxed);
-            return cvr > vr.saturating_add(self.cfg.wakeup_granularity_ns);
+            return cvr > vr.saturating_add(self.fair.wakeup_granularity_ns);
         }
         false
     }

@@ -155,7 +155,7 @@ impl Scheduler {
         }
         let slept = now
             .saturating_sub(t.acct.since.load(Ordering::Relaxed))
-            .min(self.cfg.fair_latency_ns / 2);
+            .min(self.fair.latency_ns / 2);
         let rel = t.vruntime.load(Ordering::Relaxed) as i64;
         t.vruntime
             .store(rel.saturating_sub(slept as i64) as u64, Ordering::Relaxed);
@@ -241,15 +241,15 @@ impl Scheduler {
         }
         // off a runqueue, a fair task's virtual runtime is relative to the
         // runqueue's min_vruntime (i64 bits)
-        let rel = (t.vruntime.load(Ordering::Relaxed) as i64)
-            .max(-((self.cfg.fair_latency_ns / 2) as i64));
+        let rel =
+            (t.vruntime.load(Ordering::Relaxed) as i64).max(-((self.fair.latency_ns / 2) as i64));
         let base = self.cpus[target as usize]
             .wake
             .min_vruntime
             .load(Ordering::Relaxed) as i64;
         let placed = base.saturating_add(rel).max(0) as u64;
         let cvr = self.t(c).vruntime.load(Ordering::Relaxed);
-        cvr > placed.saturating_add(self.cfg.wakeup_granularity_ns)
+        cvr > placed.saturating_add(self.fair.wakeup_granularity_ns)
     }
 
     pub(super) fn run_after(&self, a: After, by: Option<CpuId>, now: u64) {

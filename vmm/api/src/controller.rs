@@ -215,6 +215,7 @@ impl Controller {
                 eo.sched.fair_wakeup_preempt = opts.wakeup_preempt;
                 eo.sched.fair_latency_ns = opts.fair_latency_ns;
                 eo.sched.fair_min_granularity_ns = opts.fair_min_granularity_ns;
+                eo.sched.fair_slice_scaling = opts.fair_slice_scaling;
                 Some(Arc::new(VcpuPool::start(&eo)?))
             }
             ExecutorKind::Host => None,

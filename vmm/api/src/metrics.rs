@@ -454,9 +454,11 @@ fn register_scheduler(reg: &mut Registry, sched: &vcpu_sched::Scheduler) {
         settings,
     );
     let slices = Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    let fair = sched.fair_bounds();
     for (bound, ns) in [
-        ("latency", c.fair_latency_ns),
-        ("min_granularity", c.fair_min_granularity_ns),
+        ("latency", fair.latency_ns),
+        ("min_granularity", fair.min_granularity_ns),
+        ("wakeup_granularity", fair.wakeup_granularity_ns),
     ] {
         slices
             .get_or_create(&vec![("bound".to_string(), bound.to_string())])
@@ -464,9 +466,10 @@ fn register_scheduler(reg: &mut Registry, sched: &vcpu_sched::Scheduler) {
     }
     reg.register(
         "sched_fair_slice_seconds",
-        "The shared scheduler's fair slice bounds: the period slices are cut from (latency) \
-         and the shortest slice (min_granularity); vmm serve's --fair-latency-us and \
-         --fair-min-granularity-us",
+        "The shared scheduler's fair bounds in force: the period slices are cut from \
+         (latency), the shortest slice (min_granularity) and how far behind a woken vCPU must \
+         be to preempt (wakeup_granularity); vmm serve's --fair-latency-us and \
+         --fair-min-granularity-us (and 1 ms) times --fair-slice-scaling's factor",
         slices,
     );
     let groups = Gauge::<i64, std::sync::atomic::AtomicI64>::default();

@@ -41,6 +41,9 @@ pub struct ServeOptions {
     /// The shortest fair slice, ns
     /// (`vcpu_sched::SchedConfig::fair_min_granularity_ns`).
     pub fair_min_granularity_ns: u64,
+    /// How the scheduler scales the fair bounds for its CPUs
+    /// (`vcpu_sched::SchedConfig::fair_slice_scaling`; log by default).
+    pub fair_slice_scaling: vcpu_sched::SliceScaling,
 }
 
 /// Errors starting the server.

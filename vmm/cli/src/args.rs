@@ -453,30 +453,47 @@ pub fn platform(s: &str) -> Result<u16, String> {
     Ok(n)
 }
 
-/// The fair slice bounds, ns, of `vmm serve` and `vmm bench`
-/// (`--fair-latency-us`, `--fair-min-granularity-us`, or a config file's
-/// keys; µs): those given, else the scheduler's defaults. Refused where no
-/// vcpu_sched runs (`sched` false: the host executor), outside
-/// 100 µs..=1 s (a file bypasses clap's range), and where the shortest
-/// slice exceeds the period it is cut from.
+/// The fair slice bounds of `vmm serve` and `vmm bench`
+/// (`--fair-latency-us`, `--fair-min-granularity-us`,
+/// `--fair-slice-scaling`, or a config file's keys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FairSlices {
+    /// The period slices are cut from, ns, before scaling.
+    pub latency_ns: u64,
+    /// The shortest slice, ns, before scaling.
+    pub min_granularity_ns: u64,
+    /// How the scheduler scales both (and the wakeup granularity) for its
+    /// CPUs.
+    pub scaling: vcpu_sched::SliceScaling,
+}
+
+/// [`FairSlices`] from the flags or a file's keys (µs): those given, else
+/// the scheduler's defaults. Refused where no vcpu_sched runs (`sched`
+/// false: the host executor), outside 100 µs..=1 s (a file bypasses
+/// clap's range), and where the shortest slice exceeds the period it is
+/// cut from.
 pub fn fair_slices(
     latency_us: Option<u64>,
     min_us: Option<u64>,
+    scaling: Option<vcpu_sched::SliceScaling>,
     sched: bool,
-) -> Result<(u64, u64), InputError> {
+) -> Result<FairSlices, InputError> {
     let d = vcpu_sched::SchedConfig::default();
+    let host_refusal = |name: &str| {
+        InputError(format!(
+            "{name}: a setting of vcpu_sched, which the host executor does not run (the host \
+             kernel schedules its vCPU threads); use --executor workers or leave it out"
+        ))
+    };
+    if scaling.is_some() && !sched {
+        return Err(host_refusal("fair_slice_scaling"));
+    }
     for (name, v) in [
         ("fair_latency_us", latency_us),
         ("fair_min_granularity_us", min_us),
     ] {
         match v {
-            Some(_) if !sched => {
-                return Err(InputError(format!(
-                    "{name}: a setting of vcpu_sched, which the host executor does not run (the \
-                     host kernel schedules its vCPU threads); use --executor workers or leave it \
-                     out"
-                )))
-            }
+            Some(_) if !sched => return Err(host_refusal(name)),
             Some(us) if !(100..=1_000_000).contains(&us) => {
                 return Err(InputError(format!(
                     "{name} = {us}: give 100..=1000000 (µs)"
@@ -495,7 +512,16 @@ pub fn fair_slices(
             latency / 1_000
         )));
     }
-    Ok((latency, min))
+    Ok(FairSlices {
+        latency_ns: latency,
+        min_granularity_ns: min,
+        scaling: scaling.unwrap_or(d.fair_slice_scaling),
+    })
+}
+
+/// `--fair-slice-scaling` and the config file's `fair_slice_scaling`.
+pub fn slice_scaling(s: &str) -> Result<vcpu_sched::SliceScaling, String> {
+    s.trim().parse()
 }
 
 #[cfg(test)]
@@ -642,23 +668,30 @@ mod tests {
 
     #[test]
     fn fair_slices_default_check_and_refuse_the_host_executor() {
+        use vcpu_sched::SliceScaling;
         let d = vcpu_sched::SchedConfig::default();
+        let pair = |f: FairSlices| (f.latency_ns, f.min_granularity_ns);
+        let all = fair_slices(None, None, None, true).unwrap();
+        assert_eq!(pair(all), (d.fair_latency_ns, d.fair_min_granularity_ns));
+        assert_eq!(all.scaling, SliceScaling::Log);
         assert_eq!(
-            fair_slices(None, None, true).unwrap(),
-            (d.fair_latency_ns, d.fair_min_granularity_ns)
+            fair_slices(None, None, None, false).unwrap().latency_ns,
+            d.fair_latency_ns
         );
-        assert_eq!(fair_slices(None, None, false).unwrap().0, d.fair_latency_ns);
-        assert_eq!(
-            fair_slices(Some(12_000), Some(1_500), true).unwrap(),
-            (12_000_000, 1_500_000)
-        );
-        let msg = |r: Result<(u64, u64), InputError>| r.unwrap_err().to_string();
-        assert!(msg(fair_slices(Some(12_000), None, false))
+        let given = fair_slices(Some(12_000), Some(1_500), Some(SliceScaling::None), true).unwrap();
+        assert_eq!(pair(given), (12_000_000, 1_500_000));
+        assert_eq!(given.scaling, SliceScaling::None);
+        let msg = |r: Result<FairSlices, InputError>| r.unwrap_err().to_string();
+        assert!(msg(fair_slices(Some(12_000), None, None, false))
             .starts_with("fair_latency_us: a setting of vcpu_sched"));
-        assert!(msg(fair_slices(None, Some(50), true)).contains("give 100..=1000000"));
-        assert!(msg(fair_slices(Some(1_000), Some(2_000), true))
+        assert!(msg(fair_slices(None, None, Some(SliceScaling::Log), false))
+            .starts_with("fair_slice_scaling: a setting of vcpu_sched"));
+        assert!(msg(fair_slices(None, Some(50), None, true)).contains("give 100..=1000000"));
+        assert!(msg(fair_slices(Some(1_000), Some(2_000), None, true))
             .contains("exceeds fair_latency_us = 1000"));
         // the default period (6 ms) bounds a granularity given alone
-        assert!(fair_slices(None, Some(7_000), true).is_err());
+        assert!(fair_slices(None, Some(7_000), None, true).is_err());
+        assert_eq!(slice_scaling(" none"), Ok(SliceScaling::None));
+        assert!(slice_scaling("linear").unwrap_err().contains("give log"));
     }
 }

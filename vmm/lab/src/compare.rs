@@ -65,6 +65,23 @@ pub struct CompareOptions {
     /// first is the baseline and gets the A/A row), with the same
     /// restrictions.
     pub busy_balance: Vec<BusyBalance>,
+    /// Compare how the fair bounds scale with the CPUs instead
+    /// ([`vcpu_sched::SliceScaling`]; the first is the baseline and gets
+    /// the A/A row), with the same restrictions.
+    pub fair_slice_scaling: Vec<vcpu_sched::SliceScaling>,
+}
+
+/// A row label of a fair slice scaling comparison.
+#[derive(Clone, Copy)]
+struct ScalingRow(vcpu_sched::SliceScaling);
+
+impl std::fmt::Display for ScalingRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            vcpu_sched::SliceScaling::None => "unscaled slices",
+            vcpu_sched::SliceScaling::Log => "log-scaled slices",
+        })
+    }
 }
 
 /// Where a comparison is.
@@ -156,13 +173,23 @@ pub fn compare(
             |o, b| o.busy_balance = b == BusyBalance::On,
         ));
     }
+    if !opts.fair_slice_scaling.is_empty() {
+        let rows: Vec<ScalingRow> = opts
+            .fair_slice_scaling
+            .iter()
+            .map(|&s| ScalingRow(s))
+            .collect();
+        axes.push(axis_cells(opts, "a fair slice scaling", &rows, |o, r| {
+            o.fair_slice_scaling = r.0
+        }));
+    }
     let cells = match axes.len() {
         0 => scheduler_cells(opts)?,
         1 => axes.pop().expect("one axis")?,
         _ => {
             return Err(BenchError::Input(
                 "compare one of engines, I/O thread placements, kick protocols, RT pull \
-                 protocols, timer advance or busy balance settings at a time"
+                 protocols, timer advance, busy balance or fair slice scaling settings at a time"
                     .into(),
             ))
         }

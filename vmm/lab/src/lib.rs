@@ -277,6 +277,10 @@ pub struct BenchOptions {
     /// default).
     #[serde(default)]
     pub fair_min_granularity_ns: Option<u64>,
+    /// How the fair bounds grow with the CPUs
+    /// ([`vcpu_sched::SchedConfig::fair_slice_scaling`]).
+    #[serde(default)]
+    pub fair_slice_scaling: vcpu_sched::SliceScaling,
     /// A busy CPU hands a waiting fair vCPU to a less loaded busy CPU
     /// ([`vcpu_sched::SchedConfig::busy_balance`], off by default).
     #[serde(default)]
@@ -436,8 +440,9 @@ fn yes() -> bool {
 }
 
 impl BenchOptions {
-    /// The fair slice bounds the scheduler rows run with, ns: `[latency,
-    /// min granularity]`, the scheduler's defaults where not given.
+    /// The fair slice bounds as configured, ns: `[latency, min
+    /// granularity]`, the scheduler's defaults where not given, before
+    /// [`fair_slice_scaling`](Self::fair_slice_scaling).
     pub fn fair_slice_ns(&self) -> [u64; 2] {
         let d = vcpu_sched::SchedConfig::default();
         [
@@ -445,6 +450,13 @@ impl BenchOptions {
             self.fair_min_granularity_ns
                 .unwrap_or(d.fair_min_granularity_ns),
         ]
+    }
+
+    /// The fair slice bounds the scheduler rows run with on `ncpus` CPUs,
+    /// ns: `[latency, min granularity]`, scaled.
+    pub fn fair_slice_ns_on(&self, ncpus: usize) -> [u64; 2] {
+        let f = self.fair_slice_scaling.factor(ncpus);
+        self.fair_slice_ns().map(|ns| ns.saturating_mul(f))
     }
 
     /// Defaults: 1 s, baseline, `workers`, checker off.
@@ -475,6 +487,7 @@ impl BenchOptions {
             slices_follow_load: false,
             fair_latency_ns: None,
             fair_min_granularity_ns: None,
+            fair_slice_scaling: vcpu_sched::SliceScaling::default(),
             busy_balance: false,
             rt_pull: RtPull::Bounded,
             timer_advance: TimerAdvance::On,
@@ -550,11 +563,17 @@ pub struct BenchReport {
     /// written before it was recorded).
     #[serde(default)]
     pub busy_balance: bool,
-    /// The scheduler rows' fair slice bounds, ns: `[latency, min
-    /// granularity]` (`None` for the host executor, and in reports written
-    /// before they were recorded, when they were always 6 ms and 0.75 ms).
+    /// The scheduler rows' fair slice bounds in force, ns: `[latency, min
+    /// granularity]`, scaled for the CPUs (`None` for the host executor,
+    /// and in reports written before they were recorded, when they were
+    /// always 6 ms and 0.75 ms).
     #[serde(default)]
     pub fair_slice_ns: Option<[u64; 2]>,
+    /// How they were scaled from the configured ones (`None` for the host
+    /// executor, and in reports written before the scaling existed, when
+    /// there was none).
+    #[serde(default)]
+    pub fair_slice_scaling: Option<vcpu_sched::SliceScaling>,
     /// VMs.
     pub vms: usize,
     /// vCPUs per VM.

@@ -400,7 +400,10 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
         rt_pull: opts.rt_pull,
         timer_advance: opts.timer_advance,
         busy_balance: opts.busy_balance && opts.executor != ExecutorKind::Host,
-        fair_slice_ns: (opts.executor != ExecutorKind::Host).then(|| opts.fair_slice_ns()),
+        fair_slice_ns: (opts.executor != ExecutorKind::Host)
+            .then(|| opts.fair_slice_ns_on(topo.num_cpus())),
+        fair_slice_scaling: (opts.executor != ExecutorKind::Host)
+            .then_some(opts.fair_slice_scaling),
         vms: opts.vms,
         vcpus: opts.vcpus,
         per_vcpu: std::mem::take(&mut rows.rows),
@@ -498,6 +501,7 @@ fn exec_options(
         max_tasks: SchedConfig::default().max_tasks.max(nslots),
         fair_latency_ns,
         fair_min_granularity_ns,
+        fair_slice_scaling: opts.fair_slice_scaling,
         lazy_fair_kicks: opts.kicks == super::Kicks::Lazy,
         sleeper_credit: opts.sleeper_credit,
         fair_wakeup_preempt: !opts.no_wakeup_preempt,

@@ -16,7 +16,7 @@ use crate::rng::Rng;
 use crate::stats::Histogram;
 use crate::sync::recorder::Access;
 use crate::workload::defs;
-use crate::{CpuId, KickCpu, Policy, Prev, SchedConfig, Scheduler, TaskId, TaskSpec};
+use crate::{CpuId, KickCpu, Policy, Prev, SchedConfig, Scheduler, SliceScaling, TaskId, TaskSpec};
 
 /// Records the core's kicks for the event loop.
 #[derive(Default)]
@@ -164,6 +164,8 @@ impl<'a> Sim<'a> {
             bounded_rt_pull: false,
             // and no busy balance (fair tasks move only into idle CPUs)
             busy_balance: false,
+            // and Linux's unscaled fair bounds (6 ms, 0.75 ms, 1 ms)
+            fair_slice_scaling: SliceScaling::None,
             ..SchedConfig::default()
         };
         let kicks = Arc::new(Kicks::default());

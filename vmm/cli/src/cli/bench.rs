@@ -146,16 +146,28 @@ pub struct BenchArgs {
     #[arg(long)]
     pub slices_follow_load: bool,
     /// The fair period a slice is cut from, shared by weight among a
-    /// CPU's runnable fair vCPUs (default 6000: Linux's sched_latency
-    /// unscaled; Linux scales it by 1 + log2 of the CPUs, at most 8).
-    /// 100..=1000000. Scheduler executors only
+    /// CPU's runnable fair vCPUs, before --fair-slice-scaling (default
+    /// 6000: Linux's sched_latency before it scales it). 100..=1000000.
+    /// Scheduler executors only
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
     pub fair_latency_us: Option<u64>,
-    /// The shortest fair slice (default 750: Linux's
-    /// sched_min_granularity unscaled), at most --fair-latency-us.
-    /// 100..=1000000. Scheduler executors only
+    /// The shortest fair slice, before --fair-slice-scaling (default 750:
+    /// Linux's sched_min_granularity before it scales it), at most
+    /// --fair-latency-us. 100..=1000000. Scheduler executors only
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
     pub fair_min_granularity_us: Option<u64>,
+    /// How the fair bounds (latency, min granularity, wakeup granularity)
+    /// grow with the topology's CPUs: log, Linux's default, multiplies
+    /// them by 1 + log2(min(CPUs, 8)) (2x on 2 CPUs, 4x from 8 on); none
+    /// keeps them as given. The report's fair_slice_ns holds the result.
+    /// Scheduler executors only
+    #[arg(long, value_name = "log|none", value_parser = args::slice_scaling)]
+    pub fair_slice_scaling: Option<vcpu_sched::SliceScaling>,
+    /// Compare the fair bounds unscaled (none: the baseline, with its A/A
+    /// row) and scaled (log); one mitigation set on one scheduler
+    /// executor, no host row; --reps repetitions, interleaved
+    #[arg(long, conflicts_with_all = ["compare", "compare_executors", "compare_engines", "compare_io_cpus", "compare_kicks", "compare_rt_pull", "compare_timer_advance", "compare_busy_balance", "fair_slice_scaling"])]
+    pub compare_fair_slice_scaling: bool,
     /// Whether a busy CPU with fair vCPUs waiting hands one to a busy CPU
     /// with at least two more CPU-bound ones fewer, once that has lasted
     /// 100 ms (on; `vmm serve`'s default), or vCPUs move only into idle
@@ -420,12 +432,15 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         || a.busy_balance.is_some()
         || a.compare_busy_balance
         || a.rt_pull.is_some()
-        || a.compare_rt_pull)
+        || a.compare_rt_pull
+        || a.compare_fair_slice_scaling)
         && executor == ExecutorKind::Host
     {
         return Err(ignored(
             if a.compare_kicks {
                 "--compare-kicks"
+            } else if a.compare_fair_slice_scaling {
+                "--compare-fair-slice-scaling"
             } else if a.compare_rt_pull {
                 "--compare-rt-pull"
             } else if a.kicks.is_some() {
@@ -451,6 +466,7 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
     args::fair_slices(
         a.fair_latency_us,
         a.fair_min_granularity_us,
+        a.fair_slice_scaling,
         executor != ExecutorKind::Host,
     )?;
     if (a.timer_advance.is_some() || a.compare_timer_advance) && executor != ExecutorKind::Workers {
@@ -473,6 +489,7 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         && !a.compare_rt_pull
         && !a.compare_timer_advance
         && !a.compare_busy_balance
+        && !a.compare_fair_slice_scaling
     {
         if a.reps.is_some() {
             return Err(ignored("--reps", "--compare", "a single run").into());
@@ -618,6 +635,7 @@ fn bench_options(
     // checked by check_applicable (fair_slices)
     o.fair_latency_ns = a.fair_latency_us.map(|us| us * 1_000);
     o.fair_min_granularity_ns = a.fair_min_granularity_us.map(|us| us * 1_000);
+    o.fair_slice_scaling = a.fair_slice_scaling.unwrap_or_default();
     o.busy_balance = a.busy_balance == Some(BusyBalance::On);
     o.rt_pull = a.rt_pull.unwrap_or_default();
     o.timer_advance = a.timer_advance.unwrap_or_default();
@@ -656,6 +674,7 @@ struct Axes {
     rt_pull: Vec<RtPull>,
     timer_advance: Vec<TimerAdvance>,
     busy_balance: Vec<BusyBalance>,
+    fair_slice_scaling: Vec<vcpu_sched::SliceScaling>,
 }
 
 impl Axes {
@@ -683,6 +702,14 @@ impl Axes {
             } else {
                 Vec::new()
             },
+            fair_slice_scaling: if a.compare_fair_slice_scaling {
+                vec![
+                    vcpu_sched::SliceScaling::None,
+                    vcpu_sched::SliceScaling::Log,
+                ]
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -695,6 +722,7 @@ impl Axes {
             .max(self.rt_pull.len())
             .max(self.timer_advance.len())
             .max(self.busy_balance.len())
+            .max(self.fair_slice_scaling.len())
     }
 }
 
@@ -747,6 +775,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
                     rt_pull: axes.rt_pull,
                     timer_advance: axes.timer_advance,
                     busy_balance: axes.busy_balance,
+                    fair_slice_scaling: axes.fair_slice_scaling,
                 },
                 &mut |p| {
                     let f = (p.done as f64 + p.run_fraction) / p.total.max(1) as f64;

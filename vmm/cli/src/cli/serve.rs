@@ -60,18 +60,27 @@ pub struct ServeArgs {
     /// The fair period a slice is cut from: a fair vCPU's slice is this
     /// shared by weight among the runnable fair vCPUs of its CPU, at
     /// least --fair-min-granularity-us (Linux's sched_latency; default
-    /// 6000, Linux's value before it scales it by 1 + log2 of the CPUs,
-    /// at most 8). 100..=1000000. Workers executor only
+    /// 6000), before --fair-slice-scaling. 100..=1000000. Workers
+    /// executor only
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
     pub fair_latency_us: Option<u64>,
     /// The shortest fair slice (Linux's sched_min_granularity; default
-    /// 750, unscaled as above). 100..=1000000, at most
+    /// 750), before --fair-slice-scaling. 100..=1000000, at most
     /// --fair-latency-us. Workers executor only
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
     pub fair_min_granularity_us: Option<u64>,
+    /// How the fair bounds (latency, min granularity, wakeup granularity)
+    /// grow with the topology's CPUs: log (the default, as Linux)
+    /// multiplies them by 1 + log2(min(CPUs, 8)), 2x on 2 CPUs and 4x
+    /// from 8 on; none keeps them as given. /metrics'
+    /// vmm_sched_fair_slice_seconds shows the bounds in force. Workers
+    /// executor only
+    #[arg(long, value_name = "log|none", value_parser = args::slice_scaling)]
+    pub fair_slice_scaling: Option<vcpu_sched::SliceScaling>,
     /// A TOML file with any of: topology, mitigations, executor,
     /// metrics_per_vcpu, busy_balance, sleeper_credit, wakeup_preempt,
-    /// fair_latency_us, fair_min_granularity_us. Flags win over it.
+    /// fair_latency_us, fair_min_granularity_us, fair_slice_scaling.
+    /// Flags win over it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
@@ -90,6 +99,7 @@ struct ServeFile {
     wakeup_preempt: Option<bool>,
     fair_latency_us: Option<u64>,
     fair_min_granularity_us: Option<u64>,
+    fair_slice_scaling: Option<String>,
 }
 
 fn on_off(s: &str) -> std::result::Result<bool, String> {
@@ -139,6 +149,7 @@ pub fn run_ch_entry(api_socket: PathBuf, seccomp: Option<&str>) -> Result<()> {
         wakeup_preempt: None,
         fair_latency_us: None,
         fair_min_granularity_us: None,
+        fair_slice_scaling: None,
         config,
     });
     match named {
@@ -234,9 +245,16 @@ pub fn run(a: ServeArgs) -> Result<()> {
         true,
         workers,
     )?;
-    let (fair_latency_ns, fair_min_granularity_ns) = args::fair_slices(
+    let file_scaling = file
+        .fair_slice_scaling
+        .as_deref()
+        .map(args::slice_scaling)
+        .transpose()
+        .map_err(|e| InputError(format!("--config: fair_slice_scaling: {e}")))?;
+    let fair = args::fair_slices(
         a.fair_latency_us.or(file.fair_latency_us),
         a.fair_min_granularity_us.or(file.fair_min_granularity_us),
+        a.fair_slice_scaling.or(file_scaling),
         workers,
     )?;
     topology::load(&topology).with_context(|| format!("--topology {topology}"))?;
@@ -262,8 +280,9 @@ pub fn run(a: ServeArgs) -> Result<()> {
         busy_balance,
         sleeper_credit,
         wakeup_preempt,
-        fair_latency_ns,
-        fair_min_granularity_ns,
+        fair_latency_ns: fair.latency_ns,
+        fair_min_granularity_ns: fair.min_granularity_ns,
+        fair_slice_scaling: fair.scaling,
     };
     serve(opts).map_err(|e| {
         if e.is_user_fault() {
