@@ -1645,3 +1645,57 @@ fn migrations_are_counted_by_distance() {
         sim.strict("migrations");
     }
 }
+
+/// An RT wakeup left on a busy CPU's wake list, where it cannot preempt,
+/// is pushed to a CPU running lower when that CPU's tick takes it (with a
+/// deferred fair wakeup) off the list, as a wakeup's enqueue pushes
+/// (Linux's `task_woken_rt`): the drain spends what the wakeup's kick
+/// would have made the CPU do, so nothing else would push it. (Found by
+/// `tests/core_props.rs`.)
+#[test]
+fn an_rt_wakeup_taken_off_the_wake_list_by_the_tick_is_pushed() {
+    let mut sim = Sim::with_config(topo16(), Mitigations::none(), SchedConfig::default());
+    let spec = |n: &str, pol: Policy, m: CpuMask| TaskSpec::new(n).policy(pol).affinity(m);
+    let a = sim
+        .s
+        .add_task(&spec("a", Policy::Fifo(50), CpuMask::single(6)), sim.now)
+        .unwrap();
+    let b = sim
+        .s
+        .add_task(&spec("b", Policy::Fifo(60), CpuMask::single(7)), sim.now)
+        .unwrap();
+    let c = sim
+        .s
+        .add_task(
+            &spec("c", Policy::Fifo(50), CpuMask::from_cpus(6..=7)),
+            sim.now,
+        )
+        .unwrap();
+    let f = sim
+        .s
+        .add_task(&spec("f", Policy::Fair(1024), CpuMask::single(6)), sim.now)
+        .unwrap();
+    sim.s.wake(a, None, sim.now).unwrap();
+    sim.s.wake(b, None, sim.now).unwrap();
+    sim.settle();
+    assert_eq!(sim.s.current(6).unwrap(), Some(a));
+    assert_eq!(sim.s.current(7).unwrap(), Some(b));
+    // c goes to CPU 6, the lower of its two, where it cannot preempt a;
+    // f is deferred there (it would not preempt an RT task)
+    sim.now += 1_000;
+    sim.s.wake(c, None, sim.now).unwrap();
+    sim.s.wake(f, None, sim.now).unwrap();
+    // CPU 7 goes idle before CPU 6 looks at its lists: nothing to pull yet
+    sim.s.schedule(7, Prev::Block, sim.now).unwrap();
+    assert_eq!(sim.s.current(7).unwrap(), None);
+    sim.now += 1_000;
+    sim.s.tick(6, sim.now).unwrap();
+    sim.settle();
+    assert_eq!(sim.s.current(6).unwrap(), Some(a));
+    assert_eq!(
+        sim.s.current(7).unwrap(),
+        Some(c),
+        "c pushed to the idle CPU"
+    );
+    sim.strict("pushed from the tick");
+}

@@ -10,7 +10,9 @@ use crate::task::CpuId;
 impl Scheduler {
     /// The timer tick for `cpu`. Cheap when nothing is due (a few loads of
     /// the CPU's hot line): checks the current task's slice, takes the
-    /// fair wakeups left on its deferred wake list, and now and
+    /// fair wakeups left on its deferred wake list (with whatever else
+    /// its wake lists hold; an RT task among them that does not preempt
+    /// is pushed, as at any wakeup's enqueue), and now and
     /// then, if tasks wait here while other CPUs idle, kicks an idle CPU
     /// to take one (idle load balancing), or with
     /// `SchedConfig::busy_balance` and no idle CPU hands one to a busy CPU
@@ -43,6 +45,11 @@ impl Scheduler {
             } else {
                 0
             };
+            // an RT task taken from the lists that does not preempt what
+            // runs here is pushed to a CPU running lower, as a wakeup's
+            // enqueue pushes (Linux's task_woken_rt): its kick may have
+            // been spent by this drain, so no schedule would push it
+            let push = drained > 0 && rq.overloaded;
             let mut resched = false;
             match rq.curr {
                 Some(c) if !rq.in_balance => {
@@ -64,6 +71,9 @@ impl Scheduler {
             pc.stats.ticks_slow.fetch_add(1, Ordering::Relaxed);
             if resched {
                 self.resched_cpu(cpu, Some(cpu));
+            }
+            if push {
+                self.push_rt(cpu, now);
             }
         }
         if h.nr_queued.load(Ordering::Relaxed) > 0 && now >= h.next_balance.load(Ordering::Relaxed)
