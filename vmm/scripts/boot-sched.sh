@@ -16,6 +16,11 @@
 # SERVE_ARGS adds flags to the workers rows' `vmm serve` (VMS>1 only),
 # e.g. SERVE_ARGS="--busy-balance off".
 #
+# B_ARGS, when given, adds a fourth row, `vcpu_sched-b`: `vcpu_sched` with
+# these flags added to its `vmm run` (VMS=1) or `vmm serve` (VMS>1), e.g.
+# B_ARGS="--fair-slice-scaling none", which `results_md --boot-pairs`
+# pairs with `vcpu_sched` as it pairs the A/A row (an A/B of the setting).
+#
 # The whole log of each boot goes to OUT (default docs/data/boot-sched),
 # one tab-separated line per boot to stdout:
 #   sched  rep  seconds_to_root_domain  wall_seconds  load1
@@ -46,12 +51,20 @@ LINE="root domain span"
 mkdir -p "$OUT"
 meta=$(scripts/machine-meta.sh "# ")
 ROWS=(host vcpu_sched vcpu_sched-aa)
+read -r -a B_FLAGS <<<"${B_ARGS:-}"
+if [ "${#B_FLAGS[@]}" -gt 0 ]; then ROWS+=(vcpu_sched-b); fi
+
+# sched_of ROW: what --sched the row boots under; b_flags ROW: its B flags
+sched_of() { local s=${1%-aa}; echo "${s%-b}"; }
+b_flags() { if [ "$1" = vcpu_sched-b ]; then printf '%s\n' "${B_FLAGS[@]}"; fi; }
 
 # boot_one SCHED LOG: one `vmm run`; the log gets its stderr.
 boot_one() {
-    local sched=${1%-aa}
+    local sched extra=()
+    sched=$(sched_of "$1")
+    mapfile -t extra < <(b_flags "$1")
     local cmd=("$VMM_BIN" -v run --kernel "$K" --initrd "$I" --memory 768M --guest "$SHAPE"
-        --sched "$sched" --cmdline "loglevel=8 sched_verbose" --until "$LINE" --timeout 20m)
+        --sched "$sched" "${extra[@]}" --cmdline "loglevel=8 sched_verbose" --until "$LINE" --timeout 20m)
     { echo "# ${cmd[*]}"; echo "$meta"; echo "# boot started $(date -u +%FT%TZ)"; "${cmd[@]}" 2>&1 >/dev/null || true; } >"$2"
 }
 
@@ -60,9 +73,10 @@ boot_one() {
 # (the last VM) when all of them printed the line within 20 minutes.
 boot_many() {
     local executor=host dir sock pid i t0 now done_n extra=()
-    if [ "${1%-aa}" = vcpu_sched ]; then
+    if [ "$(sched_of "$1")" = vcpu_sched ]; then
         executor=workers
         read -r -a extra <<<"${SERVE_ARGS:-}"
+        mapfile -t -O "${#extra[@]}" extra < <(b_flags "$1")
     fi
     dir=$(mktemp -d)
     sock=$dir/api.sock
@@ -114,9 +128,9 @@ boot_many() {
 }
 
 for rep in $(seq 1 "$REPS"); do
-    # rotate: repetition r starts with row (r - 1) mod 3
-    for k in 0 1 2; do
-        sched=${ROWS[$(( (rep - 1 + k) % 3 ))]}
+    # rotate: repetition r starts with row (r - 1) mod the rows
+    for k in "${!ROWS[@]}"; do
+        sched=${ROWS[$(( (rep - 1 + k) % ${#ROWS[@]} ))]}
         if [ "$VMS" = 1 ]; then log=$OUT/$sched-$rep.log; else log=$OUT/$sched-$rep-vms$VMS.log; fi
         if [ -s "$log" ] && grep -q 'matched after' "$log"; then
             wall=NA load=NA

@@ -11,7 +11,9 @@
 //! WHY: one pair of boots spreads 10-20% on this host; only the paired
 //! interval, next to the same reading of `vcpu_sched` against itself, says
 //! whether a limit is met. Files written before the A/A row existed (no
-//! `vcpu_sched-aa` lines) still read, without an A/A reading.
+//! `vcpu_sched-aa` lines) still read, without an A/A reading. A `B` row
+//! (`vcpu_sched-b`: `vcpu_sched` with other settings, `B_ARGS`) gets the
+//! same paired reading against `vcpu_sched`, to A/B a setting on the boot.
 //!
 //! HOW: ratios are oriented as the comparison tables (host / vcpu_sched in
 //! percent: above 100% vcpu_sched is faster) for `paired`, and printed as
@@ -31,6 +33,7 @@ pub struct Rep {
     pub host: Option<f64>,
     pub sched: Option<f64>,
     pub aa: Option<f64>,
+    pub b: Option<f64>,
 }
 
 /// The paired reading of a boots file.
@@ -40,6 +43,8 @@ pub struct BootReading {
     pub vs_host: Paired,
     /// vcpu_sched-aa / vcpu_sched, percent; `None` without A/A lines.
     pub aa: Option<Paired>,
+    /// vcpu_sched-b / vcpu_sched, percent; `None` without B lines.
+    pub b: Option<Paired>,
 }
 
 /// A slowdown (vcpu_sched's time over the row's) from a paired percentage.
@@ -68,6 +73,7 @@ impl BootReading {
                 "host" => e.host = secs,
                 "vcpu_sched" => e.sched = secs,
                 "vcpu_sched-aa" => e.aa = secs,
+                "vcpu_sched-b" => e.b = secs,
                 other => return Err(format!("unknown sched {other:?} in {line:?}")),
             }
         }
@@ -76,11 +82,15 @@ impl BootReading {
             _ => f64::NAN,
         };
         let vs_host: Vec<f64> = reps.values().map(|r| ratio(r.host, r.sched)).collect();
-        let has_aa = text.lines().any(|l| l.starts_with("vcpu_sched-aa\t"));
-        let aa: Vec<f64> = reps.values().map(|r| ratio(r.aa, r.sched)).collect();
+        let row = |name: &str, get: fn(&Rep) -> Option<f64>| {
+            let has = text.lines().any(|l| l.starts_with(&format!("{name}\t")));
+            let v: Vec<f64> = reps.values().map(|r| ratio(get(r), r.sched)).collect();
+            has.then(|| paired(&v))
+        };
         Ok(Self {
             vs_host: paired(&vs_host),
-            aa: has_aa.then(|| paired(&aa)),
+            aa: row("vcpu_sched-aa", |r| r.aa),
+            b: row("vcpu_sched-b", |r| r.b),
             reps,
         })
     }
@@ -140,16 +150,20 @@ impl BootReading {
 /// The report `results_md --boot-pairs BOOTS.tsv [LIMIT]` prints.
 pub fn report(text: &str, limit: f64) -> Result<String, String> {
     let r = BootReading::parse(text)?;
-    let mut out = String::from(
-        "rep  host_s  vcpu_sched_s  vcpu_sched-aa_s  vcpu_sched/host  vcpu_sched/aa\n",
-    );
+    let mut out =
+        String::from("rep  host_s  vcpu_sched_s  vcpu_sched-aa_s  vcpu_sched/host  vcpu_sched/aa");
+    out.push_str(if r.b.is_some() {
+        "  vcpu_sched-b_s  vcpu_sched/b\n"
+    } else {
+        "\n"
+    });
     let show = |x: Option<f64>| x.map_or("NA".to_string(), |s| format!("{s:.2}"));
     for (rep, b) in &r.reps {
         let q = |a: Option<f64>, b: Option<f64>| match (a, b) {
             (Some(a), Some(b)) => format!("{:.3}x", a / b),
             _ => "-".into(),
         };
-        let _ = writeln!(
+        let _ = write!(
             out,
             "{rep:3}  {:>6}  {:>12}  {:>15}  {:>15}  {:>13}",
             show(b.host),
@@ -158,6 +172,10 @@ pub fn report(text: &str, limit: f64) -> Result<String, String> {
             q(b.sched, b.host),
             q(b.sched, b.aa),
         );
+        if r.b.is_some() {
+            let _ = write!(out, "  {:>14}  {:>12}", show(b.b), q(b.sched, b.b));
+        }
+        out.push('\n');
     }
     let _ = writeln!(
         out,
@@ -179,6 +197,15 @@ pub fn report(text: &str, limit: f64) -> Result<String, String> {
         None => {
             out.push_str("A/A: none in this file (written before boot-sched.sh ran an A/A row)\n")
         }
+    }
+    if let Some(p) = &r.b {
+        let _ = writeln!(
+            out,
+            "B, pairs {}: vcpu_sched takes {} the B row's (vcpu_sched-b) time (paired: {})",
+            p.pairs,
+            BootReading::render(p),
+            p.verdict.label()
+        );
     }
     let _ = writeln!(
         out,
@@ -227,6 +254,34 @@ mod tests {
         assert_eq!(r.verdict(1.25), "cannot tell");
         assert!(BootReading::parse("bogus line\n").is_err());
         assert!(BootReading::parse("guest\t1\t1\t1\t1\n").is_err());
+    }
+
+    #[test]
+    fn a_b_row_is_paired_with_vcpu_sched_too() {
+        let text = "host\t1\t10.0\t10.1\t1\nvcpu_sched\t1\t12.0\t1\t1\nvcpu_sched-b\t1\t15.0\t1\t1\n\
+                    host\t2\t10.0\t10.1\t1\nvcpu_sched\t2\t12.0\t1\t1\nvcpu_sched-b\t2\tNA\t1\t1\n\
+                    host\t3\t10.0\t10.1\t1\nvcpu_sched\t3\t10.0\t1\t1\nvcpu_sched-b\t3\t12.0\t1\t1\n";
+        let r = BootReading::parse(text).unwrap();
+        assert!(r.aa.is_none());
+        let b = r.b.as_ref().unwrap();
+        assert_eq!(b.pairs, 2);
+        // geometric mean of 15/12 and 12/10, in percent
+        assert!((b.ratio_pct - (1.25f64 * 1.2).sqrt() * 100.0).abs() < 1e-9);
+        let out = report(text, 1.1).unwrap();
+        assert!(out
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with("vcpu_sched-b_s  vcpu_sched/b"));
+        assert!(out.contains("          15.00        0.800x\n"), "{out}");
+        assert!(out.contains("             NA             -\n"), "{out}");
+        assert!(
+            out.contains("B, pairs 2: vcpu_sched takes 0.816x (2 pairs)"),
+            "{out}"
+        );
+        assert!(!report("host\t1\t1\t1\t1\n", 1.1)
+            .unwrap()
+            .contains("B, pairs"));
     }
 
     #[test]

@@ -107,6 +107,9 @@ pub struct FileConfig {
     pub sched: Option<String>,
     /// `mitigations` (with `sched = "vcpu_sched"` only).
     pub mitigations: Option<String>,
+    /// `fair-slice-scaling`: `"log"` or `"none"` (with
+    /// `sched = "vcpu_sched"` only).
+    pub fair_slice_scaling: Option<String>,
     /// `rng`: `""` or `"pci_segment=S"`.
     pub rng: Option<String>,
     /// `platform`: `"num_pci_segments=N"`.

@@ -136,6 +136,9 @@ pub struct RunConfig {
     pub sched: SchedMode,
     /// `vcpu_sched`'s fixes (with [`SchedMode::VcpuSched`]; all by default).
     pub mitigations: vcpu_sched::Mitigations,
+    /// How `vcpu_sched` scales its fair slices with the CPUs (with
+    /// [`SchedMode::VcpuSched`]; log by default).
+    pub fair_slice_scaling: vcpu_sched::SliceScaling,
     /// PCI segments and devices.
     pub devices: vmm_machine::devices::DeviceSpec,
 }
@@ -187,6 +190,8 @@ pub struct RunFlags {
     pub sched: Option<String>,
     /// `--mitigations`.
     pub mitigations: Option<String>,
+    /// `--fair-slice-scaling`.
+    pub fair_slice_scaling: Option<String>,
     /// `--rng`.
     pub rng: Option<String>,
     /// `--platform`.

@@ -279,23 +279,28 @@ impl Merge {
             .unwrap_or_default())
     }
 
-    fn mitigations(
+    /// A setting of `vcpu_sched` (`flag`, parsed by `parse`; `default`
+    /// when not given), refused with `--sched host`, which would ignore it.
+    fn sched_only<T>(
         &self,
+        flag: &str,
+        what: &str,
         v: Option<(String, bool)>,
         sched: SchedMode,
-    ) -> Result<vcpu_sched::Mitigations, ConfigError> {
+        parse: impl Fn(&str) -> Result<T, String>,
+        default: T,
+    ) -> Result<T, ConfigError> {
         if let Some((_, fl)) = v.as_ref().filter(|_| sched != SchedMode::VcpuSched) {
             return Err(self.err(
-                "mitigations",
+                flag,
                 *fl,
-                "sets vcpu_sched's fixes; with --sched host (the default) the host \
-                 kernel schedules the vCPUs and it would be ignored: add \
-                 --sched vcpu_sched or leave it out",
+                format!(
+                    "sets {what}; with --sched host (the default) the host kernel schedules \
+                     the vCPUs and it would be ignored: add --sched vcpu_sched or leave it out"
+                ),
             ));
         }
-        Ok(self
-            .parsed("mitigations", v, args::mitigations)?
-            .unwrap_or_else(vcpu_sched::Mitigations::all))
+        Ok(self.parsed(flag, v, parse)?.unwrap_or(default))
     }
 }
 
@@ -499,7 +504,22 @@ impl RunConfig {
                 .parsed("compat", pick(flags.compat, f.compat), |v| v.parse())?
                 .unwrap_or_default(),
             sched,
-            mitigations: m.mitigations(pick(flags.mitigations, f.mitigations), sched)?,
+            mitigations: m.sched_only(
+                "mitigations",
+                "vcpu_sched's fixes",
+                pick(flags.mitigations, f.mitigations),
+                sched,
+                args::mitigations,
+                vcpu_sched::Mitigations::all(),
+            )?,
+            fair_slice_scaling: m.sched_only(
+                "fair-slice-scaling",
+                "how vcpu_sched scales its fair slices",
+                pick(flags.fair_slice_scaling, f.fair_slice_scaling),
+                sched,
+                args::slice_scaling,
+                vcpu_sched::SliceScaling::default(),
+            )?,
             devices: {
                 let mut d = m.devices(
                     DeviceInputs {

@@ -81,6 +81,55 @@ fn console_and_mitigations() {
         vcpu_sched::Mitigations::all()
     );
     let f = RunFlags {
+        fair_slice_scaling: Some("none".into()),
+        ..flags()
+    };
+    let e = with(f).unwrap_err().to_string();
+    assert!(
+        e.starts_with("--fair-slice-scaling: sets how vcpu_sched scales"),
+        "{e}"
+    );
+    let f = RunFlags {
+        fair_slice_scaling: Some("none".into()),
+        sched: Some("vcpu_sched".into()),
+        ..flags()
+    };
+    assert_eq!(
+        with(f).unwrap().fair_slice_scaling,
+        vcpu_sched::SliceScaling::None
+    );
+    let f = RunFlags {
+        fair_slice_scaling: Some("linear".into()),
+        sched: Some("vcpu_sched".into()),
+        ..flags()
+    };
+    assert!(with(f).unwrap_err().to_string().contains("give log"));
+    assert_eq!(
+        with(flags()).unwrap().fair_slice_scaling,
+        vcpu_sched::SliceScaling::Log
+    );
+    // the file's key, refused there too without vcpu_sched
+    let at = std::path::Path::new("vm.toml");
+    let file = |t: &str| toml::from_str::<FileConfig>(t).unwrap();
+    let c = RunConfig::resolve(
+        flags(),
+        Some((
+            at,
+            file("sched = \"vcpu_sched\"\nfair-slice-scaling = \"none\""),
+        )),
+    );
+    assert_eq!(
+        c.unwrap().fair_slice_scaling,
+        vcpu_sched::SliceScaling::None
+    );
+    let e = RunConfig::resolve(flags(), Some((at, file("fair-slice-scaling = \"none\""))))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("fair-slice-scaling (in vm.toml): sets how"),
+        "{e}"
+    );
+    let f = RunFlags {
         pin: Some("".into()),
         ..flags()
     };

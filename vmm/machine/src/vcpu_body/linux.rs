@@ -647,6 +647,8 @@ impl HaltPoller {
 pub struct LinuxSchedOptions {
     /// The fixes.
     pub mitigations: vcpu_sched::Mitigations,
+    /// How the fair slices scale with the CPUs.
+    pub fair_slice_scaling: vcpu_sched::SliceScaling,
     /// The vCPUs' policy in the scheduler (`--rt`: FIFO/RR; else fair).
     pub policy: vcpu_sched::Policy,
     /// vCPU `i` may run on host CPU `pins[i]` only (`--pin`).
@@ -726,6 +728,7 @@ pub fn run_sched(
     let mut eo = ExecOptions::new(topo, vcpu_sched::exec::CpuMapping::Host);
     eo.kind = ExecutorKind::Workers;
     eo.mitigations = opts.mitigations;
+    eo.sched.fair_slice_scaling = opts.fair_slice_scaling;
     control.mark_started();
     let running = Running::start(&eo, set.clone())?;
     let hook = irqs.clone();
