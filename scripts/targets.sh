@@ -23,7 +23,8 @@
 #         docs/data/targets-boot/vms1 and vms4: each boot's log,
 #         boots.tsv, paired.txt = `results_md --boot-pairs` with the
 #         target's limit, 1.1x for one VM, 1.0x for 4; BOOT_VMS="1" or
-#         "4" measures one of the two).
+#         "4" measures one of the two; B_ARGS="FLAGS" adds boot-sched.sh's
+#         B row, vcpu_sched with those flags, paired with vcpu_sched).
 # A verdict is the paired reading: each repetition's ratio to the `all`
 # run of the same repetition, with a 95% bootstrap interval; met only when
 # the whole interval says vcpu_sched did at least as well.
@@ -86,7 +87,7 @@ boot_part() {
         limit=1.1
         [ "$vms" = 1 ] || limit=1.0
         record_meta "$dir"
-        echo "== boot: $vms VM(s) at once, $reps repetitions of host, vcpu_sched and its A/A row"
+        echo "== boot: $vms VM(s) at once, $reps repetitions of host, vcpu_sched and its A/A row${B_ARGS:+ and B (vcpu_sched $B_ARGS)}"
         VMS=$vms OUT=$dir vmm/scripts/boot-sched.sh "$reps" | tee "$dir/boots.tsv.new"
         mv "$dir/boots.tsv.new" "$dir/boots.tsv"
         "$RESULTS_MD" --boot-pairs "$dir/boots.tsv" "$limit" | tee "$dir/paired.txt"
