@@ -22,21 +22,11 @@ cd "$(dirname "$0")/.."
 source scripts/lib/bench.sh
 ab_setup docs/data/busy-balance 8
 summary=$(cat <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-rows = {}
-for r in d["reports"]:
-    # the counters cover the whole run (warm-up included): per second of
-    # measured window they are an upper bound
-    rows.setdefault(r["busy_balance"], []).append((
-        r["run"]["metric"]["value"],
-        r["run"]["counters"]["busy_pushes"] / r["run"]["duration_s"],
-    ))
-print(f"{'busy_balance':<13} {'runs':>4} {'metric':>10} {'pushes/s':>9}")
-for k, v in rows.items():
-    n = len(v)
-    m = [sum(x[i] for x in v) / n for i in range(2)]
-    print(f"{str(k).lower():<13} {n:>4} {m[0]:>10.4g} {m[1]:>9.0f}")
+from ab_summary import table, metric, per_s, counter
+table("busy_balance", lambda r: str(r["busy_balance"]).lower(), [
+    ("metric", metric, ".4g"),
+    ("pushes/s", lambda r: per_s(r, counter(r, "busy_pushes")), ".0f"),
+])
 EOF
 )
 POINTS=${POINTS:-x4} ab_runs --compare-busy-balance "messaging runq transcode cyclic"

@@ -22,22 +22,11 @@ cd "$(dirname "$0")/.."
 source scripts/lib/bench.sh
 ab_setup docs/data/fair-slice/ab 8
 summary=$(cat <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-rows = {}
-for r in d["reports"]:
-    # the counters cover the whole run (warm-up included): per second of
-    # measured window they are an upper bound
-    key = f'{r["fair_slice_scaling"]} {r["fair_slice_ns"][0] / 1e6:g} ms'
-    rows.setdefault(key, []).append((
-        r["run"]["metric"]["value"],
-        r["run"]["counters"]["switches"] / r["run"]["duration_s"],
-    ))
-print(f"{'scaling':<12} {'runs':>4} {'metric':>10} {'switches/s':>11}")
-for k, v in rows.items():
-    n = len(v)
-    m = [sum(x[i] for x in v) / n for i in range(2)]
-    print(f"{k:<12} {n:>4} {m[0]:>10.4g} {m[1]:>11.0f}")
+from ab_summary import table, metric, per_s, counter
+table("scaling", lambda r: f'{r["fair_slice_scaling"]} {r["fair_slice_ns"][0] / 1e6:g} ms', [
+    ("metric", metric, ".4g"),
+    ("switches/s", lambda r: per_s(r, counter(r, "switches")), ".0f"),
+])
 EOF
 )
 ab_runs --compare-fair-slice-scaling "messaging runq"

@@ -22,26 +22,18 @@ cd "$(dirname "$0")/.."
 source scripts/lib/bench.sh
 ab_setup docs/data/kicks 8
 summary=$(cat <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-rows = {}
-for r in d["reports"]:
-    c = r["run"]["counters"]
-    wakes = c["wake_direct"] + c["wake_queued"]
-    exits = sum(v.get("window_exits", 0) for v in r["per_vcpu"])
-    pk = sum(v.get("preempt_kicks", 0) for v in r["per_vcpu"])
-    rows.setdefault(r["kicks"], []).append((
-        c["wake_kicks"] / max(wakes, 1),
-        c.get("wake_deferred", 0) / max(wakes, 1),
-        exits / r["run"]["duration_s"],
-        pk / r["run"]["duration_s"],
-        r["run"]["metric"]["value"],
-    ))
-print(f"{'kicks':<8} {'runs':>4} {'kicks/wake':>10} {'deferred/wake':>13} {'exits/s':>10} {'vCPU kicks/s':>12} {'metric':>10}")
-for k, v in rows.items():
-    n = len(v)
-    m = [sum(x[i] for x in v) / n for i in range(5)]
-    print(f"{k:<8} {n:>4} {m[0]:>10.3f} {m[1]:>13.3f} {m[2]:>10.0f} {m[3]:>12.0f} {m[4]:>10.4g}")
+from ab_summary import table, metric, per_s, counter
+def wakes(r):
+    return max(counter(r, "wake_direct") + counter(r, "wake_queued"), 1)
+def vcpus(r, name):
+    return sum(v.get(name, 0) for v in r["per_vcpu"])
+table("kicks", lambda r: r["kicks"], [
+    ("kicks/wake", lambda r: counter(r, "wake_kicks") / wakes(r), ".3f"),
+    ("deferred/wake", lambda r: counter(r, "wake_deferred") / wakes(r), ".3f"),
+    ("exits/s", lambda r: per_s(r, vcpus(r, "window_exits")), ".0f"),
+    ("vCPU kicks/s", lambda r: per_s(r, vcpus(r, "preempt_kicks")), ".0f"),
+    ("metric", metric, ".4g"),
+])
 EOF
 )
 ab_runs --compare-kicks "messaging runq cyclic transcode"

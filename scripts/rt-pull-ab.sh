@@ -21,24 +21,14 @@ cd "$(dirname "$0")/.."
 source scripts/lib/bench.sh
 ab_setup docs/data/rt-pull 10
 summary=$(cat <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-rows = {}
-for r in d["reports"]:
-    c = r["run"]["counters"]
-    s = r["run"]["duration_s"]
-    rows.setdefault(r["rt_pull"], []).append((
-        c.get("rt_pulls", 0) / s,
-        c.get("rt_pull_busy", 0) / s,
-        c.get("rt_pushes", 0) / s,
-        r["run"]["sched_ns_per_call"],
-        r["run"]["metric"]["value"],
-    ))
-print(f"{'rt_pull':<8} {'runs':>4} {'pulls/s':>9} {'passed by/s':>11} {'pushes/s':>9} {'ns/schedule':>11} {'metric':>10}")
-for k, v in rows.items():
-    n = len(v)
-    m = [sum(x[i] for x in v) / n for i in range(5)]
-    print(f"{k:<8} {n:>4} {m[0]:>9.0f} {m[1]:>11.0f} {m[2]:>9.0f} {m[3]:>11.0f} {m[4]:>10.4g}")
+from ab_summary import table, metric, per_s, counter
+table("rt_pull", lambda r: r["rt_pull"], [
+    ("pulls/s", lambda r: per_s(r, counter(r, "rt_pulls")), ".0f"),
+    ("passed by/s", lambda r: per_s(r, counter(r, "rt_pull_busy")), ".0f"),
+    ("pushes/s", lambda r: per_s(r, counter(r, "rt_pushes")), ".0f"),
+    ("ns/schedule", lambda r: r["run"]["sched_ns_per_call"], ".0f"),
+    ("metric", metric, ".4g"),
+])
 EOF
 )
 ab_runs --compare-rt-pull "cyclic transcode"

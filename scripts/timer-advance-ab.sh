@@ -22,23 +22,15 @@ cd "$(dirname "$0")/.."
 source scripts/lib/bench.sh
 ab_setup docs/data/timer-advance 10
 summary=$(cat <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-rows = {}
-for r in d["reports"]:
-    e = r["run"]["extra"]
-    # the spin counter covers the whole run (warm-up included): per
-    # second of measured window it is an upper bound
-    rows.setdefault(r["timer_advance"], []).append((
-        r["run"]["metric"]["value"],
-        e.get("p50_ns", 0.0),
-        e.get("timer_spin_ms_per_cpu", 0.0) / r["run"]["duration_s"],
-    ))
-print(f"{'timer_advance':<14} {'runs':>4} {'metric':>10} {'p50 ns':>9} {'spin ms/CPU/s':>13}")
-for k, v in rows.items():
-    n = len(v)
-    m = [sum(x[i] for x in v) / n for i in range(3)]
-    print(f"{k:<14} {n:>4} {m[0]:>10.4g} {m[1]:>9.0f} {m[2]:>13.2f}")
+from ab_summary import table, metric, per_s
+def extra(r, name):
+    return r["run"]["extra"].get(name, 0.0)
+table("timer_advance", lambda r: r["timer_advance"], [
+    ("metric", metric, ".4g"),
+    ("p50 ns", lambda r: extra(r, "p50_ns"), ".0f"),
+    # the spin counter covers the whole run (warm-up included)
+    ("spin ms/CPU/s", lambda r: per_s(r, extra(r, "timer_spin_ms_per_cpu")), ".2f"),
+])
 EOF
 )
 ab_runs --compare-timer-advance "cyclic"

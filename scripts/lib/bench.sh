@@ -122,7 +122,8 @@ recorded_run() {
         if [ -n "${summary:-}" ]; then
             echo
             echo "# per row, means over the repetitions (from the JSON's reports):"
-            python3 -c "$summary" "$f.json"
+            # (scripts/lib/ab_summary.py: the helpers the programs share)
+            PYTHONPATH="$PWD/scripts/lib" python3 -c "$summary" "$f.json"
         fi
     } >"$f.txt"
     # the JSON keeps every run's histograms: megabytes, compressed well
