@@ -299,6 +299,25 @@ fn run_mitigations() {
     }
 }
 
+#[test]
+fn run_fair_slice_scaling() {
+    user_error(
+        &run_args(&["--fair-slice-scaling", "none"]),
+        &["--fair-slice-scaling", "--sched host", "ignored"],
+    );
+    user_error(
+        &run_args(&["--sched", "vcpu_sched", "--fair-slice-scaling", "linear"]),
+        &["--fair-slice-scaling", "\"linear\"", "give log", "or none"],
+    );
+    // Accepted with vcpu_sched: the run gets as far as the kernel.
+    for v in ["log", "none"] {
+        user_error(
+            &run_args(&["--sched", "vcpu_sched", "--fair-slice-scaling", v]),
+            &["--kernel"],
+        );
+    }
+}
+
 // ------------------------------------------------------------- memory
 
 #[test]

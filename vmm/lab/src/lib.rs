@@ -453,10 +453,18 @@ impl BenchOptions {
     }
 
     /// The fair slice bounds the scheduler rows run with on `ncpus` CPUs,
-    /// ns: `[latency, min granularity]`, scaled.
+    /// ns: `[latency, min granularity]`, scaled as the scheduler scales
+    /// them ([`SchedConfig::fair_bounds`](vcpu_sched::SchedConfig::fair_bounds)).
     pub fn fair_slice_ns_on(&self, ncpus: usize) -> [u64; 2] {
-        let f = self.fair_slice_scaling.factor(ncpus);
-        self.fair_slice_ns().map(|ns| ns.saturating_mul(f))
+        let [fair_latency_ns, fair_min_granularity_ns] = self.fair_slice_ns();
+        let b = vcpu_sched::SchedConfig {
+            fair_latency_ns,
+            fair_min_granularity_ns,
+            fair_slice_scaling: self.fair_slice_scaling,
+            ..vcpu_sched::SchedConfig::default()
+        }
+        .fair_bounds(ncpus);
+        [b.latency_ns, b.min_granularity_ns]
     }
 
     /// Defaults: 1 s, baseline, `workers`, checker off.
