@@ -300,7 +300,7 @@ fn run_mitigations() {
 }
 
 #[test]
-fn run_fair_slice_scaling() {
+fn run_scheduler_settings() {
     user_error(
         &run_args(&["--fair-slice-scaling", "none"]),
         &["--fair-slice-scaling", "--sched host", "ignored"],
@@ -308,6 +308,25 @@ fn run_fair_slice_scaling() {
     user_error(
         &run_args(&["--sched", "vcpu_sched", "--fair-slice-scaling", "linear"]),
         &["--fair-slice-scaling", "\"linear\"", "give log", "or none"],
+    );
+    user_error(
+        &run_args(&["--tick-us", "4000"]),
+        &["--tick-us", "--sched host", "ignored"],
+    );
+    user_error(
+        &run_args(&["--sched", "vcpu_sched", "--halt-poll-us", "50"]),
+        &["--halt-poll-us", "give 100..=100000"],
+    );
+    user_error(
+        &run_args(&[
+            "--sched",
+            "vcpu_sched",
+            "--tick-us",
+            "4000",
+            "--halt-poll-us",
+            "2000",
+        ]),
+        &["--kernel"],
     );
     // Accepted with vcpu_sched: the run gets as far as the kernel.
     for v in ["log", "none"] {

@@ -1347,8 +1347,9 @@ fn stalled_connections_are_closed_and_excess_ones_wait_for_a_slot() {
 /// The scheduler's settings from `/metrics`: `vmm_sched_setting` (busy
 /// balance, sleeper credit, wakeup preemption) and
 /// `vmm_sched_fair_slice_seconds` (latency, min granularity, wakeup
-/// granularity, in µs).
-async fn sched_settings(sock: &Path) -> [f64; 6] {
+/// granularity, in µs), then `vmm_sched_tick_seconds` and
+/// `vmm_halt_poll_seconds` (µs).
+async fn sched_settings(sock: &Path) -> [f64; 8] {
     let (s, text) = call_text(sock, "GET", "/metrics", None).await;
     assert_eq!(s, 200, "{text}");
     let m = samples(&text);
@@ -1361,12 +1362,14 @@ async fn sched_settings(sock: &Path) -> [f64; 6] {
         ) * 1e6)
             .round()
     });
-    [on[0], on[1], on[2], us[0], us[1], us[2]]
+    let tick = (sample(&m, "vmm_sched_tick_seconds") * 1e6).round();
+    let poll = (sample(&m, "vmm_halt_poll_seconds") * 1e6).round();
+    [on[0], on[1], on[2], us[0], us[1], us[2], tick, poll]
 }
 
 /// `--sleeper-credit`, `--wakeup-preempt`, `--busy-balance`,
-/// `--fair-latency-us`, `--fair-min-granularity-us` and
-/// `--fair-slice-scaling` (flags, or the config file's keys, a flag
+/// `--fair-latency-us`, `--fair-min-granularity-us`,
+/// `--fair-slice-scaling`, `--tick-us` and `--halt-poll-us` (flags, or the config file's keys, a flag
 /// winning over the file) reach the scheduler every VM shares: its own
 /// bounds, exported on `/metrics`, say so. [`TOPO`] has 8 CPUs, so the
 /// default scaling multiplies Linux's 6 ms / 0.75 ms / 1 ms by 4.
@@ -1376,7 +1379,7 @@ fn scheduler_settings_reach_the_shared_scheduler() {
     let defaults = rt().block_on(sched_settings(&srv.sock));
     assert_eq!(
         defaults,
-        [1.0, 0.0, 1.0, 24000.0, 3000.0, 4000.0],
+        [1.0, 0.0, 1.0, 24000.0, 3000.0, 4000.0, 1000.0, 1000.0],
         "{}",
         srv.log()
     );
@@ -1394,11 +1397,15 @@ fn scheduler_settings_reach_the_shared_scheduler() {
         "1500",
         "--fair-slice-scaling",
         "none",
+        "--tick-us",
+        "4000",
+        "--halt-poll-us",
+        "2000",
     ]);
     let flipped = rt().block_on(sched_settings(&srv.sock));
     assert_eq!(
         flipped,
-        [0.0, 1.0, 0.0, 12000.0, 1500.0, 1000.0],
+        [0.0, 1.0, 0.0, 12000.0, 1500.0, 1000.0, 4000.0, 2000.0],
         "{}",
         srv.log()
     );
@@ -1408,7 +1415,7 @@ fn scheduler_settings_reach_the_shared_scheduler() {
     std::fs::write(
         &cfg,
         "sleeper_credit = true\nwakeup_preempt = false\nfair_latency_us = 24000\n\
-         fair_min_granularity_us = 3000\nfair_slice_scaling = \"none\"\n",
+         fair_min_granularity_us = 3000\nfair_slice_scaling = \"none\"\ntick_us = 2000\nhalt_poll_us = 500\n",
     )
     .unwrap();
     let srv = start(&[
@@ -1422,14 +1429,14 @@ fn scheduler_settings_reach_the_shared_scheduler() {
     let from_file = rt().block_on(sched_settings(&srv.sock));
     assert_eq!(
         from_file,
-        [1.0, 1.0, 1.0, 24000.0, 2000.0, 1000.0],
+        [1.0, 1.0, 1.0, 24000.0, 2000.0, 1000.0, 2000.0, 500.0],
         "{}",
         srv.log()
     );
 }
 
-/// The busy balance, sleeper credit, wakeup preemption and the fair slice
-/// bounds are settings of the shared scheduler: with `--executor host` (flag or config file)
+/// The busy balance, sleeper credit, wakeup preemption, the fair slice
+/// bounds, the tick and the halt poller's period are settings of the shared scheduler: with `--executor host` (flag or config file)
 /// `vmm serve` refuses any value the host executor cannot honour, naming
 /// the setting, before it listens.
 #[test]
@@ -1444,6 +1451,8 @@ fn scheduler_settings_are_refused_on_the_host_executor() {
         ("fair_latency_us", "12000"),
         ("fair_min_granularity_us", "1500"),
         ("fair_slice_scaling", "none"),
+        ("tick_us", "4000"),
+        ("halt_poll_us", "2000"),
     ] {
         let cfg = dir.path().join(format!("{key}.toml"));
         let toml_value = match value {

@@ -400,6 +400,74 @@ fn fair_slice_bounds_are_scaled_and_recorded() {
     ]);
 }
 
+/// `--tick-us`: the scheduler's tick period reaches the executor and
+/// the report. runq at 4 vCPUs per CPU keeps each CPU's runqueue busy, so
+/// at the default 1 ms tick the ticks that take the runqueue lock
+/// (`ticks_slow`) run to hundreds; at a 100 ms tick there cannot be more
+/// than one per CPU per 100 ms of the whole process's life. Refused with
+/// the host executor and out of range.
+#[test]
+fn tick_period_is_chosen_and_recorded() {
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let vcpus = (4 * cpus).min(256).to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let run = |tick: Option<&str>| {
+        let json = dir
+            .path()
+            .join(format!("tick-{}.json", tick.unwrap_or("default")));
+        let mut args = vec![
+            "bench",
+            "runq",
+            "--vms",
+            "1",
+            "--vcpus",
+            &vcpus,
+            "--duration",
+            "0.5",
+            "--json",
+        ];
+        let path = json.to_str().unwrap().to_string();
+        args.push(&path);
+        if let Some(t) = tick {
+            args.extend(["--tick-us", t]);
+        }
+        let t0 = std::time::Instant::now();
+        let o = vmm(&args);
+        let secs = t0.elapsed().as_secs_f64();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        (v, secs)
+    };
+    let (fast, _) = run(None);
+    let (slow, secs) = run(Some("100000"));
+    assert_eq!(fast["tick_ns"], 1_000_000, "{fast}");
+    assert_eq!(slow["tick_ns"], 100_000_000, "{slow}");
+    let slow_ticks = |v: &serde_json::Value| v["run"]["counters"]["ticks_slow"].as_u64().unwrap();
+    let bound = (cpus as f64 * (secs / 0.1 + 2.0)) as u64;
+    assert!(
+        slow_ticks(&slow) <= bound,
+        "{} slow ticks at a 100 ms tick in {secs:.1} s on {cpus} CPUs",
+        slow_ticks(&slow)
+    );
+    assert!(
+        slow_ticks(&fast) > bound,
+        "only {} slow ticks at the 1 ms tick: the check above would say nothing",
+        slow_ticks(&fast)
+    );
+    refused(&[
+        (
+            vec!["bench", "runq", "--executor", "host", "--tick-us", "4000"],
+            "tick_us: a setting of vcpu_sched",
+        ),
+        (vec!["bench", "runq", "--tick-us", "50"], "--tick-us"),
+    ]);
+}
+
 /// `--compare-busy-balance`: the busy balance off (baseline and A/A)
 /// against on, all fixes on the workers, interleaved; every report says
 /// which setting ran it, and rows with it off never push. (runq at 4

@@ -216,6 +216,8 @@ impl Controller {
                 eo.sched.fair_latency_ns = opts.fair_latency_ns;
                 eo.sched.fair_min_granularity_ns = opts.fair_min_granularity_ns;
                 eo.sched.fair_slice_scaling = opts.fair_slice_scaling;
+                eo.tick = std::time::Duration::from_nanos(opts.tick_ns);
+                eo.halt_poll = std::time::Duration::from_nanos(opts.halt_poll_ns);
                 Some(Arc::new(VcpuPool::start(&eo)?))
             }
             ExecutorKind::Host => None,
@@ -314,7 +316,13 @@ impl Controller {
             metrics::render(&metrics::Sources {
                 vms: &t.vms,
                 per_vcpu: self.opts.per_vcpu_metrics,
-                sched: self.pool.as_ref().map(|p| &**p.scheduler()),
+                sched: self.pool.as_ref().map(|p| {
+                    let (tick, poll) = p.periods();
+                    (
+                        &**p.scheduler(),
+                        [tick.as_nanos() as u64, poll.as_nanos() as u64],
+                    )
+                }),
                 api: &self.api,
                 started: self.started,
             })

@@ -135,8 +135,9 @@ pub struct Sources<'a> {
     pub vms: &'a BTreeMap<String, VmRecord>,
     /// `--metrics-per-vcpu`.
     pub per_vcpu: bool,
-    /// The scheduler every VM shares (none with `--executor host`).
-    pub sched: Option<&'a vcpu_sched::Scheduler>,
+    /// The scheduler every VM shares (none with `--executor host`), and
+    /// its periods, ns: the tick and the halt poller's.
+    pub sched: Option<(&'a vcpu_sched::Scheduler, [u64; 2])>,
     /// The API's own series.
     pub api: &'a ApiMetrics,
     /// When the server started.
@@ -387,8 +388,8 @@ pub fn render(src: &Sources) -> String {
         );
     }
     tasks.register(&mut reg, src.per_vcpu);
-    if let Some(sched) = src.sched {
-        register_scheduler(&mut reg, sched);
+    if let Some((sched, periods)) = src.sched {
+        register_scheduler(&mut reg, sched, periods);
     }
     src.api.register(&mut reg);
     let up = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
@@ -403,7 +404,7 @@ pub fn render(src: &Sources) -> String {
 
 /// The shared scheduler's counters (since the server started), its live
 /// tasks and its task groups.
-fn register_scheduler(reg: &mut Registry, sched: &vcpu_sched::Scheduler) {
+fn register_scheduler(reg: &mut Registry, sched: &vcpu_sched::Scheduler, periods: [u64; 2]) {
     let migrations = counter_family();
     for (name, n) in sched.counters().fields() {
         if let Some(d) = name.strip_prefix("migrations_") {
@@ -471,6 +472,24 @@ fn register_scheduler(reg: &mut Registry, sched: &vcpu_sched::Scheduler) {
          be to preempt (wakeup_granularity); vmm serve's --fair-latency-us and \
          --fair-min-granularity-us (and 1 ms) times --fair-slice-scaling's factor",
         slices,
+    );
+    let [tick_ns, halt_poll_ns] = periods;
+    let tick = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    tick.set(tick_ns as f64 / 1e9);
+    reg.register(
+        "sched_tick_seconds",
+        "The shared scheduler's tick period (vmm serve's --tick-us): how often each CPU's \
+         slice end, deferred wakeups and balances are looked at",
+        tick,
+    );
+    let poll = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+    poll.set(halt_poll_ns as f64 / 1e9);
+    reg.register(
+        "halt_poll_seconds",
+        "The halt poller's period (vmm serve's --halt-poll-us): how often the vCPUs of Linux \
+         VMs asleep in the scheduler are probed for an interrupt (an IPI) and those halted \
+         inside KVM_RUN are kicked out",
+        poll,
     );
     let groups = Gauge::<i64, std::sync::atomic::AtomicI64>::default();
     // the root group is always there

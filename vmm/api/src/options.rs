@@ -44,6 +44,13 @@ pub struct ServeOptions {
     /// How the scheduler scales the fair bounds for its CPUs
     /// (`vcpu_sched::SchedConfig::fair_slice_scaling`; log by default).
     pub fair_slice_scaling: vcpu_sched::SliceScaling,
+    /// The shared scheduler's tick period, ns (1 ms by default): each
+    /// CPU's slice ends, deferred wakeups and balances are looked at this
+    /// often (`vmm_machine::vcpu_body::ExecOptions::tick`).
+    pub tick_ns: u64,
+    /// How often the halt poller probes the Linux VMs' vCPUs, ns (1 ms by
+    /// default; `vmm_machine::vcpu_body::ExecOptions::halt_poll`).
+    pub halt_poll_ns: u64,
 }
 
 /// Errors starting the server.

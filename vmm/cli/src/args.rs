@@ -479,12 +479,6 @@ pub fn fair_slices(
     sched: bool,
 ) -> Result<FairSlices, InputError> {
     let d = vcpu_sched::SchedConfig::default();
-    let host_refusal = |name: &str| {
-        InputError(format!(
-            "{name}: a setting of vcpu_sched, which the host executor does not run (the host \
-             kernel schedules its vCPU threads); use --executor workers or leave it out"
-        ))
-    };
     if scaling.is_some() && !sched {
         return Err(host_refusal("fair_slice_scaling"));
     }
@@ -517,6 +511,61 @@ pub fn fair_slices(
         min_granularity_ns: min,
         scaling: scaling.unwrap_or(d.fair_slice_scaling),
     })
+}
+
+/// A setting of vcpu_sched given with the host executor, which runs none.
+fn host_refusal(name: &str) -> InputError {
+    InputError(format!(
+        "{name}: a setting of vcpu_sched, which the host executor does not run (the host \
+         kernel schedules its vCPU threads); use --executor workers or leave it out"
+    ))
+}
+
+/// A period of the workers executor in µs (`name`, as a config file
+/// spells it: `tick_us`, `halt_poll_us`), ns: `default` when not given;
+/// 100 µs to 100 ms; refused with the host executor (`workers` false),
+/// which runs no vcpu_sched.
+fn workers_period(
+    name: &str,
+    us: Option<u64>,
+    workers: bool,
+    default: std::time::Duration,
+) -> Result<u64, InputError> {
+    match us {
+        Some(_) if !workers => Err(host_refusal(name)),
+        Some(us) if !(100..=100_000).contains(&us) => Err(InputError(format!(
+            "{name} = {us}: give 100..=100000 (microseconds; the default is {})",
+            default.as_micros()
+        ))),
+        Some(us) => Ok(us * 1_000),
+        None => Ok(default.as_nanos() as u64),
+    }
+}
+
+/// A period of 100..=100000 µs given as text (`vmm run --tick-us`,
+/// `--halt-poll-us`, or their keys in a run file).
+pub fn period_micros(s: &str) -> Result<std::time::Duration, String> {
+    match s.trim().parse::<u64>() {
+        Ok(us) if (100..=100_000).contains(&us) => Ok(std::time::Duration::from_micros(us)),
+        _ => Err(format!("{s:?}: give 100..=100000 (microseconds)")),
+    }
+}
+
+/// The scheduler's tick period, ns, from `--tick-us` or a file's
+/// `tick_us` ([`workers_period`]; 1 ms by default).
+pub fn tick(us: Option<u64>, workers: bool) -> Result<u64, InputError> {
+    workers_period("tick_us", us, workers, vmm_machine::vcpu_body::DEFAULT_TICK)
+}
+
+/// The halt poller's period, ns, from `--halt-poll-us` or a file's
+/// `halt_poll_us` ([`workers_period`]; 1 ms by default).
+pub fn halt_poll(us: Option<u64>, workers: bool) -> Result<u64, InputError> {
+    workers_period(
+        "halt_poll_us",
+        us,
+        workers,
+        vmm_machine::vcpu_body::DEFAULT_HALT_POLL,
+    )
 }
 
 /// `--fair-slice-scaling` and the config file's `fair_slice_scaling`.
@@ -692,6 +741,16 @@ mod tests {
         // the default period (6 ms) bounds a granularity given alone
         assert!(fair_slices(None, Some(7_000), None, true).is_err());
         assert_eq!(slice_scaling(" none"), Ok(SliceScaling::None));
+        assert_eq!(tick(None, true).unwrap(), 1_000_000);
+        assert_eq!(tick(None, false).unwrap(), 1_000_000);
+        assert_eq!(tick(Some(4_000), true).unwrap(), 4_000_000);
+        let e = |r: Result<u64, InputError>| r.unwrap_err().to_string();
+        assert!(e(tick(Some(4_000), false)).starts_with("tick_us: a setting of vcpu_sched"));
+        assert!(e(tick(Some(50), true)).contains("give 100..=100000"));
+        assert_eq!(halt_poll(None, true).unwrap(), 1_000_000);
+        assert_eq!(halt_poll(Some(2_000), true).unwrap(), 2_000_000);
+        assert!(e(halt_poll(Some(2_000), false)).starts_with("halt_poll_us: a setting of"));
+        assert!(e(halt_poll(Some(200_000), true)).contains("the default is 1000)"));
         assert!(slice_scaling("linear").unwrap_err().contains("give log"));
     }
 }

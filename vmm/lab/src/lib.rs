@@ -293,6 +293,10 @@ pub struct BenchOptions {
     /// ([`vcpu_sched::exec::ExecConfig::timer_advance`]).
     #[serde(default)]
     pub timer_advance: TimerAdvance,
+    /// The scheduler executors' tick period, ns (`None`: the executor's
+    /// default, [`vmm_machine::vcpu_body::DEFAULT_TICK`]).
+    #[serde(default)]
+    pub tick_ns: Option<u64>,
 }
 
 /// Whether an idle worker parks ahead of a sleep timer and polls the rest
@@ -499,7 +503,14 @@ impl BenchOptions {
             busy_balance: false,
             rt_pull: RtPull::Bounded,
             timer_advance: TimerAdvance::On,
+            tick_ns: None,
         }
+    }
+
+    /// The tick period the scheduler executors run with, ns.
+    pub fn tick_ns_in_force(&self) -> u64 {
+        self.tick_ns
+            .unwrap_or(vmm_machine::vcpu_body::DEFAULT_TICK.as_nanos() as u64)
     }
 }
 
@@ -582,6 +593,11 @@ pub struct BenchReport {
     /// there was none).
     #[serde(default)]
     pub fair_slice_scaling: Option<vcpu_sched::SliceScaling>,
+    /// The scheduler rows' tick period, ns (`None` for the host executor,
+    /// and in reports written before it was recorded, when it was always
+    /// 1 ms).
+    #[serde(default)]
+    pub tick_ns: Option<u64>,
     /// VMs.
     pub vms: usize,
     /// vCPUs per VM.

@@ -404,6 +404,7 @@ pub fn run(opts: &BenchOptions, progress: &mut dyn FnMut(f64)) -> Result<BenchRe
             .then(|| opts.fair_slice_ns_on(topo.num_cpus())),
         fair_slice_scaling: (opts.executor != ExecutorKind::Host)
             .then_some(opts.fair_slice_scaling),
+        tick_ns: (opts.executor != ExecutorKind::Host).then(|| opts.tick_ns_in_force()),
         vms: opts.vms,
         vcpus: opts.vcpus,
         per_vcpu: std::mem::take(&mut rows.rows),
@@ -512,6 +513,7 @@ fn exec_options(
     };
     eo.check = opts.check.then(CheckConfig::default);
     eo.timer_advance = opts.timer_advance == super::TimerAdvance::On;
+    eo.tick = Duration::from_nanos(opts.tick_ns_in_force());
     // RT workloads: the host baseline runs its vCPU threads at SCHED_FIFO,
     // so the executor's threads (workers, or the threads executor's vCPU
     // and idle threads; the clock one above) run at it too; otherwise

@@ -163,6 +163,12 @@ pub struct BenchArgs {
     /// Scheduler executors only
     #[arg(long, value_name = "log|none", value_parser = args::slice_scaling)]
     pub fair_slice_scaling: Option<vcpu_sched::SliceScaling>,
+    /// The scheduler's tick period: how often each CPU's slice end, the
+    /// wakeups deferred to a busy CPU and the balances are looked at
+    /// (default 1000: 1 ms). 100..=100000. The report's tick_ns holds it.
+    /// Scheduler executors only
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(100..=100_000))]
+    pub tick_us: Option<u64>,
     /// Compare the fair bounds unscaled (none: the baseline, with its A/A
     /// row) and scaled (log); one mitigation set on one scheduler
     /// executor, no host row; --reps repetitions, interleaved
@@ -469,6 +475,7 @@ fn check_applicable(a: &BenchArgs, workload: Workload, executor: ExecutorKind) -
         a.fair_slice_scaling,
         executor != ExecutorKind::Host,
     )?;
+    args::tick(a.tick_us, executor != ExecutorKind::Host)?;
     if (a.timer_advance.is_some() || a.compare_timer_advance) && executor != ExecutorKind::Workers {
         return Err(ignored(
             if a.compare_timer_advance {
@@ -636,6 +643,8 @@ fn bench_options(
     o.fair_latency_ns = a.fair_latency_us.map(|us| us * 1_000);
     o.fair_min_granularity_ns = a.fair_min_granularity_us.map(|us| us * 1_000);
     o.fair_slice_scaling = a.fair_slice_scaling.unwrap_or_default();
+    // checked by check_applicable (tick)
+    o.tick_ns = a.tick_us.map(|us| us * 1_000);
     o.busy_balance = a.busy_balance == Some(BusyBalance::On);
     o.rt_pull = a.rt_pull.unwrap_or_default();
     o.timer_advance = a.timer_advance.unwrap_or_default();

@@ -104,6 +104,17 @@ pub struct RunArgs {
     /// log2(min(CPUs, 8)))) or none (the base 6 ms / 0.75 ms / 1 ms).
     #[arg(long, value_name = "log|none")]
     pub fair_slice_scaling: Option<String>,
+    /// With --sched vcpu_sched: its tick period, how often each CPU's
+    /// slice end and deferred wakeups are looked at (default 1000: 1 ms).
+    /// 100..=100000
+    #[arg(long, value_name = "US")]
+    pub tick_us: Option<u64>,
+    /// With --sched vcpu_sched: how often the halt poller probes the
+    /// vCPUs asleep in the scheduler for an interrupt (an IPI from another
+    /// vCPU is seen within this) and kicks out those halted inside
+    /// KVM_RUN (default 1000: 1 ms). 100..=100000
+    #[arg(long, value_name = "US")]
+    pub halt_poll_us: Option<u64>,
     /// A virtio-rng device fed from the host's /dev/urandom, on PCI
     /// segment S (0 by default): `--rng` or `--rng pci_segment=1`.
     #[arg(long, value_name = "[pci_segment=S]", num_args = 0..=1, default_missing_value = "")]
@@ -390,6 +401,8 @@ fn resolve(args: RunArgs) -> Result<RunConfig> {
         sched: args.sched,
         mitigations: args.mitigations,
         fair_slice_scaling: args.fair_slice_scaling,
+        tick_us: args.tick_us,
+        halt_poll_us: args.halt_poll_us,
         rng: args.rng,
         platform: args.platform,
         disk: args.disk,
@@ -551,6 +564,7 @@ fn run_vm(
             let o = vmm_machine::vcpu_body::linux::LinuxSchedOptions {
                 mitigations: cfg.mitigations,
                 fair_slice_scaling: cfg.fair_slice_scaling,
+                tick: cfg.tick,
                 policy: match cfg.rt {
                     Some(vcpu_sched::placement::rt::RtPolicy::Fifo(p)) => {
                         vcpu_sched::Policy::Fifo(p)
@@ -560,13 +574,13 @@ fn run_vm(
                 },
                 pins,
                 timeout,
-                poll: std::time::Duration::from_millis(1),
+                poll: cfg.halt_poll,
                 halt: vmm_machine::vcpu_body::linux::HaltSleep::default(),
             };
             info!(
                 "vCPUs scheduled by vcpu_sched (workers executor, mitigations {}, fair slice \
-                 scaling {})",
-                cfg.mitigations, cfg.fair_slice_scaling
+                 scaling {}, tick {:?}, halt poll {:?})",
+                cfg.mitigations, cfg.fair_slice_scaling, cfg.tick, cfg.halt_poll
             );
             vmm_machine::vcpu_body::linux::run_sched(vm, &o)?
         }

@@ -77,10 +77,23 @@ pub struct ServeArgs {
     /// executor only
     #[arg(long, value_name = "log|none", value_parser = args::slice_scaling)]
     pub fair_slice_scaling: Option<vcpu_sched::SliceScaling>,
+    /// The shared scheduler's tick period: how often each CPU's slice
+    /// end, the wakeups deferred to a busy CPU and the balances are looked
+    /// at (default 1000: 1 ms; Linux's is 4 ms at HZ=250). 100..=100000.
+    /// /metrics' vmm_sched_tick_seconds shows it. Workers executor only
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(100..=100_000))]
+    pub tick_us: Option<u64>,
+    /// How often the halt poller probes the vCPUs of Linux VMs that are
+    /// asleep in the scheduler for an interrupt (an IPI from another vCPU
+    /// is seen within this) and kicks out those halted inside KVM_RUN
+    /// (default 1000: 1 ms). 100..=100000. /metrics' vmm_halt_poll_seconds
+    /// shows it. Workers executor only
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(100..=100_000))]
+    pub halt_poll_us: Option<u64>,
     /// A TOML file with any of: topology, mitigations, executor,
     /// metrics_per_vcpu, busy_balance, sleeper_credit, wakeup_preempt,
-    /// fair_latency_us, fair_min_granularity_us, fair_slice_scaling.
-    /// Flags win over it.
+    /// fair_latency_us, fair_min_granularity_us, fair_slice_scaling,
+    /// tick_us, halt_poll_us. Flags win over it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
@@ -100,6 +113,8 @@ struct ServeFile {
     fair_latency_us: Option<u64>,
     fair_min_granularity_us: Option<u64>,
     fair_slice_scaling: Option<String>,
+    tick_us: Option<u64>,
+    halt_poll_us: Option<u64>,
 }
 
 fn on_off(s: &str) -> std::result::Result<bool, String> {
@@ -150,6 +165,8 @@ pub fn run_ch_entry(api_socket: PathBuf, seccomp: Option<&str>) -> Result<()> {
         fair_latency_us: None,
         fair_min_granularity_us: None,
         fair_slice_scaling: None,
+        tick_us: None,
+        halt_poll_us: None,
         config,
     });
     match named {
@@ -257,6 +274,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         a.fair_slice_scaling.or(file_scaling),
         workers,
     )?;
+    let tick_ns = args::tick(a.tick_us.or(file.tick_us), workers)?;
+    let halt_poll_ns = args::halt_poll(a.halt_poll_us.or(file.halt_poll_us), workers)?;
     topology::load(&topology).with_context(|| format!("--topology {topology}"))?;
     let dir = a
         .api_socket
@@ -283,6 +302,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         fair_latency_ns: fair.latency_ns,
         fair_min_granularity_ns: fair.min_granularity_ns,
         fair_slice_scaling: fair.scaling,
+        tick_ns,
+        halt_poll_ns,
     };
     serve(opts).map_err(|e| {
         if e.is_user_fault() {

@@ -110,6 +110,10 @@ pub struct FileConfig {
     /// `fair-slice-scaling`: `"log"` or `"none"` (with
     /// `sched = "vcpu_sched"` only).
     pub fair_slice_scaling: Option<String>,
+    /// `tick-us` (with `sched = "vcpu_sched"` only).
+    pub tick_us: Option<u64>,
+    /// `halt-poll-us` (with `sched = "vcpu_sched"` only).
+    pub halt_poll_us: Option<u64>,
     /// `rng`: `""` or `"pci_segment=S"`.
     pub rng: Option<String>,
     /// `platform`: `"num_pci_segments=N"`.

@@ -139,6 +139,10 @@ pub struct RunConfig {
     /// How `vcpu_sched` scales its fair slices with the CPUs (with
     /// [`SchedMode::VcpuSched`]; log by default).
     pub fair_slice_scaling: vcpu_sched::SliceScaling,
+    /// The scheduler's tick period (with [`SchedMode::VcpuSched`]).
+    pub tick: Duration,
+    /// The halt poller's period (with [`SchedMode::VcpuSched`]).
+    pub halt_poll: Duration,
     /// PCI segments and devices.
     pub devices: vmm_machine::devices::DeviceSpec,
 }
@@ -192,6 +196,10 @@ pub struct RunFlags {
     pub mitigations: Option<String>,
     /// `--fair-slice-scaling`.
     pub fair_slice_scaling: Option<String>,
+    /// `--tick-us`.
+    pub tick_us: Option<u64>,
+    /// `--halt-poll-us`.
+    pub halt_poll_us: Option<u64>,
     /// `--rng`.
     pub rng: Option<String>,
     /// `--platform`.

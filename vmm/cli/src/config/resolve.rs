@@ -520,6 +520,22 @@ impl RunConfig {
                 args::slice_scaling,
                 vcpu_sched::SliceScaling::default(),
             )?,
+            tick: m.sched_only(
+                "tick-us",
+                "vcpu_sched's tick period",
+                Merge::pick(flags.tick_us, f.tick_us).map(|(v, fl)| (v.to_string(), fl)),
+                sched,
+                args::period_micros,
+                vmm_machine::vcpu_body::DEFAULT_TICK,
+            )?,
+            halt_poll: m.sched_only(
+                "halt-poll-us",
+                "the period of the halt poller, which runs with vcpu_sched only",
+                Merge::pick(flags.halt_poll_us, f.halt_poll_us).map(|(v, fl)| (v.to_string(), fl)),
+                sched,
+                args::period_micros,
+                vmm_machine::vcpu_body::DEFAULT_HALT_POLL,
+            )?,
             devices: {
                 let mut d = m.devices(
                     DeviceInputs {

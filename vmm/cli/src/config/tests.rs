@@ -129,6 +129,46 @@ fn console_and_mitigations() {
         e.starts_with("fair-slice-scaling (in vm.toml): sets how"),
         "{e}"
     );
+    // the periods: flags or keys, with vcpu_sched only, in range
+    let c = RunConfig::resolve(
+        RunFlags {
+            tick_us: Some(4_000),
+            sched: Some("vcpu_sched".into()),
+            ..flags()
+        },
+        Some((at, file("sched = \"vcpu_sched\"\nhalt-poll-us = 2000"))),
+    )
+    .unwrap();
+    assert_eq!(
+        (c.tick, c.halt_poll),
+        (Duration::from_millis(4), Duration::from_millis(2))
+    );
+    let d = with(flags()).unwrap();
+    assert_eq!(
+        (d.tick, d.halt_poll),
+        (Duration::from_millis(1), Duration::from_millis(1))
+    );
+    let e = with(RunFlags {
+        halt_poll_us: Some(2_000),
+        ..flags()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("--halt-poll-us: sets the period of the halt poller"),
+        "{e}"
+    );
+    let e = with(RunFlags {
+        tick_us: Some(50),
+        sched: Some("vcpu_sched".into()),
+        ..flags()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("--tick-us") && e.contains("give 100..=100000"),
+        "{e}"
+    );
     let f = RunFlags {
         pin: Some("".into()),
         ..flags()

@@ -649,6 +649,8 @@ pub struct LinuxSchedOptions {
     pub mitigations: vcpu_sched::Mitigations,
     /// How the fair slices scale with the CPUs.
     pub fair_slice_scaling: vcpu_sched::SliceScaling,
+    /// The scheduler's tick period.
+    pub tick: std::time::Duration,
     /// The vCPUs' policy in the scheduler (`--rt`: FIFO/RR; else fair).
     pub policy: vcpu_sched::Policy,
     /// vCPU `i` may run on host CPU `pins[i]` only (`--pin`).
@@ -729,6 +731,7 @@ pub fn run_sched(
     eo.kind = ExecutorKind::Workers;
     eo.mitigations = opts.mitigations;
     eo.sched.fair_slice_scaling = opts.fair_slice_scaling;
+    eo.tick = opts.tick;
     control.mark_started();
     let running = Running::start(&eo, set.clone())?;
     let hook = irqs.clone();

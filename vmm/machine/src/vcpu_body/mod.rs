@@ -50,7 +50,9 @@ mod stages;
 pub use set::{VcpuMetrics, VcpuSlot, VcpuState, VmEntry, VmSet, Window};
 pub use stages::{Stages, STAGES};
 
-pub use run::{ExecOptions, ExecOutcome, Running, VcpuPool, VcpuWaker};
+pub use run::{
+    ExecOptions, ExecOutcome, Running, VcpuPool, VcpuWaker, DEFAULT_HALT_POLL, DEFAULT_TICK,
+};
 pub use vcpu_sched::exec::ExecutorKind;
 
 use std::any::Any;

@@ -22,6 +22,14 @@ use super::poll_hub::PollHub;
 use super::{TaskError, VcpuSlot, VmSet};
 use crate::vcpu::block_watch::BlockWatch;
 
+/// The scheduler executors' tick period unless told otherwise
+/// ([`ExecOptions::tick`]).
+pub const DEFAULT_TICK: Duration = Duration::from_millis(1);
+
+/// How often the halt poller probes the vCPUs of Linux VMs unless told
+/// otherwise ([`ExecOptions::halt_poll`]; `vcpu_body::linux`).
+pub const DEFAULT_HALT_POLL: Duration = Duration::from_millis(1);
+
 /// How to run a set.
 #[derive(Clone, Debug)]
 pub struct ExecOptions {
@@ -54,6 +62,9 @@ pub struct ExecOptions {
     /// `workers`: the timer advance
     /// ([`ExecConfig::timer_advance`](vcpu_sched::exec::ExecConfig::timer_advance)).
     pub timer_advance: bool,
+    /// A pool's Linux VMs: the period of the halt poller's rounds (its
+    /// `halt-poll` thread), [`DEFAULT_HALT_POLL`] by default.
+    pub halt_poll: Duration,
 }
 
 impl ExecOptions {
@@ -66,7 +77,8 @@ impl ExecOptions {
             mitigations: Mitigations::none(),
             sched: SchedConfig::default(),
             check: None,
-            tick: Duration::from_millis(1),
+            tick: DEFAULT_TICK,
+            halt_poll: DEFAULT_HALT_POLL,
             host_rt: None,
             host_pins: None,
             strict_policy: false,
@@ -626,12 +638,19 @@ impl VcpuPool {
         })
     }
 
+    /// The pool's periods: its executor's tick and its halt poller's
+    /// rounds (what it was started with, [`ExecOptions::tick`] and
+    /// [`ExecOptions::halt_poll`]).
+    pub fn periods(&self) -> (Duration, Duration) {
+        (self.opts.tick, self.opts.halt_poll)
+    }
+
     /// The one thread that polls the halted vCPUs of every Linux VM on
     /// this pool ([`PollHub`]), started at the first call; `None` if the
     /// thread could not be started (said once in the log).
     pub fn poll_hub(&self) -> Option<&PollHub> {
         self.hub
-            .get_or_init(|| match PollHub::start(Duration::from_millis(1)) {
+            .get_or_init(|| match PollHub::start(self.opts.halt_poll) {
                 Ok(h) => Some(h),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot start the halt-poll thread");
