@@ -29,7 +29,9 @@
 # FILE as a # line) the guest's and the neighbours' running time, run
 # delay and runs (switch-ins; the guest's mean turn on a CPU and mean wait
 # per turn follow) over the pings, from /metrics: vcpu_sched's statistics,
-# or the host kernel's schedstat of the vCPU threads with --sched host.
+# or the host kernel's schedstat of the vCPU threads with --sched host;
+# then the CPU time of the server's threads (all; the vCPU runners, with
+# how often the host preempted them; the executor's helper threads).
 # Needs root, the guest kernel (guest/build.sh), iproute2, ping
 # and curl (scripts/setup.sh installs them). VMM_BIN picks the binary
 # (default: target/debug/vmm, then `vmm` on PATH).
@@ -121,12 +123,42 @@ cpu_split() {
     /^vmm_vm_runs_total\{vm="n[0-9]+"\}/ { nn += $2 }
     END { printf "%.6f %.6f %d %.6f %.6f %d\n", gr, gd, gn, nr, nd, nn }'
 }
+# the server's own threads over the pings, from each thread's schedstat
+# (CPU time, ns) and status: all of them; the vCPU runners (the workers,
+# worker/N, under vcpu_sched; the vCPU threads, vcpuN or vM.N, under
+# --sched host), with how often the host preempted them
+# (nonvoluntary_ctxt_switches); and the executor's helpers (halt-poll,
+# block-watch, the clock and checker threads). Under vcpu_sched a vCPU's
+# running time above is its time holding a worker, which includes a halt
+# inside KVM_RUN until it is found; the workers' CPU time is what the host
+# CPUs really gave.
+thread_cpu() {
+  local t comm ns all=0 runners=0 preempted=0 helpers=0 n
+  for t in /proc/"$pid"/task/*; do
+    comm=$(cat "$t/comm" 2>/dev/null) || continue
+    ns=$(cut -d' ' -f1 "$t/schedstat" 2>/dev/null) || continue
+    all=$((all + ns))
+    case $comm in
+      worker/* | vcpu[0-9]* | v[0-9]*.[0-9]*)
+        runners=$((runners + ns))
+        n=$(awk '/^nonvoluntary_ctxt_switches/ { print $2 }' "$t/status" 2>/dev/null)
+        preempted=$((preempted + ${n:-0})) ;;
+      halt-poll | block-watch | *-clock | *-check) helpers=$((helpers + ns)) ;;
+    esac
+  done
+  echo "$all $runners $preempted $helpers"
+}
 t0=$(cpu_split)
+c0=$(thread_cpu)
 ping_judge "$ns" "$pings" "$interval" "$dir" "$out" "scripts/net-neighbours.sh --sched $sched --vcpus $vcpus --neighbours $neighbours --pings $pings --interval $interval${serve_args[*]:+ (vmm serve ${serve_args[*]})}"
 t1=$(cpu_split)
+c1=$(thread_cpu)
 split=$(echo "$t0 $t1" | awk '{
   gr = $7 - $1; gd = $8 - $2; gn = $9 - $3; nr = $10 - $4; nd = $11 - $5; nn = $12 - $6
   printf "guest running %.3f s, run delay %.3f s, %d runs (%.3f ms running, %.3f ms waiting per run); neighbours running %.3f s, run delay %.3f s, %d runs", gr, gd, gn, gn ? 1e3 * gr / gn : 0, gn ? 1e3 * gd / gn : 0, nr, nd, nn
+}')
+split+=$(echo "$c0 $c1" | awk '{
+  printf "; vmm CPU %.3f s, of it vCPU runners %.3f s (preempted %d times), executor helpers %.3f s", ($5 - $1) / 1e9, ($6 - $2) / 1e9, $7 - $3, ($8 - $4) / 1e9
 }')
 echo "over the pings: $split"
 if [ -n "$out" ]; then echo "# over the pings: $split" >>"$out"; fi
