@@ -552,13 +552,15 @@ pub fn period_micros(s: &str) -> Result<std::time::Duration, String> {
 }
 
 /// The scheduler's tick period, ns, from `--tick-us` or a file's
-/// `tick_us` ([`workers_period`]; 1 ms by default).
+/// `tick_us`: 1 ms by default; 100 µs to 100 ms; refused with the host
+/// executor (`workers` false), which runs no vcpu_sched.
 pub fn tick(us: Option<u64>, workers: bool) -> Result<u64, InputError> {
     workers_period("tick_us", us, workers, vmm_machine::vcpu_body::DEFAULT_TICK)
 }
 
 /// The halt poller's period, ns, from `--halt-poll-us` or a file's
-/// `halt_poll_us` ([`workers_period`]; 1 ms by default).
+/// `halt_poll_us`: 1 ms by default; 100 µs to 100 ms; refused with the
+/// host executor (`workers` false).
 pub fn halt_poll(us: Option<u64>, workers: bool) -> Result<u64, InputError> {
     workers_period(
         "halt_poll_us",
