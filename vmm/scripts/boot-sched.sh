@@ -4,7 +4,8 @@
 # thread per vCPU, the host kernel schedules) and `--sched vcpu_sched`
 # (the workers executor, all fixes), with an A/A row: a second
 # `vcpu_sched` boot (`vcpu_sched-aa`) in every repetition. REPS
-# repetitions (first argument, default 2); the three rows run back to back
+# repetitions (first argument, default 2); the three rows (four with
+# B_ARGS, below) run back to back
 # in an order that rotates from one repetition to the next, so no row
 # always goes first.
 #
