@@ -55,6 +55,7 @@ pub fn vmm(args: &[&str]) -> Output {
         .expect("running vmm")
 }
 
+pub mod bench;
 pub mod comparison;
 pub mod disk;
 pub mod guest;

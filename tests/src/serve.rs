@@ -265,3 +265,83 @@ pub fn put_with_fds(sock: &Path, path: &str, body: &str, fds: &[i32]) -> (u16, V
     let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
     (status, v)
 }
+
+/// The topology the API tests' servers manage: 8 CPUs, 2 LLCs of 2 L2s of one
+/// SMT2 core each (emulated on this host's CPUs).
+pub const TOPO: &str = "package:1 l3:2 l2:2 core:1 pu:2";
+
+/// `vmm serve` on [`TOPO`] with `extra` flags.
+pub fn start(extra: &[&str]) -> Server {
+    Server::start_env(TOPO, extra, &[])
+}
+
+/// `vmm serve` on `topology` with `extra` flags.
+pub fn start_on(topology: &str, extra: &[&str]) -> Server {
+    Server::start_env(topology, extra, &[])
+}
+
+/// A VM of 2 vCPUs (one SMT2 core) running the `ticker` micro-guest, as
+/// `vm.create` takes it.
+pub const TICKER2: &str = r#"{"cpus":{"boot_vcpus":2,"max_vcpus":2,"topology":{"threads_per_core":2,"cores_per_die":1,"dies_per_package":1,"packages":1}},"x_vmm":{"micro":"ticker"}}"#;
+
+/// `vm`'s KVM exits so far (`vm.info`'s `x_vmm.kvm_exits`; `default` is
+/// the unnamed VM).
+pub async fn exits(sock: &Path, vm: &str) -> u64 {
+    let p = if vm == "default" {
+        "/api/v1/vm.info".to_string()
+    } else {
+        format!("/api/v1/vms/{vm}/vm.info")
+    };
+    let (s, v) = call(sock, "GET", &p, None).await;
+    assert_eq!(s, 200, "{v}");
+    v["x_vmm"]["kvm_exits"].as_u64().unwrap()
+}
+
+/// Waits (bounded) until `vm`'s exits exceed `than`.
+pub async fn progresses(sock: &Path, vm: &str, than: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let n = exits(sock, vm).await;
+        if n > than {
+            return n;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "VM {vm} made no progress past {than} exits"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `name{labels} value` lines of a classic exposition.
+pub fn samples(text: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (k, v) = l
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("bad line {l:?}"));
+            (
+                k.to_string(),
+                v.parse::<f64>()
+                    .unwrap_or_else(|_| panic!("bad value {l:?}")),
+            )
+        })
+        .collect()
+}
+
+/// The value of sample `key` (name and labels, as the exposition writes
+/// them) among `s`; fails the test when there is none.
+pub fn sample(s: &[(String, f64)], key: &str) -> f64 {
+    s.iter()
+        .find(|(k, _)| k == key)
+        .unwrap_or_else(|| panic!("no sample {key}"))
+        .1
+}
+
+/// A metric's value from a scrape.
+pub async fn metric(sock: &Path, key: &str) -> f64 {
+    let (s, text) = call_text(sock, "GET", "/metrics", None).await;
+    assert_eq!(s, 200, "{text}");
+    sample(&samples(&text), key)
+}

@@ -3,8 +3,8 @@
 //! is, is refused at once (exit 2, before any work) with one line naming
 //! the flag and what to give instead, and the file is left as it was.
 //! What is provably the program's own is rewritten: a CPUID dump folder
-//! with its marker. (`serve --api-socket` and the API's `serial.file`:
-//! `serve_api.rs` and `vmm_api::files`.)
+//! with its marker. (`serve --api-socket`: `serve_config.rs`; the API's
+//! `serial.file`: `vmm_api::files`.)
 
 use std::path::Path;
 
