@@ -313,6 +313,15 @@ pub async fn progresses(sock: &Path, vm: &str, than: u64) -> u64 {
     }
 }
 
+/// Creates the default VM from `config` (a `vm.create` body), boots it
+/// and waits (bounded) until it runs: its KVM exits so far.
+pub async fn boot_default(sock: &Path, config: &str) -> u64 {
+    let created = call(sock, "PUT", "/api/v1/vm.create", Some(config)).await;
+    assert_eq!(created.0, 204, "{}", created.1);
+    assert_eq!(call(sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
+    progresses(sock, "default", 0).await
+}
+
 /// `name{labels} value` lines of a classic exposition.
 pub fn samples(text: &str) -> Vec<(String, f64)> {
     text.lines()

@@ -15,7 +15,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use integration_tests::serve::{
-    call, call_text, exits, progresses, rt, sample, samples, start, start_on, Server, TICKER2,
+    boot_default, call, call_text, exits, progresses, rt, sample, samples, start, start_on, Server,
+    TICKER2,
 };
 use integration_tests::{vmm_bin, workspace_root};
 use serde_json::{json, Value};
@@ -291,13 +292,7 @@ fn a_crashing_guest_shows_in_info_and_others_go_on() {
     let srv = start(&[]);
     let sock = srv.sock.clone();
     rt().block_on(async {
-        assert_eq!(
-            call(&sock, "PUT", "/api/v1/vm.create", Some(TICKER2))
-                .await
-                .0,
-            204
-        );
-        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
+        boot_default(&sock, TICKER2).await;
         let crash = r#"{"cpus":{"boot_vcpus":1},"x_vmm":{"micro":"crash"}}"#;
         assert_eq!(
             call(&sock, "PUT", "/api/v1/vms/x/vm.create", Some(crash))
@@ -338,14 +333,7 @@ fn sigterm_stops_every_vm_and_removes_the_socket() {
     let mut srv = start(&[]);
     let sock = srv.sock.clone();
     rt().block_on(async {
-        assert_eq!(
-            call(&sock, "PUT", "/api/v1/vm.create", Some(TICKER2))
-                .await
-                .0,
-            204
-        );
-        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
-        progresses(&sock, "default", 0).await;
+        boot_default(&sock, TICKER2).await;
     });
     // SAFETY: kill(2) on our own child's pid; no memory is involved.
     let rc = unsafe { libc::kill(srv.child.id() as i32, libc::SIGTERM) };

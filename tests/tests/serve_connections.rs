@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use integration_tests::serve::{
-    call, call_text, exits, metric, progresses, rt, start, Server, TICKER2, TOPO,
+    boot_default, call, call_text, exits, metric, rt, start, Server, TICKER2, TOPO,
 };
 use integration_tests::vmm_bin;
 
@@ -16,14 +16,7 @@ fn hundred_clients_neither_stall_the_api_nor_the_vcpus() {
     let srv = start(&[]);
     let sock = srv.sock.clone();
     rt().block_on(async {
-        assert_eq!(
-            call(&sock, "PUT", "/api/v1/vm.create", Some(TICKER2))
-                .await
-                .0,
-            204
-        );
-        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
-        let before = progresses(&sock, "default", 0).await;
+        let before = boot_default(&sock, TICKER2).await;
         let t0 = Instant::now();
         let mut tasks = Vec::new();
         for c in 0..100 {

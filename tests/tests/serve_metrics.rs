@@ -11,7 +11,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use integration_tests::require_tool;
-use integration_tests::serve::{call, call_text, progresses, rt, sample, samples, start, TICKER2};
+use integration_tests::serve::{
+    boot_default, call, call_text, progresses, rt, sample, samples, start, TICKER2,
+};
 
 /// Pauses the default VM and waits until its migration counts stop
 /// moving; then the scheduler's migrations by distance add up to the VM's
@@ -60,14 +62,7 @@ fn metrics_parse_grow_and_pass_promtool() {
     let srv = start(&["--metrics-per-vcpu"]);
     let sock = srv.sock.clone();
     let (text, openmetrics) = rt().block_on(async {
-        assert_eq!(
-            call(&sock, "PUT", "/api/v1/vm.create", Some(TICKER2))
-                .await
-                .0,
-            204
-        );
-        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
-        progresses(&sock, "default", 0).await;
+        boot_default(&sock, TICKER2).await;
         // the VM's first exits may all be vCPU 0's: wait until vCPU 1 has
         // left the guest once too (both vCPUs run the ticker)
         let vcpu1 = "vmm_vcpu_kvm_exits_total{vm=\"default\",vcpu=\"1\"}";
@@ -246,14 +241,7 @@ fn host_executor_names_vcpu_threads_and_reports_their_schedstat() {
     let sock = srv.sock.clone();
     let pid = srv.child.id();
     rt().block_on(async {
-        assert_eq!(
-            call(&sock, "PUT", "/api/v1/vm.create", Some(TICKER2))
-                .await
-                .0,
-            204
-        );
-        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
-        progresses(&sock, "default", 0).await;
+        boot_default(&sock, TICKER2).await;
     });
     let vcpus = || -> Vec<(String, std::path::PathBuf)> {
         std::fs::read_dir(format!("/proc/{pid}/task"))
