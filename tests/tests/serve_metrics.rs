@@ -173,16 +173,7 @@ fn metrics_parse_grow_and_pass_promtool() {
     if !require_tool("promtool", "scripts/setup.sh installs it") {
         return;
     }
-    let mut p = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting promtool");
-    use std::io::Write;
-    p.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = p.wait_with_output().unwrap();
+    let out = fed(Command::new("promtool").args(["check", "metrics"]), &text);
     assert!(
         out.status.success(),
         "promtool: {}{}",
@@ -190,6 +181,20 @@ fn metrics_parse_grow_and_pass_promtool() {
         String::from_utf8_lossy(&out.stderr)
     );
     openmetrics_parses(&openmetrics);
+}
+
+/// `cmd`'s output with `input` on its standard input (a judge of an
+/// exposition: promtool, the OpenMetrics parser).
+fn fed(cmd: &mut Command, input: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut p = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {:?}: {e}", cmd.get_program()));
+    p.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    p.wait_with_output().unwrap()
 }
 
 /// The OpenMetrics exposition, judged by the Prometheus project's Python
@@ -214,16 +219,7 @@ fams = list(parse(sys.stdin.read()))\n\
 names = {f.name for f in fams}\n\
 assert 'vmm_vm_kvm_exits' in names, sorted(names)\n\
 print(len(fams))\n";
-    let mut p = Command::new(PY)
-        .args(["-c", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting python3");
-    use std::io::Write;
-    p.stdin.take().unwrap().write_all(om.as_bytes()).unwrap();
-    let out = p.wait_with_output().unwrap();
+    let out = fed(Command::new(PY).args(["-c", script]), om);
     assert!(
         out.status.success(),
         "the OpenMetrics parser refused the exposition: {}\n{om}",
