@@ -273,7 +273,8 @@ fn a_cost_table_file_drives_the_model() {
     let dir = tempfile::tempdir().unwrap();
     let icx = "l1_hit_ns = 2\nsmt_ns = 8\nl2_ns = 8\nllc_ns = 51\ndie_ns = 51\n\
                package_ns = 51\nremote_ns = 108\nmemory_ns = 107\nmlp = 12\n\
-               lock_spin_ns = 5600\nfutex_wake_ns = 240\nwakeup_ns = 1070\n";
+               lock_spin_ns = 5600\nfutex_wake_ns = 240\nwakeup_ns = 1070\n\
+               idle_exit_ns = 1000\n";
     let file = dir.path().join("icx.toml");
     std::fs::write(&file, icx).unwrap();
     let slow = dir.path().join("slow.toml");
@@ -336,4 +337,91 @@ fn a_cost_table_file_drives_the_model() {
     std::fs::create_dir(&sub).unwrap();
     refused(sub.to_str().unwrap(), &["not a regular file"]);
     refused("/dev/zero", &["not a regular file"]);
+}
+
+/// `--idle-states`: `c1` is the presets' default (same bytes as without
+/// the flag); `deep` adds the part's deepest C-state, which cyclic's CPUs
+/// (idle about 1 ms between timer periods) reach, so its wakeups change;
+/// a cost file gives the deep state by field name; asking for one a file
+/// lacks, or for a state with no name, is refused with what to give.
+#[test]
+fn idle_states_choose_the_cpus_idle_depth() {
+    let sim = |extra: &[&str]| {
+        let mut args = vec![
+            "sim",
+            "cyclic",
+            "--topology",
+            TOPO,
+            "--costs",
+            "icx-2s",
+            "--duration",
+            "20ms",
+        ];
+        args.extend_from_slice(extra);
+        let r = run(&args);
+        assert_eq!(r.status, Some(0), "{}", r.context());
+        r.console
+    };
+    let default = sim(&[]);
+    assert_eq!(sim(&["--idle-states", "c1"]), default);
+    let deep = sim(&["--idle-states", "deep"]);
+    assert_ne!(deep, default);
+
+    let dir = tempfile::tempdir().unwrap();
+    let icx = "l1_hit_ns = 2\nsmt_ns = 8\nl2_ns = 8\nllc_ns = 51\ndie_ns = 51\n\
+               package_ns = 51\nremote_ns = 108\nmemory_ns = 107\nmlp = 12\n\
+               lock_spin_ns = 5600\nfutex_wake_ns = 240\nwakeup_ns = 1070\n\
+               idle_exit_ns = 1000\n";
+    let shallow = dir.path().join("icx.toml");
+    std::fs::write(&shallow, icx).unwrap();
+    let with_c6 = dir.path().join("icx-c6.toml");
+    std::fs::write(
+        &with_c6,
+        format!("{icx}deep_idle_after_ns = 600000\ndeep_idle_exit_ns = 170000\n"),
+    )
+    .unwrap();
+    let file = |path: &std::path::Path, extra: &[&str]| {
+        let mut args = vec![
+            "sim",
+            "cyclic",
+            "--topology",
+            TOPO,
+            "--costs",
+            path.to_str().unwrap(),
+            "--duration",
+            "20ms",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    // the file's own deep state, as the preset's with `deep`
+    let r = file(&with_c6, &[]);
+    assert_eq!(r.status, Some(0), "{}", r.context());
+    assert_eq!(r.console, deep);
+    // `c1` drops a file's deep state
+    let r = file(&with_c6, &["--idle-states", "c1"]);
+    assert_eq!(r.status, Some(0), "{}", r.context());
+    assert_eq!(r.console, default);
+    assert_input_error(
+        &file(&shallow, &["--idle-states", "deep"]),
+        &[
+            "--idle-states deep",
+            "deep_idle_after_ns",
+            "--idle-states c1",
+        ],
+    );
+    let half = dir.path().join("half.toml");
+    std::fs::write(&half, format!("{icx}deep_idle_after_ns = 600000\n")).unwrap();
+    assert_input_error(&file(&half, &[]), &["deep_idle_exit_ns", "both"]);
+    assert_input_error(
+        &run(&[
+            "sim",
+            "cyclic",
+            "--topology",
+            "icx-2s",
+            "--idle-states",
+            "c6",
+        ]),
+        &["c6", "c1", "deep"],
+    );
 }

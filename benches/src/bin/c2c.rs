@@ -631,6 +631,10 @@ fn cost_table(m: &Measured, machine: &str) -> (CostTable, String) {
         switch_ns: round(m.wakeup),
         kick_ns: round(m.unpark),
         idle_exit_ns: round(m.wakeup_idle - m.wakeup - m.unpark),
+        // a host thread's wakeup has no idle depth the tool can measure
+        // here: `vmm sim --idle-states deep` wants these in the file
+        deep_idle_after_ns: 0,
+        deep_idle_exit_ns: 0,
     };
     lines.extend([
         format!("l1_hit_ns = {}  # measured: {:.2} ns per load, pointer chase in 16 KiB", t.l1_hit_ns, m.l1),

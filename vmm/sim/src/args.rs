@@ -28,6 +28,13 @@ pub struct SimArgs {
     /// file of one (as `c2c --out DIR` writes: DIR/costs.toml).
     #[arg(long, value_name = "PRESET|FILE")]
     pub costs: Option<String>,
+    /// The CPUs' idle states: `c1` (every idle CPU in C1, as on a host
+    /// tuned for latency; the presets' default) or `deep` (also the
+    /// part's deepest core C-state once a CPU has been idle past its
+    /// target residency, as on a default BIOS and kernel). Default: `c1`
+    /// for a preset, what a --costs file says for a file.
+    #[arg(long, value_name = "c1|deep", value_parser = idle_states)]
+    pub idle_states: Option<IdleStates>,
     /// Scale every latency of the table (sensitivity: 0.5, 1.5); 0.1..=10.
     #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = latency_scale)]
     pub latency_scale: f64,
@@ -292,6 +299,7 @@ fn load(spec: &str) -> Result<Arc<HostTopology>> {
 fn cost_table(a: &SimArgs) -> Result<CostTable, InputError> {
     let name = a.costs.clone().unwrap_or_else(|| a.topology.clone());
     let preset = CostTable::for_preset(&name).filter(|_| name != "test");
+    let is_preset = preset.is_some();
     let table = if a.costs.is_some() && preset.is_none() && looks_like_file(&name) {
         cost_file(&name)?
     } else {
@@ -303,7 +311,49 @@ fn cost_table(a: &SimArgs) -> Result<CostTable, InputError> {
             ))
         })?
     };
+    let table = with_idle_states(table, &name, is_preset, a.idle_states)?;
     Ok(table.scaled(a.latency_scale))
+}
+
+/// `--idle-states`: which idle states the simulated CPUs use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleStates {
+    /// C1 only.
+    C1,
+    /// C1, and the deepest core C-state after its target residency.
+    Deep,
+}
+
+fn idle_states(s: &str) -> Result<IdleStates, String> {
+    match s {
+        "c1" => Ok(IdleStates::C1),
+        "deep" => Ok(IdleStates::Deep),
+        _ => Err(format!(
+            "{s:?}: give c1 (every idle CPU in C1) or deep (also the part's deepest core \
+             C-state after its target residency)"
+        )),
+    }
+}
+
+/// The table's deep idle state as --idle-states says: `c1` drops it,
+/// `deep` takes the preset's (a file must carry its own).
+fn with_idle_states(
+    table: CostTable,
+    name: &str,
+    preset: bool,
+    states: Option<IdleStates>,
+) -> Result<CostTable, InputError> {
+    match states {
+        None => Ok(table),
+        Some(IdleStates::C1) => Ok(table.with_deep_idle(None)),
+        Some(IdleStates::Deep) if preset => Ok(table.with_deep_idle(CostTable::deep_idle_of(name))),
+        Some(IdleStates::Deep) if table.deep_idle_after_ns == 0 => Err(InputError(format!(
+            "--idle-states deep: the cost table {name} has no deep idle state: add \
+             deep_idle_after_ns and deep_idle_exit_ns to it (the state's target residency and \
+             exit latency, ns), or give --idle-states c1"
+        ))),
+        Some(IdleStates::Deep) => Ok(table),
+    }
 }
 
 /// A --costs value that names a file rather than a preset (a preset's

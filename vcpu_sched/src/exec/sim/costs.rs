@@ -96,11 +96,42 @@ pub struct CostTable {
     #[serde(default)]
     pub kick_ns: u64,
     /// From a kick's arrival at an idle CPU until it runs its `schedule`,
-    /// ns (the interrupt and the exit from idle). 0 on every preset (no
-    /// cited figure yet); `c2c` measures it as the cross-CPU wakeup of a
-    /// sleeping thread less the same-CPU one and the waker's `unpark`.
+    /// ns: the exit from the shallow idle state every idle CPU is in (on
+    /// the presets, C1). The presets take C1's exit latency from the
+    /// table the Linux kernel keeps per part (`intel_idle`'s
+    /// `exit_latency`, Intel's worst-case figure; see each preset) and,
+    /// on AMD, from the C1 (`FFH MWAIT`) entry of the firmware's ACPI
+    /// `_CST` that `acpi_idle` lists (estimated). `c2c` measures it for
+    /// its own machine's executors as the cross-CPU wakeup of a sleeping
+    /// thread less the same-CPU one and the waker's `unpark`.
     #[serde(default)]
     pub idle_exit_ns: u64,
+    /// How long a CPU must have been idle (since its last `schedule`
+    /// found nothing to run)
+    /// before it is taken to be in the part's deepest core idle state,
+    /// ns: that state's target residency, the shortest idle period for
+    /// which the kernel's idle governor chooses it. The model's governor
+    /// is an oracle (it picks the state the idle period turned out to
+    /// deserve), which a real one (menu, teo) approximates from history.
+    /// 0: no deep state (the presets, unless `vmm sim --idle-states
+    /// deep`: a host tuned for latency, such as tuned's
+    /// `latency-performance` profile, caps idle at C1).
+    #[serde(default)]
+    pub deep_idle_after_ns: u64,
+    /// Exit latency of that deep state, ns, in place of `idle_exit_ns`
+    /// (0 with `deep_idle_after_ns`).
+    #[serde(default)]
+    pub deep_idle_exit_ns: u64,
+}
+
+/// The deepest core idle state of a preset's part: (target residency,
+/// exit latency), ns ([`CostTable::deep_idle_after_ns`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeepIdle {
+    /// Target residency.
+    pub after_ns: u64,
+    /// Exit latency.
+    pub exit_ns: u64,
 }
 
 /// `CostTable::lock_spin_ns` on AMD parts (measured, see there).
@@ -111,6 +142,17 @@ const INTEL_SPIN_NS: u64 = 5_600;
 const FUTEX_WAKE_NS: u64 = 240;
 /// `CostTable::wakeup_ns` (see there).
 const WAKEUP_NS: u64 = 1_070;
+/// `CostTable::idle_exit_ns`: C1's `exit_latency` in Linux's `intel_idle`
+/// tables for Ice Lake, Sapphire Rapids and Granite Rapids Xeons
+/// (`icx_cstates`, `spr_cstates`, `gnr_cstates`: 1 us).
+const INTEL_C1_NS: u64 = 1_000;
+/// ... for Skylake-SP and Cascade Lake Xeons (`skx_cstates`: 2 us).
+const SKX_C1_NS: u64 = 2_000;
+/// ... on AMD EPYC: the C1 (`ACPI FFH MWAIT 0x0`) latency of the
+/// firmware's `_CST`, 1 us as `acpi_idle` lists it (estimated: no
+/// measurement of C1 alone found; the deepest state measures 5-15 us,
+/// see [`CostTable::deep_idle_of`]).
+const AMD_C1_NS: u64 = 1_000;
 
 impl CostTable {
     /// Whether a table (from a file) can drive the model: every cost at
@@ -140,12 +182,21 @@ impl CostTable {
             ("switch_ns", self.switch_ns),
             ("kick_ns", self.kick_ns),
             ("idle_exit_ns", self.idle_exit_ns),
+            ("deep_idle_after_ns", self.deep_idle_after_ns),
+            ("deep_idle_exit_ns", self.deep_idle_exit_ns),
         ] {
             if v > 10_000_000 {
                 return Err(format!(
                     "{name} = {v}: give 0..=10000000 ns (0: not charged)"
                 ));
             }
+        }
+        if (self.deep_idle_after_ns == 0) != (self.deep_idle_exit_ns == 0) {
+            return Err(format!(
+                "deep_idle_after_ns = {} and deep_idle_exit_ns = {}: give both (a deep idle \
+                 state's target residency and exit latency) or neither",
+                self.deep_idle_after_ns, self.deep_idle_exit_ns
+            ));
         }
         if self.mlp == 0 || self.mlp > 256 {
             return Err(format!("mlp = {}: give 1..=256 miss buffers", self.mlp));
@@ -157,6 +208,61 @@ impl CostTable {
             ));
         }
         Ok(())
+    }
+
+    /// The delay a kick of a CPU idle for `idle_ns` adds before the CPU
+    /// runs its `schedule`: the deep state's exit once the CPU has been
+    /// idle past that state's target residency, else `idle_exit_ns`.
+    pub fn idle_exit(&self, idle_ns: u64) -> u64 {
+        if self.deep_idle_after_ns > 0 && idle_ns >= self.deep_idle_after_ns {
+            self.deep_idle_exit_ns
+        } else {
+            self.idle_exit_ns
+        }
+    }
+
+    /// The table with the deep idle state of `deep` (`None`: none; the
+    /// CPUs idle in the shallow state only).
+    pub fn with_deep_idle(self, deep: Option<DeepIdle>) -> Self {
+        let d = deep.unwrap_or(DeepIdle {
+            after_ns: 0,
+            exit_ns: 0,
+        });
+        Self {
+            deep_idle_after_ns: d.after_ns,
+            deep_idle_exit_ns: d.exit_ns,
+            ..self
+        }
+    }
+
+    /// The deepest core idle state of a preset's part, from the Linux
+    /// kernel's per-part tables (`intel_idle`'s `skx_cstates` for Cascade
+    /// Lake, `icx_cstates`, `spr_cstates`, `gnr_cstates`: C6's
+    /// `target_residency` and `exit_latency`, the latter Intel's
+    /// worst-case figure, measured with Intel's `wult` for Granite
+    /// Rapids), or `None`. A Granite Rapids' package-level C6P is left
+    /// out: it needs every core of the package idle. gVisor's engineers
+    /// measured 150-230 us wakeups from C6 on Sapphire, Emerald and
+    /// Granite Rapids and 5-15 us from the deepest state of AMD EPYC
+    /// parts "despite similar advertised latencies" (google/gvisor pull
+    /// request 14526, 2026-08-31): the AMD presets take 10 us (the middle
+    /// of that range, measured) after 800 us (twice the 400 us C2
+    /// latency an EPYC 7502P's firmware advertises in ACPI `_CST`,
+    /// FreeBSD review D47444, as Linux's `acpi_idle` derives a target
+    /// residency from a latency; estimated: firmwares differ).
+    pub fn deep_idle_of(preset: &str) -> Option<DeepIdle> {
+        let (after_us, exit_us) = match preset {
+            "gnr-2s" => (650, 170),
+            "spr-2s" => (800, 290),
+            "icx-2s" => (600, 170),
+            "clx-2s" => (600, 133),
+            "genoa-2s" | "milan-2s" => (800, 10),
+            _ => return None,
+        };
+        Some(DeepIdle {
+            after_ns: after_us * 1000,
+            exit_ns: exit_us * 1000,
+        })
     }
 
     /// The transfer latency at `level`.
@@ -201,21 +307,21 @@ impl CostTable {
             // pairs). SMT not found: Ice Lake 8375C's 8 ns stands in
             // (estimated). L1 5 cycles (Chips and Cheese, Xeon 6 memory,
             // 2025-09-26) ~2 ns. DRAM: SPR's ~107 ns stands in (estimated).
-            "gnr-2s" => Self::intel(8, 86, 247, 2, 107, 16),
+            "gnr-2s" => Self::intel(8, 86, 247, 2, 107, 16, INTEL_C1_NS),
             // Sapphire Rapids 2S: Chips and Cheese, "Core to core latency
             // data on large systems" (2023-11-07): within socket average 59
             // (measured), cross socket average 138 (measured). SMT not found:
             // Ice Lake's 8 stands in (estimated). DRAM ~107 ns (Chips and
             // Cheese, "A peek at Sapphire Rapids", 2023-03-12, measured).
-            "spr-2s" => Self::intel(8, 59, 138, 2, 107, 16),
+            "spr-2s" => Self::intel(8, 59, 138, 2, 107, 16, INTEL_C1_NS),
             // Ice Lake-SP 8375C 2S: nviennot/core-to-core-latency README:
             // SMT 8.1, same socket 51, other socket 108 (all measured).
             // DRAM: SPR's 107 stands in (estimated).
-            "icx-2s" => Self::intel(8, 51, 108, 2, 107, 12),
+            "icx-2s" => Self::intel(8, 51, 108, 2, 107, 12, INTEL_C1_NS),
             // Cascade Lake Gold 6242 2S: nviennot README: SMT 7.4, same
             // socket 48, other socket 136 (measured). L1 4 cycles (Velten et
             // al., ICPE'22) ~2 ns. DRAM: 107 stands in (estimated).
-            "clx-2s" => Self::intel(7, 48, 136, 2, 107, 12),
+            "clx-2s" => Self::intel(7, 48, 136, 2, 107, 12, SKX_C1_NS),
             // Genoa EPYC 9274F 2S: nviennot issue #132: SMT 9, same CCX
             // 22-25 (24), other CCD 87-104 (95), other socket 187-202 (195)
             // (measured). L1 1.08 ns, DRAM ~110 ns (jhan-positron
@@ -229,13 +335,15 @@ impl CostTable {
                 lock_spin_ns: 1_000,
                 futex_wake_ns: 200,
                 wakeup_ns: 1_000,
+                // the model's own tests: no idle exit unless a test sets one
+                idle_exit_ns: 0,
                 ..Self::amd(5, 20, 60, 100, 1, 200, 4)
             },
             _ => return None,
         })
     }
 
-    fn intel(smt: u64, socket: u64, remote: u64, l1: u64, mem: u64, mlp: u32) -> Self {
+    fn intel(smt: u64, socket: u64, remote: u64, l1: u64, mem: u64, mlp: u32, c1: u64) -> Self {
         Self {
             mlp,
             l1_hit_ns: l1,
@@ -251,7 +359,9 @@ impl CostTable {
             wakeup_ns: WAKEUP_NS,
             switch_ns: 0,
             kick_ns: 0,
-            idle_exit_ns: 0,
+            idle_exit_ns: c1,
+            deep_idle_after_ns: 0,
+            deep_idle_exit_ns: 0,
         }
     }
 
@@ -271,7 +381,9 @@ impl CostTable {
             wakeup_ns: WAKEUP_NS,
             switch_ns: 0,
             kick_ns: 0,
-            idle_exit_ns: 0,
+            idle_exit_ns: AMD_C1_NS,
+            deep_idle_after_ns: 0,
+            deep_idle_exit_ns: 0,
         }
     }
 }
@@ -337,6 +449,38 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_cpu_exits_c1_until_the_deep_states_residency() {
+        for p in [
+            "gnr-2s", "spr-2s", "icx-2s", "clx-2s", "genoa-2s", "milan-2s",
+        ] {
+            let t = CostTable::for_preset(p).unwrap();
+            // the presets: C1 only, whatever the idle time
+            assert!((1_000..=2_000).contains(&t.idle_exit_ns), "{p}");
+            assert_eq!(t.idle_exit(0), t.idle_exit_ns);
+            assert_eq!(t.idle_exit(u64::MAX), t.idle_exit_ns);
+            let d = CostTable::deep_idle_of(p).unwrap();
+            let deep = t.with_deep_idle(Some(d));
+            deep.check().unwrap();
+            assert_eq!(deep.idle_exit(d.after_ns - 1), t.idle_exit_ns, "{p}");
+            assert_eq!(deep.idle_exit(d.after_ns), d.exit_ns, "{p}");
+            assert!(d.exit_ns > t.idle_exit_ns, "{p}");
+            assert_eq!(deep.with_deep_idle(None), t);
+        }
+        assert_eq!(CostTable::deep_idle_of("test"), None);
+        let t = CostTable::for_preset("icx-2s").unwrap();
+        let e = CostTable {
+            deep_idle_after_ns: 600_000,
+            ..t
+        }
+        .check()
+        .unwrap_err();
+        assert!(
+            e.contains("deep_idle_exit_ns = 0") && e.contains("both"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn a_table_reads_back_by_field_name_and_refuses_unknown_fields() {
         let t = CostTable::for_preset("icx-2s").unwrap();
         let v = serde_json::to_value(t).unwrap();
@@ -348,12 +492,25 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("llc_nss"), "{e}");
-        // the executor costs may be left out (0: not charged)
+        // the executor costs and the idle states may be left out (0: not
+        // charged; the preset's own C1 exit is not 0)
         let mut older = v.clone();
-        for f in ["switch_ns", "kick_ns", "idle_exit_ns"] {
+        for f in [
+            "switch_ns",
+            "kick_ns",
+            "idle_exit_ns",
+            "deep_idle_after_ns",
+            "deep_idle_exit_ns",
+        ] {
             older.as_object_mut().unwrap().remove(f);
         }
-        assert_eq!(serde_json::from_value::<CostTable>(older).unwrap(), t);
+        assert_eq!(
+            serde_json::from_value::<CostTable>(older).unwrap(),
+            CostTable {
+                idle_exit_ns: 0,
+                ..t
+            }
+        );
         let mut missing = v;
         missing.as_object_mut().unwrap().remove("mlp");
         let e = serde_json::from_value::<CostTable>(missing)

@@ -259,7 +259,10 @@ impl Sim<'_> {
             }
             Pick::Idle => {
                 let c = &mut self.cpus[cpu as usize];
+                // a new idle period (after a task, or a kick that found
+                // nothing: either way the CPU left its idle state)
                 c.curr = None;
+                c.idle_since = t;
                 c.burst = 0;
             }
         }

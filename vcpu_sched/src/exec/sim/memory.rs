@@ -69,8 +69,11 @@ impl Sim<'_> {
     /// call's, at its end; interleaved: since its last access), as events
     /// at the kicked CPUs one transfer after `now`; returns when the
     /// sender goes on. A kick of an idle CPU also costs the sender
-    /// `kick_ns` and arrives `idle_exit_ns` later (both 0 on the presets:
-    /// see [`CostTable`](super::CostTable)).
+    /// `kick_ns` (0 on the presets) and reaches the CPU's `schedule` its
+    /// idle state's exit later ([`CostTable::idle_exit`](super::CostTable::idle_exit):
+    /// C1's on the presets, the deep state's after its target residency
+    /// with `--idle-states deep`), the idle period counted from the CPU's
+    /// last `schedule` that found nothing to run.
     pub(super) fn kicks_at(&mut self, cpu: u32, now: u64) -> u64 {
         self.kicks.take_into(&mut self.kicked);
         let kicked = std::mem::take(&mut self.kicked);
@@ -81,7 +84,7 @@ impl Sim<'_> {
             let k = self.cpus[c as usize];
             let at = if k.curr.is_none() && k.free_at <= now {
                 t += cost.kick_ns;
-                t + lat + cost.idle_exit_ns
+                t + lat + cost.idle_exit(now.saturating_sub(k.idle_since))
             } else {
                 t + lat
             };

@@ -47,7 +47,7 @@ use topology::HostTopology;
 
 pub use calls::InterleaveStats;
 pub use coherence::{Arbitration, Coherence};
-pub use costs::{CostTable, Level, INSTR};
+pub use costs::{CostTable, DeepIdle, Level, INSTR};
 use queue::Ev;
 pub use report::{C2cRow, LockRow, SimReport};
 use state::Sim;

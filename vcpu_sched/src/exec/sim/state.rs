@@ -58,6 +58,12 @@ pub(super) struct Cpu {
     pub(super) burst: u64,
     pub(super) burst_start: u64,
     pub(super) free_at: u64,
+    /// When its current idle period began: its last `schedule` that
+    /// found nothing to run (the idle state's depth follows from it:
+    /// [`CostTable::idle_exit`](super::CostTable::idle_exit)). The model's
+    /// ticks of an idle CPU do not end the period: a tickless kernel
+    /// stops the tick of an idle CPU.
+    pub(super) idle_since: u64,
 }
 
 /// A simulated task (a vCPU): its VM, its index there, what is left of
