@@ -81,6 +81,11 @@ impl KickShared {
         self.pending.swap(false, Ordering::SeqCst)
     }
 
+    /// Is a kick waiting to be reported?
+    pub(super) fn is_pending(&self) -> bool {
+        self.pending.load(Ordering::SeqCst)
+    }
+
     /// Stops kickers from touching the kvm_run mapping, which goes away
     /// with the vCPU's fd.
     pub(super) fn detach(&self) {
@@ -124,6 +129,25 @@ impl Kicker {
             // SAFETY: `t` is the thread currently inside Vcpu::run; it
             // clears `thread` under this same lock before leaving run, so
             // it is alive while we hold the lock.
+            let _ = unsafe { t.signal(kick_signal()) };
+        }
+    }
+}
+
+impl Kicker {
+    /// Interrupts the thread inside `KVM_RUN` for this vCPU without a
+    /// kick to report: `immediate_exit` and the signal, not `pending`.
+    /// What a [`ParkFd`](super::park::ParkFd)'s waiter gets when the vCPU
+    /// is wanted back; the caller sets its own flag first (the waiter
+    /// reads it after clearing `immediate_exit`), so that a nudge before
+    /// the waiter enters is not lost.
+    pub fn nudge(&self) {
+        let s = &self.shared;
+        let target = s.target.lock().unwrap_or_else(|e| e.into_inner());
+        s.set_immediate_exit(1);
+        if let Some(t) = target.thread {
+            // SAFETY: as in `kick`: the thread clears `thread` under this
+            // lock before it leaves, so it is alive while we hold it.
             let _ = unsafe { t.signal(kick_signal()) };
         }
     }
