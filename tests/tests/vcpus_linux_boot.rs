@@ -31,6 +31,50 @@ fn ci_shape_boots_under_vcpu_sched() {
     check_block_watch(&r.stderr);
 }
 
+/// The same boot with halted vCPUs parked inside KVM (`--halt-park on`):
+/// the kernel still brings up every CPU (each AP waits for its SIPI on
+/// its park thread) and prints the same spans, and the closing line
+/// shows vCPUs parked and woken by KVM.
+#[test]
+fn ci_shape_boots_with_halted_vcpus_parked_inside_kvm() {
+    let g = guest_images();
+    let case = BootCase {
+        spec: "package:2 [numa] l3:1 l2:2 core:1 pu:2",
+        memory_mib: 512,
+        vendor: None,
+        extra: &["--sched", "vcpu_sched", "--halt-park", "on", "-v"],
+    };
+    let args = case.args(&g.vmlinux, Some(&g.initramfs));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let r = run_vmm(&args, Duration::from_secs(15 * 60));
+    eprintln!(
+        "boot of {:?} under vcpu_sched, halted vCPUs parked, took {:.1} s",
+        case.spec,
+        r.elapsed.as_secs_f64()
+    );
+    check_boot(&case, &r);
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("vcpu_sched run done"))
+        .unwrap_or_else(|| panic!("no closing line in:\n{}", r.stderr));
+    for key in ["parked=", "park_woken="] {
+        let at = line
+            .find(key)
+            .unwrap_or_else(|| panic!("no {key} in {line}"));
+        let n: u64 = line[at + key.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .unwrap_or_else(|_| panic!("{key} is not a number in {line}"));
+        assert!(
+            n > 0,
+            "{key}0: nothing was parked or woken by KVM in {line}"
+        );
+    }
+}
+
 /// The workers' block watch found vCPUs halted inside `KVM_RUN` (their
 /// worker blocked) and kicked them out, or, where the host refuses perf
 /// events, the run said so and the poller did it alone.

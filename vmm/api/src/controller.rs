@@ -218,6 +218,7 @@ impl Controller {
                 eo.sched.fair_slice_scaling = opts.fair_slice_scaling;
                 eo.tick = std::time::Duration::from_nanos(opts.tick_ns);
                 eo.halt_poll = std::time::Duration::from_nanos(opts.halt_poll_ns);
+                eo.halt_park = opts.halt_park;
                 Some(Arc::new(VcpuPool::start(&eo)?))
             }
             ExecutorKind::Host => None,

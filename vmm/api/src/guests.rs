@@ -449,11 +449,18 @@ fn boot_linux(job: &BootJob, placement: Vec<Placement>, on: Executor) -> Result<
             "KVM has no KVM_CAP_HALT_POLL: its halt polling stays on"
         );
     }
+    let park = job.pool.as_ref().is_some_and(|p| p.halt_park());
     let mapper = Arc::new(if host_threads {
         LinuxMapper::host(vm.devices())
     } else {
-        LinuxMapper::new(vm.devices(), vcpus.len(), HaltSleep::default())
-            .with_preempt_marks(vm.ram().memory().clone())
+        let m = LinuxMapper::new(vm.devices(), vcpus.len(), HaltSleep::default())
+            .with_preempt_marks(vm.ram().memory().clone());
+        if park {
+            m.with_parking(vm.vm_fd(), &vcpus)
+                .map_err(|e| format!("VM {id}: parking its halted vCPUs: {e}"))?
+        } else {
+            m
+        }
     });
     let poller = (!host_threads).then(|| HaltPoller::new(mapper.clone(), &vcpus));
     let guest = GuestVm {

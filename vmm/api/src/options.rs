@@ -51,6 +51,9 @@ pub struct ServeOptions {
     /// How often the halt poller probes the Linux VMs' vCPUs, ns (1 ms by
     /// default; `vmm_machine::vcpu_body::ExecOptions::halt_poll`).
     pub halt_poll_ns: u64,
+    /// Park the Linux VMs' halted vCPUs inside KVM, a thread each
+    /// (`vmm_machine::vcpu_body::parker`), instead of probing them.
+    pub halt_park: bool,
 }
 
 /// Errors starting the server.

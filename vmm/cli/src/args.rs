@@ -542,6 +542,15 @@ fn workers_period(
     }
 }
 
+/// `--halt-park` or a file's `halt-park`: on or off.
+pub fn halt_park(s: &str) -> Result<bool, String> {
+    match s.trim() {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?}: give on or off")),
+    }
+}
+
 /// A period of 100..=100000 µs given as text (`vmm run --tick-us`,
 /// `--halt-poll-us`, or their keys in a run file).
 pub fn period_micros(s: &str) -> Result<std::time::Duration, String> {

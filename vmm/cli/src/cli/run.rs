@@ -115,6 +115,11 @@ pub struct RunArgs {
     /// KVM_RUN (default 1000: 1 ms). 100..=100000
     #[arg(long, value_name = "US")]
     pub halt_poll_us: Option<u64>,
+    /// With --sched vcpu_sched: halted vCPUs wait inside KVM on a thread
+    /// each, which KVM wakes (on), or sleep in the scheduler while the
+    /// halt poller probes them every period (off, the default)
+    #[arg(long, value_name = "on|off")]
+    pub halt_park: Option<String>,
     /// A virtio-rng device fed from the host's /dev/urandom, on PCI
     /// segment S (0 by default): `--rng` or `--rng pci_segment=1`.
     #[arg(long, value_name = "[pci_segment=S]", num_args = 0..=1, default_missing_value = "")]
@@ -403,6 +408,7 @@ fn resolve(args: RunArgs) -> Result<RunConfig> {
         fair_slice_scaling: args.fair_slice_scaling,
         tick_us: args.tick_us,
         halt_poll_us: args.halt_poll_us,
+        halt_park: args.halt_park,
         rng: args.rng,
         platform: args.platform,
         disk: args.disk,
@@ -576,11 +582,16 @@ fn run_vm(
                 timeout,
                 poll: cfg.halt_poll,
                 halt: vmm_machine::vcpu_body::linux::HaltSleep::default(),
+                park: cfg.halt_park,
             };
             info!(
                 "vCPUs scheduled by vcpu_sched (workers executor, mitigations {}, fair slice \
-                 scaling {}, tick {:?}, halt poll {:?})",
-                cfg.mitigations, cfg.fair_slice_scaling, cfg.tick, cfg.halt_poll
+                 scaling {}, tick {:?}, halt poll {:?}, halt park {})",
+                cfg.mitigations,
+                cfg.fair_slice_scaling,
+                cfg.tick,
+                cfg.halt_poll,
+                if cfg.halt_park { "on" } else { "off" }
             );
             vmm_machine::vcpu_body::linux::run_sched(vm, &o)?
         }

@@ -90,10 +90,15 @@ pub struct ServeArgs {
     /// shows it. Workers executor only
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(100..=100_000))]
     pub halt_poll_us: Option<u64>,
+    /// Halted vCPUs of Linux VMs wait inside KVM on a thread each, which
+    /// KVM wakes (on), or sleep in the scheduler while the halt poller
+    /// probes them every period (off, the default). Workers executor only
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    pub halt_park: Option<bool>,
     /// A TOML file with any of: topology, mitigations, executor,
     /// metrics_per_vcpu, busy_balance, sleeper_credit, wakeup_preempt,
     /// fair_latency_us, fair_min_granularity_us, fair_slice_scaling,
-    /// tick_us, halt_poll_us. Flags win over it.
+    /// tick_us, halt_poll_us, halt_park. Flags win over it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
@@ -115,6 +120,7 @@ struct ServeFile {
     fair_slice_scaling: Option<String>,
     tick_us: Option<u64>,
     halt_poll_us: Option<u64>,
+    halt_park: Option<bool>,
 }
 
 fn on_off(s: &str) -> std::result::Result<bool, String> {
@@ -167,6 +173,7 @@ pub fn run_ch_entry(api_socket: PathBuf, seccomp: Option<&str>) -> Result<()> {
         fair_slice_scaling: None,
         tick_us: None,
         halt_poll_us: None,
+        halt_park: None,
         config,
     });
     match named {
@@ -276,6 +283,13 @@ pub fn run(a: ServeArgs) -> Result<()> {
     )?;
     let tick_ns = args::tick(a.tick_us.or(file.tick_us), workers)?;
     let halt_poll_ns = args::halt_poll(a.halt_poll_us.or(file.halt_poll_us), workers)?;
+    let halt_park = sched_setting(
+        "halt_park",
+        a.halt_park.or(file.halt_park),
+        false,
+        false,
+        workers,
+    )?;
     topology::load(&topology).with_context(|| format!("--topology {topology}"))?;
     let dir = a
         .api_socket
@@ -304,6 +318,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         fair_slice_scaling: fair.scaling,
         tick_ns,
         halt_poll_ns,
+        halt_park,
     };
     serve(opts).map_err(|e| {
         if e.is_user_fault() {

@@ -114,6 +114,8 @@ pub struct FileConfig {
     pub tick_us: Option<u64>,
     /// `halt-poll-us` (with `sched = "vcpu_sched"` only).
     pub halt_poll_us: Option<u64>,
+    /// `halt-park`: `"on"` or `"off"` (with `sched = "vcpu_sched"` only).
+    pub halt_park: Option<String>,
     /// `rng`: `""` or `"pci_segment=S"`.
     pub rng: Option<String>,
     /// `platform`: `"num_pci_segments=N"`.

@@ -143,6 +143,8 @@ pub struct RunConfig {
     pub tick: Duration,
     /// The halt poller's period (with [`SchedMode::VcpuSched`]).
     pub halt_poll: Duration,
+    /// Halted vCPUs parked inside KVM (with [`SchedMode::VcpuSched`]).
+    pub halt_park: bool,
     /// PCI segments and devices.
     pub devices: vmm_machine::devices::DeviceSpec,
 }
@@ -200,6 +202,8 @@ pub struct RunFlags {
     pub tick_us: Option<u64>,
     /// `--halt-poll-us`.
     pub halt_poll_us: Option<u64>,
+    /// `--halt-park`.
+    pub halt_park: Option<String>,
     /// `--rng`.
     pub rng: Option<String>,
     /// `--platform`.

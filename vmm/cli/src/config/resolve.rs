@@ -536,6 +536,14 @@ impl RunConfig {
                 args::period_micros,
                 vmm_machine::vcpu_body::DEFAULT_HALT_POLL,
             )?,
+            halt_park: m.sched_only(
+                "halt-park",
+                "parking halted vCPUs inside KVM, which runs with vcpu_sched only",
+                Merge::pick(flags.halt_park, f.halt_park),
+                sched,
+                args::halt_park,
+                false,
+            )?,
             devices: {
                 let mut d = m.devices(
                     DeviceInputs {

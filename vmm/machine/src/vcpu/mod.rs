@@ -817,10 +817,9 @@ mod tests {
             let w = wanted.clone();
             wanted.store(false, std::sync::atomic::Ordering::SeqCst);
             let t = std::thread::spawn(move || {
-                let end = park.wait(
-                    &TestIo::default(),
-                    &|| w.load(std::sync::atomic::Ordering::SeqCst),
-                );
+                let end = park.wait(&TestIo::default(), &|| {
+                    w.load(std::sync::atomic::Ordering::SeqCst)
+                });
                 (end, park)
             });
             std::thread::sleep(std::time::Duration::from_millis(50));

@@ -74,6 +74,9 @@ pub enum ParkEnd {
     /// The device side or KVM ended the vCPU's run while it stepped: the
     /// exit as [`Vcpu::run`](super::Vcpu::run) would have returned it.
     Exit(VcpuExit),
+    /// KVM refused the park's guest debugging (a kernel before 5.16 has
+    /// no `KVM_GUESTDBG_BLOCKIRQ`); nothing ran.
+    Unsupported(String),
 }
 
 impl Vcpu {
@@ -125,9 +128,7 @@ impl ParkFd {
             return ParkEnd::Interrupted;
         }
         if let Err(e) = self.debug(STEP) {
-            return ParkEnd::Exit(VcpuExit::Unexpected(format!(
-                "parking a halted vCPU (KVM_SET_GUEST_DEBUG): {e}"
-            )));
+            return ParkEnd::Unsupported(format!("KVM_SET_GUEST_DEBUG: {e}"));
         }
         let mut stats = VcpuStats::default();
         let end = loop {
@@ -138,9 +139,7 @@ impl ParkFd {
                     break ParkEnd::Interrupted
                 }
                 Err(e) => {
-                    break ParkEnd::Exit(VcpuExit::Unexpected(format!(
-                        "KVM_RUN while parked: {e}"
-                    )))
+                    break ParkEnd::Exit(VcpuExit::Unexpected(format!("KVM_RUN while parked: {e}")))
                 }
             };
             match step {

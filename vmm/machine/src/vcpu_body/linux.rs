@@ -74,6 +74,7 @@ use std::sync::Arc;
 
 use kvm_bindings::KVM_MP_STATE_HALTED;
 
+use super::parker::{Parker, ASLEEP, IN_GUEST, PARKED, PARKED_SLEEP_NS, PROBED, RECLAIM};
 use super::{Action, ExitMapper};
 use crate::devices::Devices;
 use crate::vcpu::probe::{waits_in_kvm, BlockingStat, Probe};
@@ -135,7 +136,7 @@ struct HaltState {
     /// out a probe in progress (KVM serialises a vCPU's ioctls on its
     /// mutex, so a probe of a vCPU inside `KVM_RUN` would wait for its
     /// next exit; this handshake keeps the poller from ever doing that).
-    probe: Box<[AtomicU8]>,
+    probe: Arc<[AtomicU8]>,
     /// The guest TSC rate; 0 until first read, `u32::MAX` if unreadable.
     tsc_khz: AtomicU32,
     /// Per vCPU index: the [`HaltPoller`] probes this vCPU while it
@@ -149,6 +150,9 @@ struct HaltState {
     /// Per vCPU index: it was taken into `KVM_RUN` since the poller last
     /// looked ([`HaltState::quiet`]).
     entered: Box<[AtomicBool]>,
+    /// Park threads (`--halt-park on`, [`super::parker`]): halted vCPUs
+    /// wait inside KVM on them instead of being probed.
+    parker: Option<Parker>,
 }
 
 /// An AP waiting for INIT/SIPI is probed every this many poll rounds: it
@@ -280,6 +284,17 @@ impl HaltState {
         loop {
             match p.compare_exchange(ASLEEP, IN_GUEST, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) | Err(IN_GUEST) => return,
+                Err(PARKED) => {
+                    // its park thread has it: ask for it back (the park
+                    // thread reads RECLAIM after clearing immediate_exit)
+                    if p.compare_exchange(PARKED, RECLAIM, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                    {
+                        if let Some(parker) = &self.parker {
+                            parker.nudge(index);
+                        }
+                    }
+                }
                 Err(_) => {
                     // a probe is running: two ioctls, microseconds
                     spins += 1;
@@ -312,7 +327,7 @@ impl HaltState {
             && self
                 .probe
                 .iter()
-                .all(|p| p.load(Ordering::Acquire) == ASLEEP)
+                .all(|p| matches!(p.load(Ordering::Acquire), ASLEEP | PARKED | RECLAIM))
     }
 }
 
@@ -345,6 +360,7 @@ impl LinuxMapper {
                 probed: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
                 unstarted: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
                 entered: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
+                parker: None,
             }),
             memory: None,
             marks: AtomicU64::new(0),
@@ -358,6 +374,32 @@ impl LinuxMapper {
     pub fn with_preempt_marks(mut self, memory: vm_memory::GuestMemoryMmap) -> Self {
         self.memory = Some(memory);
         self
+    }
+
+    /// Parks halted vCPUs inside KVM, one thread each
+    /// ([`super::parker`], `--halt-park on`), instead of having the halt
+    /// poller probe them: `vm` is the VM of `vcpus`. Starts the threads
+    /// from the calling thread. An error says why they could not be made;
+    /// the host runner (no halt state) has nothing to park.
+    pub fn with_parking(mut self, vm: &kvm_ioctls::VmFd, vcpus: &[Vcpu]) -> Result<Self, String> {
+        if let Some(h) = &mut self.halt {
+            h.parker = Some(Parker::new(
+                vm,
+                vcpus,
+                self.devices.clone(),
+                h.probe.clone(),
+            )?);
+        }
+        Ok(self)
+    }
+
+    /// What its park threads did so far (zeros without parking).
+    pub fn park_counts(&self) -> super::parker::ParkCounts {
+        self.halt
+            .as_ref()
+            .and_then(|h| h.parker.as_ref())
+            .map(Parker::counts)
+            .unwrap_or_default()
     }
 
     /// Preempted marks written so far.
@@ -412,8 +454,18 @@ impl ExitMapper for LinuxMapper {
 
     fn on_kicked(&self, vcpu: &Vcpu) -> Option<Action> {
         let h = self.halt.as_ref()?;
+        if let Some(p) = &h.parker {
+            // an exit its park thread got while the vCPU stepped
+            if let Some(exit) = p.take_stash(vcpu.index()) {
+                return Some(self.map_exit(vcpu, exit));
+            }
+        }
         match vcpu.mp_state() {
             Ok(s) if waits_in_kvm(s) => {
+                if h.parker.as_ref().is_some_and(|p| p.park(vcpu.index())) {
+                    // its park thread wakes it when KVM does
+                    return Some(Action::Sleep(PARKED_SLEEP_NS));
+                }
                 let ns = h.sleep_ns(vcpu, s)?;
                 h.asleep(vcpu.index());
                 Some(Action::Sleep(ns))
@@ -440,6 +492,12 @@ impl ExitMapper for LinuxMapper {
 
     fn halts_in_kvm(&self) -> bool {
         self.halt.is_some()
+    }
+
+    fn attached(&self, waker: super::VcpuWaker) {
+        if let Some(p) = self.halt.as_ref().and_then(|h| h.parker.as_ref()) {
+            p.attached(waker);
+        }
     }
 }
 
@@ -502,11 +560,6 @@ pub fn apic_ids(vm: &crate::vm::LinuxVm) -> Vec<u32> {
         .map(|i| vm.guest().cpu(i).apic_id)
         .collect()
 }
-
-/// Probe states of a vCPU (see `HaltState::probe`).
-const IN_GUEST: u8 = 0;
-const ASLEEP: u8 = 1;
-const PROBED: u8 = 2;
 
 /// One vCPU as the halt poller sees it.
 struct PolledVcpu {
@@ -606,6 +659,10 @@ impl HaltPoller {
             self.rounds.fetch_add(1, Ordering::Relaxed) % UNSTARTED_PROBE_EVERY == 0;
         for (k, v) in self.vcpus.iter().enumerate() {
             let slot = halt.and_then(|h| h.probe.get(k));
+            if slot.is_some_and(|p| matches!(p.load(Ordering::Acquire), PARKED | RECLAIM)) {
+                // waiting inside KVM on its park thread: KVM wakes it
+                continue;
+            }
             if let (Some(p), Some(probe)) = (slot, &v.probe) {
                 if !probe_unstarted
                     && p.load(Ordering::Acquire) == ASLEEP
@@ -661,6 +718,8 @@ pub struct LinuxSchedOptions {
     pub poll: std::time::Duration,
     /// How long a waiting vCPU gives up its slot.
     pub halt: HaltSleep,
+    /// Park halted vCPUs inside KVM, a thread each ([`super::parker`]).
+    pub park: bool,
 }
 
 /// Each vCPU's placement: `opts.policy`, pinned to its `--pin` CPU if any.
@@ -712,10 +771,14 @@ pub fn run_sched(
     let placement = placements(opts, &topo)?;
     let irqs = Arc::new(IrqWakeups::new(&apic_ids(&vm)));
     let msi_wake = vm.msi_wake();
-    let mapper = Arc::new(
-        LinuxMapper::new(devices.clone(), n, opts.halt)
-            .with_preempt_marks(vm.ram().memory().clone()),
-    );
+    let mut mapper = LinuxMapper::new(devices.clone(), n, opts.halt)
+        .with_preempt_marks(vm.ram().memory().clone());
+    if opts.park {
+        mapper = mapper
+            .with_parking(vm.vm_fd(), &vcpus)
+            .map_err(|e| super::TaskError::Input(format!("--halt-park on: {e}")))?;
+    }
+    let mapper = Arc::new(mapper);
     let poller = HaltPoller::new(mapper.clone(), &vcpus);
     let marks = mapper.clone();
     let guest = GuestVm {
@@ -769,6 +832,7 @@ pub fn run_sched(
         std::thread::park_timeout(next_round.saturating_duration_since(Instant::now()));
     };
     let watch = running.set().watch_counts().unwrap_or_default();
+    let parks = marks.park_counts();
     let out = running.stop(Duration::from_secs(10));
     devices.flush_console();
     match out {
@@ -777,6 +841,9 @@ pub fn run_sched(
             watch_switches = watch.switches,
             watch_kicked = watch.kicked,
             preempt_marks = marks.preempt_marks(),
+            parked = parks.parked,
+            park_woken = parks.woken,
+            park_reclaimed = parks.reclaimed,
             kicked = polls.kicked,
             probed = polls.probed,
             woken = polls.woken,
@@ -890,6 +957,7 @@ mod tests {
             probed: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
             unstarted: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
             entered: (0..vcpus).map(|_| AtomicBool::new(false)).collect(),
+            parker: None,
         }
     }
 

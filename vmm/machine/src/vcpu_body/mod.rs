@@ -42,6 +42,7 @@
 
 mod body;
 pub mod linux;
+pub mod parker;
 pub mod poll_hub;
 mod run;
 mod set;

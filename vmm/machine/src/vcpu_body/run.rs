@@ -65,6 +65,9 @@ pub struct ExecOptions {
     /// A pool's Linux VMs: the period of the halt poller's rounds (its
     /// `halt-poll` thread), [`DEFAULT_HALT_POLL`] by default.
     pub halt_poll: Duration,
+    /// A pool's Linux VMs: park their halted vCPUs inside KVM, a thread
+    /// each ([`super::parker`]), instead of probing them (off by default).
+    pub halt_park: bool,
 }
 
 impl ExecOptions {
@@ -79,6 +82,7 @@ impl ExecOptions {
             check: None,
             tick: DEFAULT_TICK,
             halt_poll: DEFAULT_HALT_POLL,
+            halt_park: false,
             host_rt: None,
             host_pins: None,
             strict_policy: false,
@@ -305,6 +309,26 @@ impl VcpuWaker {
             self.wake.wake(*t);
         }
         if stamps {
+            s.stamp_woken(self.now());
+        }
+        true
+    }
+
+    /// Wakes vCPU `k`, parked inside KVM until KVM woke it
+    /// ([`super::parker`]): the scheduler's wake alone, no doorbell or
+    /// I/O stamps (the breakdown's wake stamp only). False if the VM has
+    /// no such live vCPU.
+    pub fn wake_parked(&self, k: usize) -> bool {
+        let Some(s) = self.slots.get(k) else {
+            return false;
+        };
+        if s.exited() {
+            return false;
+        }
+        if let Some(t) = s.task.get() {
+            self.wake.wake(*t);
+        }
+        if self.breakdown.load(Ordering::Relaxed) {
             s.stamp_woken(self.now());
         }
         true
@@ -643,6 +667,12 @@ impl VcpuPool {
     /// [`ExecOptions::halt_poll`]).
     pub fn periods(&self) -> (Duration, Duration) {
         (self.opts.tick, self.opts.halt_poll)
+    }
+
+    /// Do Linux VMs on this pool park their halted vCPUs inside KVM
+    /// ([`ExecOptions::halt_park`])?
+    pub fn halt_park(&self) -> bool {
+        self.opts.halt_park
     }
 
     /// The one thread that polls the halted vCPUs of every Linux VM on
