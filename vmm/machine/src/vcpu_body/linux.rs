@@ -614,6 +614,11 @@ impl HaltPoller {
         self.mapper.preempt_marks()
     }
 
+    /// What its VM's park threads did so far ([`LinuxMapper::park_counts`]).
+    pub fn park_counts(&self) -> super::parker::ParkCounts {
+        self.mapper.park_counts()
+    }
+
     /// For the vCPUs of a VM whose exits `mapper` maps (built with
     /// [`LinuxMapper::new`]). Call before handing the vCPUs over.
     pub fn new(mapper: Arc<LinuxMapper>, vcpus: &[Vcpu]) -> Self {

@@ -128,9 +128,13 @@ impl HubShared {
                 };
                 let set = r.set();
                 if set.stopping() || set.vms()[0].live() == 0 {
-                    tracing::debug!(
+                    let parks = v.poller.park_counts();
+                    tracing::info!(
                         vm = %set.vms()[0].name,
                         preempt_marks = v.poller.preempt_marks(),
+                        parked = parks.parked,
+                        park_woken = parks.woken,
+                        park_reclaimed = parks.reclaimed,
                         "left the halt-poll hub"
                     );
                     return false;
