@@ -318,6 +318,14 @@ fn run_scheduler_settings() {
         &["--halt-poll-us", "give 100..=100000"],
     );
     user_error(
+        &run_args(&["--halt-park", "on"]),
+        &["--halt-park", "--sched host", "ignored"],
+    );
+    user_error(
+        &run_args(&["--sched", "vcpu_sched", "--halt-park", "yes"]),
+        &["--halt-park", "\"yes\"", "give on or off"],
+    );
+    user_error(
         &run_args(&[
             "--sched",
             "vcpu_sched",
@@ -325,6 +333,8 @@ fn run_scheduler_settings() {
             "4000",
             "--halt-poll-us",
             "2000",
+            "--halt-park",
+            "on",
         ]),
         &["--kernel"],
     );

@@ -280,7 +280,7 @@ fn scheduler_settings_reach_the_shared_scheduler() {
 }
 
 /// The busy balance, sleeper credit, wakeup preemption, the fair slice
-/// bounds, the tick and the halt poller's period are settings of the shared scheduler: with `--executor host` (flag or config file)
+/// bounds, the tick, the halt poller's period and halt parking are settings of the shared scheduler: with `--executor host` (flag or config file)
 /// `vmm serve` refuses any value the host executor cannot honour, naming
 /// the setting, before it listens.
 #[test]
@@ -297,6 +297,7 @@ fn scheduler_settings_are_refused_on_the_host_executor() {
         ("fair_slice_scaling", "none"),
         ("tick_us", "4000"),
         ("halt_poll_us", "2000"),
+        ("halt_park", "on"),
     ] {
         let cfg = dir.path().join(format!("{key}.toml"));
         let toml_value = match value {

@@ -84,7 +84,16 @@ impl Sim<'_> {
             let k = self.cpus[c as usize];
             let at = if k.curr.is_none() && k.free_at <= now {
                 t += cost.kick_ns;
-                t + lat + cost.idle_exit(now.saturating_sub(k.idle_since))
+                if k.exit_until > now {
+                    // already leaving its idle state for an earlier kick:
+                    // this one is served when that exit ends, not by a
+                    // second exit
+                    (t + lat).max(k.exit_until)
+                } else {
+                    let at = t + lat + cost.idle_exit(now.saturating_sub(k.idle_since));
+                    self.cpus[c as usize].exit_until = at;
+                    at
+                }
             } else {
                 t + lat
             };

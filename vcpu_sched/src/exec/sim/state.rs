@@ -64,6 +64,9 @@ pub(super) struct Cpu {
     /// ticks of an idle CPU do not end the period: a tickless kernel
     /// stops the tick of an idle CPU.
     pub(super) idle_since: u64,
+    /// While it leaves its idle state for a kick: when that exit ends
+    /// (a second kick meanwhile waits for it rather than paying another).
+    pub(super) exit_until: u64,
 }
 
 /// A simulated task (a vCPU): its VM, its index there, what is left of
