@@ -147,8 +147,10 @@ fn line(workload: &str, point: &str, v: &Value) -> Result<String, String> {
     ))
 }
 
-/// The runs' dates and commits, from each `.txt`'s second header line
-/// (`# DATE, commit C, ...`).
+/// The runs' dates and commits, from each `.txt`'s date line: the first
+/// header line after the command that reads `# DATE, commit C, ...`
+/// (notes on the command, such as what `IMG` stands for, may come
+/// between).
 fn provenance(dir: &Path, stems: &[String]) -> Result<String, String> {
     let mut dates = Vec::new();
     let mut commits: Vec<String> = Vec::new();
@@ -156,7 +158,13 @@ fn provenance(dir: &Path, stems: &[String]) -> Result<String, String> {
         let path = dir.join(format!("{stem}.txt"));
         let t = std::fs::read_to_string(&path)
             .map_err(|e| format!("reading {}: {e}", path.display()))?;
-        let Some(head) = t.lines().nth(1).and_then(|l| l.strip_prefix("# ")) else {
+        let Some(head) = t
+            .lines()
+            .skip(1)
+            .take_while(|l| l.starts_with("# "))
+            .filter_map(|l| l.strip_prefix("# "))
+            .find(|l| l.contains(", commit "))
+        else {
             return Err(format!("{}: no date line", path.display()));
         };
         let mut parts = head.split(", ");
@@ -274,5 +282,35 @@ mod tests {
         assert_eq!(target(PairedVerdict::Worse), "**met**");
         assert_eq!(target(PairedVerdict::CannotTellApart), "cannot tell apart");
         assert_eq!(band_rule("within_noise"), "tie");
+    }
+
+    /// The date line is found after a note on the command (the I/O
+    /// runs say what `IMG` stands for on a line of its own).
+    #[test]
+    fn provenance_reads_the_date_line_past_notes() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        w(
+            "a.txt",
+            "# vmm bench blk --disk IMG\n# IMG: a sparse file\n\
+             # 2026-11-30T05:57:36Z, commit 6d59c9347f97, dirty no, 2 host CPUs\nbody\n",
+        );
+        w(
+            "b.txt",
+            "# vmm bench blk --disk IMG (IMG: a sparse file)\n\
+             # 2026-11-30T06:01:00Z, commit 6d59c9347f97, dirty no\nbody\n",
+        );
+        w("c.txt", "# vmm bench\nno date\n");
+        let p = provenance(dir.path(), &["a".into(), "b".into()]).unwrap();
+        assert!(
+            p.starts_with(
+                "Runs from 2026-11-30T05:57:36Z to 2026-11-30T06:01:00Z (UTC); their headers \
+                 name commit `6d59c9347f97`."
+            ),
+            "{p}"
+        );
+        assert!(provenance(dir.path(), &["c".into()])
+            .unwrap_err()
+            .contains("no date line"));
     }
 }
