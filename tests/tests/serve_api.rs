@@ -434,6 +434,74 @@ fn linux_guest_create_boot_info_shutdown() {
     );
 }
 
+/// With `--halt-park on` a Linux guest on the shared pool boots as before
+/// (every AP started: each waited for its SIPI on its park thread), and
+/// when the VM leaves the halt-poll hub its closing line shows vCPUs
+/// parked inside KVM and woken by KVM.
+#[test]
+fn linux_guest_boots_with_halted_vcpus_parked() {
+    let img = integration_tests::guest::guest_images();
+    // -v: the hub's closing line is an info line
+    let mut srv = start_on("host", &["--halt-park", "on", "-v"]);
+    let sock = srv.sock.clone();
+    let console = sock.with_file_name("console.log");
+    let cfg = json!({
+        "cpus": {"boot_vcpus": 4, "topology": {"threads_per_core": 1, "cores_per_die": 4, "dies_per_package": 1, "packages": 1}},
+        "memory": {"size": 256u64 << 20},
+        "payload": {"kernel": img.vmlinux, "initramfs": img.initramfs, "cmdline": "loglevel=8"},
+        "serial": {"mode": "File", "file": console},
+        "x_vmm": {"placement": {"policy": "none"}},
+    })
+    .to_string();
+    rt().block_on(async {
+        let (s, v) = call(&sock, "PUT", "/api/v1/vm.create", Some(&cfg)).await;
+        assert_eq!(s, 204, "{v}");
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            let log = std::fs::read_to_string(&console).unwrap_or_default();
+            if log.contains("smp: Brought up") {
+                assert!(log.contains("4 CPUs"), "{log}");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no 'smp: Brought up' in 300 s:\n{log}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(call(&sock, "PUT", "/api/v1/vm.shutdown", None).await.0, 204);
+        assert_eq!(
+            call(&sock, "PUT", "/api/v1/vmm.shutdown", None).await.0,
+            204
+        );
+    });
+    assert_eq!(
+        srv.wait_exit(Duration::from_secs(30)),
+        Some(0),
+        "{}",
+        srv.log()
+    );
+    let log = srv.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("left the halt-poll hub"))
+        .unwrap_or_else(|| panic!("no hub closing line in:\n{log}"));
+    let count = |key: &str| -> u64 {
+        let at = line
+            .find(key)
+            .unwrap_or_else(|| panic!("no {key} in {line}"));
+        line[at + key.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .unwrap_or_else(|_| panic!("{key} is not a number in {line}"))
+    };
+    assert!(count("parked=") > 0, "{line}");
+    assert!(count("park_woken=") > 0, "{line}");
+}
+
 /// Waits (bounded) until VM `vm` is `Shutdown` and its last vCPU has
 /// ended (a failed VM shows `Shutdown` at once; its other vCPUs leave the
 /// guest a moment later); its vm.info.

@@ -34,6 +34,8 @@ use crate::devices::MsiWakeSlot;
 
 /// One VM on the hub.
 struct HubVm {
+    /// The VM's name, for the closing line.
+    name: String,
     poller: HaltPoller,
     irqs: Arc<IrqWakeups>,
     running: Weak<Running>,
@@ -94,6 +96,7 @@ impl PollHub {
         let hook = irqs.clone();
         let _ = msi_wake.set(Arc::new(move |apic| hook.note(apic)));
         lock(&self.shared.vms).push(HubVm {
+            name: running.set().vms()[0].name.clone(),
             poller,
             irqs,
             running: Arc::downgrade(running),
@@ -123,21 +126,24 @@ impl HubShared {
         while !self.quit.load(Ordering::Acquire) {
             let due = Instant::now() >= next;
             lock(&self.vms).retain(|v| {
-                let Some(r) = v.running.upgrade() else {
-                    return false;
-                };
-                let set = r.set();
-                if set.stopping() || set.vms()[0].live() == 0 {
+                let left = || {
                     let parks = v.poller.park_counts();
                     tracing::info!(
-                        vm = %set.vms()[0].name,
+                        vm = %v.name,
                         preempt_marks = v.poller.preempt_marks(),
                         parked = parks.parked,
                         park_woken = parks.woken,
                         park_reclaimed = parks.reclaimed,
                         "left the halt-poll hub"
                     );
-                    return false;
+                    false
+                };
+                let Some(r) = v.running.upgrade() else {
+                    return left();
+                };
+                let set = r.set();
+                if set.stopping() || set.vms()[0].live() == 0 {
+                    return left();
                 }
                 v.irqs.wake_marked(&|k| r.wake(0, k));
                 if due {
