@@ -273,8 +273,7 @@ fn a_cost_table_file_drives_the_model() {
     let dir = tempfile::tempdir().unwrap();
     let icx = "l1_hit_ns = 2\nsmt_ns = 8\nl2_ns = 8\nllc_ns = 51\ndie_ns = 51\n\
                package_ns = 51\nremote_ns = 108\nmemory_ns = 107\nmlp = 12\n\
-               lock_spin_ns = 5600\nfutex_wake_ns = 240\nwakeup_ns = 1070\n\
-               idle_exit_ns = 1000\n";
+               lock_spin_ns = 5600\nfutex_wake_ns = 240\nwakeup_ns = 1070\n";
     let file = dir.path().join("icx.toml");
     std::fs::write(&file, icx).unwrap();
     let slow = dir.path().join("slow.toml");
@@ -339,10 +338,11 @@ fn a_cost_table_file_drives_the_model() {
     refused("/dev/zero", &["not a regular file"]);
 }
 
-/// `--idle-states`: `c1` is the presets' default (same bytes as without
-/// the flag); `deep` adds the part's deepest C-state, which cyclic's CPUs
-/// (idle about 1 ms between timer periods) reach, so its wakeups change;
-/// a cost file gives the deep state by field name; asking for one a file
+/// `--idle-states`: `off` is the presets' default (same bytes as without
+/// the flag); `c1` charges the part's C1 exit to every kick of an idle
+/// CPU, `deep` adds the part's deepest C-state, which cyclic's CPUs (idle
+/// about 1 ms between timer periods) reach: each changes the wakeups; a
+/// cost file gives both by field name; asking for a deep state a file
 /// lacks, or for a state with no name, is refused with what to give.
 #[test]
 fn idle_states_choose_the_cpus_idle_depth() {
@@ -363,9 +363,11 @@ fn idle_states_choose_the_cpus_idle_depth() {
         r.console
     };
     let default = sim(&[]);
-    assert_eq!(sim(&["--idle-states", "c1"]), default);
+    assert_eq!(sim(&["--idle-states", "off"]), default);
+    let c1 = sim(&["--idle-states", "c1"]);
+    assert_ne!(c1, default);
     let deep = sim(&["--idle-states", "deep"]);
-    assert_ne!(deep, default);
+    assert_ne!(deep, c1);
 
     let dir = tempfile::tempdir().unwrap();
     let icx = "l1_hit_ns = 2\nsmt_ns = 8\nl2_ns = 8\nllc_ns = 51\ndie_ns = 51\n\
@@ -398,8 +400,11 @@ fn idle_states_choose_the_cpus_idle_depth() {
     let r = file(&with_c6, &[]);
     assert_eq!(r.status, Some(0), "{}", r.context());
     assert_eq!(r.console, deep);
-    // `c1` drops a file's deep state
+    // `c1` drops a file's deep state, `off` its C1 too
     let r = file(&with_c6, &["--idle-states", "c1"]);
+    assert_eq!(r.status, Some(0), "{}", r.context());
+    assert_eq!(r.console, c1);
+    let r = file(&with_c6, &["--idle-states", "off"]);
     assert_eq!(r.status, Some(0), "{}", r.context());
     assert_eq!(r.console, default);
     assert_input_error(
@@ -422,6 +427,6 @@ fn idle_states_choose_the_cpus_idle_depth() {
             "--idle-states",
             "c6",
         ]),
-        &["c6", "c1", "deep"],
+        &["c6", "off", "c1", "deep"],
     );
 }

@@ -28,12 +28,13 @@ pub struct SimArgs {
     /// file of one (as `c2c --out DIR` writes: DIR/costs.toml).
     #[arg(long, value_name = "PRESET|FILE")]
     pub costs: Option<String>,
-    /// The CPUs' idle states: `c1` (every idle CPU in C1, as on a host
-    /// tuned for latency; the presets' default) or `deep` (also the
-    /// part's deepest core C-state once a CPU has been idle past its
-    /// target residency, as on a default BIOS and kernel). Default: `c1`
-    /// for a preset, what a --costs file says for a file.
-    #[arg(long, value_name = "c1|deep", value_parser = idle_states)]
+    /// What a kick of an idle CPU waits for: `off` (nothing), `c1` (the
+    /// part's C1 exit: every idle CPU in C1, as on a host tuned for
+    /// latency) or `deep` (also the part's deepest core C-state once a CPU
+    /// has been idle past its target residency, as on a default BIOS and
+    /// kernel). Default: `off` for a preset, what a --costs file says for
+    /// a file.
+    #[arg(long, value_name = "off|c1|deep", value_parser = idle_states)]
     pub idle_states: Option<IdleStates>,
     /// Scale every latency of the table (sensitivity: 0.5, 1.5); 0.1..=10.
     #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = latency_scale)]
@@ -318,6 +319,8 @@ fn cost_table(a: &SimArgs) -> Result<CostTable, InputError> {
 /// `--idle-states`: which idle states the simulated CPUs use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IdleStates {
+    /// No idle exit.
+    Off,
     /// C1 only.
     C1,
     /// C1, and the deepest core C-state after its target residency.
@@ -326,27 +329,45 @@ pub enum IdleStates {
 
 fn idle_states(s: &str) -> Result<IdleStates, String> {
     match s {
+        "off" => Ok(IdleStates::Off),
         "c1" => Ok(IdleStates::C1),
         "deep" => Ok(IdleStates::Deep),
         _ => Err(format!(
-            "{s:?}: give c1 (every idle CPU in C1) or deep (also the part's deepest core \
-             C-state after its target residency)"
+            "{s:?}: give off (no idle exit), c1 (every idle CPU in C1) or deep (also the \
+             part's deepest core C-state after its target residency)"
         )),
     }
 }
 
-/// The table's deep idle state as --idle-states says: `c1` drops it,
-/// `deep` takes the preset's (a file must carry its own).
+/// The table's idle exits as --idle-states says: `off` drops them, `c1`
+/// keeps C1's (a preset's part's, or the file's) and drops a deep state,
+/// `deep` takes the preset's part's (a file must carry its own).
 fn with_idle_states(
     table: CostTable,
     name: &str,
     preset: bool,
     states: Option<IdleStates>,
 ) -> Result<CostTable, InputError> {
+    let c1 = |t: CostTable| {
+        if preset {
+            CostTable {
+                idle_exit_ns: CostTable::c1_exit_of(name).unwrap_or(0),
+                ..t
+            }
+        } else {
+            t
+        }
+    };
     match states {
         None => Ok(table),
-        Some(IdleStates::C1) => Ok(table.with_deep_idle(None)),
-        Some(IdleStates::Deep) if preset => Ok(table.with_deep_idle(CostTable::deep_idle_of(name))),
+        Some(IdleStates::Off) => Ok(CostTable {
+            idle_exit_ns: 0,
+            ..table.with_deep_idle(None)
+        }),
+        Some(IdleStates::C1) => Ok(c1(table).with_deep_idle(None)),
+        Some(IdleStates::Deep) if preset => {
+            Ok(c1(table).with_deep_idle(CostTable::deep_idle_of(name)))
+        }
         Some(IdleStates::Deep) if table.deep_idle_after_ns == 0 => Err(InputError(format!(
             "--idle-states deep: the cost table {name} has no deep idle state: add \
              deep_idle_after_ns and deep_idle_exit_ns to it (the state's target residency and \

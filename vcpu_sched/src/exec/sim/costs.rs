@@ -96,12 +96,12 @@ pub struct CostTable {
     #[serde(default)]
     pub kick_ns: u64,
     /// From a kick's arrival at an idle CPU until it runs its `schedule`,
-    /// ns: the exit from the shallow idle state every idle CPU is in (on
-    /// the presets, C1). The presets take C1's exit latency from the
-    /// table the Linux kernel keeps per part (`intel_idle`'s
-    /// `exit_latency`, Intel's worst-case figure; see each preset) and,
-    /// on AMD, from the C1 (`FFH MWAIT`) entry of the firmware's ACPI
-    /// `_CST` that `acpi_idle` lists (estimated). `c2c` measures it for
+    /// ns: the exit from the shallow idle state every idle CPU is in. 0 on
+    /// the presets unless `vmm sim --idle-states c1|deep` asks for their
+    /// part's C1 ([`CostTable::c1_exit_of`]: the table the Linux kernel
+    /// keeps per part, `intel_idle`'s `exit_latency`, Intel's worst-case
+    /// figure; on AMD the C1 (`FFH MWAIT`) entry of the firmware's ACPI
+    /// `_CST` that `acpi_idle` lists, estimated). `c2c` measures it for
     /// its own machine's executors as the cross-CPU wakeup of a sleeping
     /// thread less the same-CPU one and the waker's `unpark`.
     #[serde(default)]
@@ -114,8 +114,7 @@ pub struct CostTable {
     /// is an oracle (it picks the state the idle period turned out to
     /// deserve), which a real one (menu, teo) approximates from history.
     /// 0: no deep state (the presets, unless `vmm sim --idle-states
-    /// deep`: a host tuned for latency, such as tuned's
-    /// `latency-performance` profile, caps idle at C1).
+    /// deep`).
     #[serde(default)]
     pub deep_idle_after_ns: u64,
     /// Exit latency of that deep state, ns, in place of `idle_exit_ns`
@@ -235,6 +234,18 @@ impl CostTable {
         }
     }
 
+    /// The exit latency of a preset's part's C1, ns (`vmm sim
+    /// --idle-states c1|deep` puts it in the table's `idle_exit_ns`; the
+    /// presets themselves charge no idle exit), or `None`.
+    pub fn c1_exit_of(preset: &str) -> Option<u64> {
+        Some(match preset {
+            "gnr-2s" | "spr-2s" | "icx-2s" => INTEL_C1_NS,
+            "clx-2s" => SKX_C1_NS,
+            "genoa-2s" | "milan-2s" => AMD_C1_NS,
+            _ => return None,
+        })
+    }
+
     /// The deepest core idle state of a preset's part, from the Linux
     /// kernel's per-part tables (`intel_idle`'s `skx_cstates` for Cascade
     /// Lake, `icx_cstates`, `spr_cstates`, `gnr_cstates`: C6's
@@ -307,21 +318,21 @@ impl CostTable {
             // pairs). SMT not found: Ice Lake 8375C's 8 ns stands in
             // (estimated). L1 5 cycles (Chips and Cheese, Xeon 6 memory,
             // 2025-09-26) ~2 ns. DRAM: SPR's ~107 ns stands in (estimated).
-            "gnr-2s" => Self::intel(8, 86, 247, 2, 107, 16, INTEL_C1_NS),
+            "gnr-2s" => Self::intel(8, 86, 247, 2, 107, 16),
             // Sapphire Rapids 2S: Chips and Cheese, "Core to core latency
             // data on large systems" (2023-11-07): within socket average 59
             // (measured), cross socket average 138 (measured). SMT not found:
             // Ice Lake's 8 stands in (estimated). DRAM ~107 ns (Chips and
             // Cheese, "A peek at Sapphire Rapids", 2023-03-12, measured).
-            "spr-2s" => Self::intel(8, 59, 138, 2, 107, 16, INTEL_C1_NS),
+            "spr-2s" => Self::intel(8, 59, 138, 2, 107, 16),
             // Ice Lake-SP 8375C 2S: nviennot/core-to-core-latency README:
             // SMT 8.1, same socket 51, other socket 108 (all measured).
             // DRAM: SPR's 107 stands in (estimated).
-            "icx-2s" => Self::intel(8, 51, 108, 2, 107, 12, INTEL_C1_NS),
+            "icx-2s" => Self::intel(8, 51, 108, 2, 107, 12),
             // Cascade Lake Gold 6242 2S: nviennot README: SMT 7.4, same
             // socket 48, other socket 136 (measured). L1 4 cycles (Velten et
             // al., ICPE'22) ~2 ns. DRAM: 107 stands in (estimated).
-            "clx-2s" => Self::intel(7, 48, 136, 2, 107, 12, SKX_C1_NS),
+            "clx-2s" => Self::intel(7, 48, 136, 2, 107, 12),
             // Genoa EPYC 9274F 2S: nviennot issue #132: SMT 9, same CCX
             // 22-25 (24), other CCD 87-104 (95), other socket 187-202 (195)
             // (measured). L1 1.08 ns, DRAM ~110 ns (jhan-positron
@@ -335,15 +346,13 @@ impl CostTable {
                 lock_spin_ns: 1_000,
                 futex_wake_ns: 200,
                 wakeup_ns: 1_000,
-                // the model's own tests: no idle exit unless a test sets one
-                idle_exit_ns: 0,
                 ..Self::amd(5, 20, 60, 100, 1, 200, 4)
             },
             _ => return None,
         })
     }
 
-    fn intel(smt: u64, socket: u64, remote: u64, l1: u64, mem: u64, mlp: u32, c1: u64) -> Self {
+    fn intel(smt: u64, socket: u64, remote: u64, l1: u64, mem: u64, mlp: u32) -> Self {
         Self {
             mlp,
             l1_hit_ns: l1,
@@ -359,7 +368,7 @@ impl CostTable {
             wakeup_ns: WAKEUP_NS,
             switch_ns: 0,
             kick_ns: 0,
-            idle_exit_ns: c1,
+            idle_exit_ns: 0,
             deep_idle_after_ns: 0,
             deep_idle_exit_ns: 0,
         }
@@ -381,7 +390,7 @@ impl CostTable {
             wakeup_ns: WAKEUP_NS,
             switch_ns: 0,
             kick_ns: 0,
-            idle_exit_ns: AMD_C1_NS,
+            idle_exit_ns: 0,
             deep_idle_after_ns: 0,
             deep_idle_exit_ns: 0,
         }
@@ -453,8 +462,13 @@ mod tests {
         for p in [
             "gnr-2s", "spr-2s", "icx-2s", "clx-2s", "genoa-2s", "milan-2s",
         ] {
-            let t = CostTable::for_preset(p).unwrap();
-            // the presets: C1 only, whatever the idle time
+            // the presets charge no idle exit by themselves
+            assert_eq!(CostTable::for_preset(p).unwrap().idle_exit_ns, 0, "{p}");
+            let t = CostTable {
+                idle_exit_ns: CostTable::c1_exit_of(p).unwrap(),
+                ..CostTable::for_preset(p).unwrap()
+            };
+            // C1 only, whatever the idle time
             assert!((1_000..=2_000).contains(&t.idle_exit_ns), "{p}");
             assert_eq!(t.idle_exit(0), t.idle_exit_ns);
             assert_eq!(t.idle_exit(u64::MAX), t.idle_exit_ns);
@@ -467,6 +481,7 @@ mod tests {
             assert_eq!(deep.with_deep_idle(None), t);
         }
         assert_eq!(CostTable::deep_idle_of("test"), None);
+        assert_eq!(CostTable::c1_exit_of("test"), None);
         let t = CostTable::for_preset("icx-2s").unwrap();
         let e = CostTable {
             deep_idle_after_ns: 600_000,
@@ -493,7 +508,7 @@ mod tests {
             .to_string();
         assert!(e.contains("llc_nss"), "{e}");
         // the executor costs and the idle states may be left out (0: not
-        // charged; the preset's own C1 exit is not 0)
+        // charged)
         let mut older = v.clone();
         for f in [
             "switch_ns",
@@ -504,13 +519,7 @@ mod tests {
         ] {
             older.as_object_mut().unwrap().remove(f);
         }
-        assert_eq!(
-            serde_json::from_value::<CostTable>(older).unwrap(),
-            CostTable {
-                idle_exit_ns: 0,
-                ..t
-            }
-        );
+        assert_eq!(serde_json::from_value::<CostTable>(older).unwrap(), t);
         let mut missing = v;
         missing.as_object_mut().unwrap().remove("mlp");
         let e = serde_json::from_value::<CostTable>(missing)

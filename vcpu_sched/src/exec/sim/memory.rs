@@ -69,11 +69,11 @@ impl Sim<'_> {
     /// call's, at its end; interleaved: since its last access), as events
     /// at the kicked CPUs one transfer after `now`; returns when the
     /// sender goes on. A kick of an idle CPU also costs the sender
-    /// `kick_ns` (0 on the presets) and reaches the CPU's `schedule` its
-    /// idle state's exit later ([`CostTable::idle_exit`](super::CostTable::idle_exit):
-    /// C1's on the presets, the deep state's after its target residency
-    /// with `--idle-states deep`), the idle period counted from the CPU's
-    /// last `schedule` that found nothing to run.
+    /// `kick_ns` and reaches the CPU's `schedule` its idle state's exit
+    /// later ([`CostTable::idle_exit`](super::CostTable::idle_exit); all 0
+    /// on the presets unless `--idle-states` asks for the part's C1 or
+    /// deepest state), the idle period counted from the CPU's last
+    /// `schedule` that found nothing to run.
     pub(super) fn kicks_at(&mut self, cpu: u32, now: u64) -> u64 {
         self.kicks.take_into(&mut self.kicked);
         let kicked = std::mem::take(&mut self.kicked);
