@@ -361,6 +361,25 @@ fn check_init_block(
     }
 }
 
+/// The count after `key` (such as `parked=`) on the first line of `log`
+/// that contains `marker` (a closing line's message); panics saying what
+/// is missing.
+pub fn logged_count(log: &str, marker: &str, key: &str) -> u64 {
+    let line = log
+        .lines()
+        .find(|l| l.contains(marker))
+        .unwrap_or_else(|| panic!("no line with {marker:?} in:\n{log}"));
+    let at = line
+        .find(key)
+        .unwrap_or_else(|| panic!("no {key} in {line}"));
+    line[at + key.len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|_| panic!("{key} is not a number in {line}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -483,23 +483,10 @@ fn linux_guest_boots_with_halted_vcpus_parked() {
         srv.log()
     );
     let log = srv.log();
-    let line = log
-        .lines()
-        .find(|l| l.contains("left the halt-poll hub"))
-        .unwrap_or_else(|| panic!("no hub closing line in:\n{log}"));
-    let count = |key: &str| -> u64 {
-        let at = line
-            .find(key)
-            .unwrap_or_else(|| panic!("no {key} in {line}"));
-        line[at + key.len()..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect::<String>()
-            .parse()
-            .unwrap_or_else(|_| panic!("{key} is not a number in {line}"))
-    };
-    assert!(count("parked=") > 0, "{line}");
-    assert!(count("park_woken=") > 0, "{line}");
+    for key in ["parked=", "park_woken="] {
+        let n = integration_tests::guest_check::logged_count(&log, "left the halt-poll hub", key);
+        assert!(n > 0, "{key}0 in:\n{log}");
+    }
 }
 
 /// Waits (bounded) until VM `vm` is `Shutdown` and its last vCPU has

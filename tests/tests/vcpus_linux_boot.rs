@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use integration_tests::guest::{guest_images, run_vmm};
-use integration_tests::guest_check::{check_boot, BootCase};
+use integration_tests::guest_check::{check_boot, logged_count, BootCase};
 
 #[test]
 fn ci_shape_boots_under_vcpu_sched() {
@@ -53,24 +53,11 @@ fn ci_shape_boots_with_halted_vcpus_parked_inside_kvm() {
         r.elapsed.as_secs_f64()
     );
     check_boot(&case, &r);
-    let line = r
-        .stderr
-        .lines()
-        .find(|l| l.contains("vcpu_sched run done"))
-        .unwrap_or_else(|| panic!("no closing line in:\n{}", r.stderr));
     for key in ["parked=", "park_woken="] {
-        let at = line
-            .find(key)
-            .unwrap_or_else(|| panic!("no {key} in {line}"));
-        let n: u64 = line[at + key.len()..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect::<String>()
-            .parse()
-            .unwrap_or_else(|_| panic!("{key} is not a number in {line}"));
         assert!(
-            n > 0,
-            "{key}0: nothing was parked or woken by KVM in {line}"
+            logged_count(&r.stderr, "vcpu_sched run done", key) > 0,
+            "{key}0: nothing was parked or woken by KVM:\n{}",
+            r.stderr
         );
     }
 }
@@ -88,25 +75,11 @@ fn check_block_watch(stderr: &str) {
         eprintln!("perf events refused on this host: the block watch was off");
         return;
     }
-    let line = stderr
-        .lines()
-        .find(|l| l.contains("vcpu_sched run done"))
-        .unwrap_or_else(|| panic!("no closing line in:\n{stderr}"));
-    let count = |key: &str| -> u64 {
-        let at = line
-            .find(key)
-            .unwrap_or_else(|| panic!("no {key} in {line}"));
-        line[at + key.len()..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect::<String>()
-            .parse()
-            .unwrap_or_else(|_| panic!("{key} is not a number in {line}"))
-    };
+    let count = |key: &str| logged_count(stderr, "vcpu_sched run done", key);
     let (switches, kicked) = (count("watch_switches="), count("watch_kicked="));
     eprintln!("block watch: {switches} worker switch-outs, {kicked} halted vCPUs kicked");
     assert!(
         kicked > 0 && switches >= kicked,
-        "8 vCPUs halting on 2 workers, but the watch kicked {kicked} of {switches} switch-outs: {line}"
+        "8 vCPUs halting on 2 workers, but the watch kicked {kicked} of {switches} switch-outs:\n{stderr}"
     );
 }

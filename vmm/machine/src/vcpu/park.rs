@@ -168,3 +168,184 @@ impl ParkFd {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use kvm_ioctls::VmFd;
+    use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
+
+    use super::ParkEnd;
+    use crate::vcpu::{IoAction, PortIo, Vcpu, VcpuExit};
+
+    /// Port 0x99 hands the value back; everything else goes on.
+    struct TestIo;
+    impl PortIo for TestIo {
+        fn pio_read(&self, _: usize, _: u16, data: &mut [u8]) {
+            data.fill(0xff);
+        }
+        fn pio_write(&self, _: usize, port: u16, _: &[u8]) -> IoAction {
+            if port == 0x99 {
+                IoAction::Exit
+            } else {
+                IoAction::Continue
+            }
+        }
+    }
+
+    /// A real-mode VM with the in-kernel irqchip and an enabled LAPIC,
+    /// running `sti; hlt; out 0x99, al; jmp $` at 0x1000, whose handler
+    /// for vector 0x30 writes 0x55 at 0x3000 and returns.
+    fn halting_vm() -> Option<(VmFd, GuestMemoryMmap, Vcpu)> {
+        let kvm = crate::test_kvm::kvm()?;
+        let vm = kvm.create_vm().unwrap();
+        vm.create_irq_chip().unwrap();
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 0x10000)]).unwrap();
+        let host = mem.get_host_address(GuestAddress(0)).unwrap();
+        // SAFETY: `mem` is returned with the VM and outlives its use.
+        unsafe {
+            vm.set_user_memory_region(kvm_bindings::kvm_userspace_memory_region {
+                slot: 0,
+                flags: 0,
+                guest_phys_addr: 0,
+                memory_size: 0x10000,
+                userspace_addr: host as u64,
+            })
+            .unwrap();
+        }
+        let code = [0xfb, 0xf4, 0xb0, 0x01, 0xe6, 0x99, 0xeb, 0xfe];
+        mem.write_slice(&code, GuestAddress(0x1000)).unwrap();
+        // IVT entry 0x30 -> 0000:2000: mov byte [0x3000], 0x55; iret
+        mem.write_slice(&[0x00, 0x20, 0x00, 0x00], GuestAddress(0x30 * 4))
+            .unwrap();
+        mem.write_slice(&[0xc6, 0x06, 0x00, 0x30, 0x55, 0xcf], GuestAddress(0x2000))
+            .unwrap();
+        let v = Vcpu::new(&vm, 0, 0).unwrap();
+        let mut s = v.fd().get_sregs().unwrap();
+        s.cs.base = 0;
+        s.cs.selector = 0;
+        v.fd().set_sregs(&s).unwrap();
+        v.fd()
+            .set_regs(&kvm_bindings::kvm_regs {
+                rip: 0x1000,
+                rflags: 2,
+                ..Default::default()
+            })
+            .unwrap();
+        // the LAPIC software-enabled (spurious vector register)
+        let mut l = v.fd().get_lapic().unwrap();
+        for (i, b) in 0x1ffu32.to_le_bytes().iter().enumerate() {
+            l.regs[0xf0 + i] = *b as _;
+        }
+        v.fd().set_lapic(&l).unwrap();
+        Some((vm, mem, v))
+    }
+
+    /// Runs the halting VM's vCPU until it waits inside KVM (halted),
+    /// kicks it out and hands it back.
+    fn halted(v: Vcpu) -> Vcpu {
+        let k = v.kicker();
+        let t = std::thread::spawn(move || {
+            let mut v = v;
+            let e = v.run(&TestIo).unwrap();
+            (e, v)
+        });
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        k.kick();
+        let (e, v) = t.join().unwrap();
+        assert_eq!(e, VcpuExit::Kicked);
+        assert_eq!(
+            v.fd().get_mp_state().unwrap().mp_state,
+            kvm_bindings::KVM_MP_STATE_HALTED
+        );
+        v
+    }
+
+    /// A halted vCPU parked on another thread stays parked until an
+    /// interrupt comes, then comes back without running its handler
+    /// there (kvm_pvm: at the instruction after the HLT; see park.rs),
+    /// and the guest takes the interrupt on its own thread's next run.
+    #[test]
+    fn a_parked_vcpu_comes_back_when_an_interrupt_wakes_it() {
+        let Some((vm, mem, v)) = halting_vm() else {
+            return;
+        };
+        let v = halted(v);
+        let mut park = v.park_fd(&vm).unwrap();
+        let t = std::thread::spawn(move || {
+            let end = park.wait(&TestIo, &|| false);
+            (end, park)
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!t.is_finished(), "a halted vCPU's park returned by itself");
+        vm.signal_msi(kvm_bindings::kvm_msi {
+            address_lo: 0xfee0_0000,
+            data: 0x30,
+            ..Default::default()
+        })
+        .unwrap();
+        let (end, _park) = t.join().unwrap();
+        assert_eq!(end, ParkEnd::Woken);
+        // at most the one instruction after the HLT ran there, with the
+        // interrupt held back (KVM_GUESTDBG_BLOCKIRQ)
+        let rip = v.fd().get_regs().unwrap().rip;
+        assert!((0x1002..=0x1004).contains(&rip), "rip {rip:#x}");
+        let mut marker = [0u8];
+        mem.read_slice(&mut marker, GuestAddress(0x3000)).unwrap();
+        assert_eq!(marker, [0], "the handler ran on the parking thread");
+        let mut v = v;
+        let exit = v.run(&TestIo).unwrap();
+        assert_eq!(
+            exit,
+            VcpuExit::Io {
+                port: 0x99,
+                value: 1,
+                size: 1
+            }
+        );
+        let mut marker = [0u8];
+        mem.read_slice(&mut marker, GuestAddress(0x3000)).unwrap();
+        assert_eq!(marker, [0x55], "the guest did not take the interrupt");
+    }
+
+    /// A park ends when its vCPU is wanted back: at once when asked before
+    /// it begins (`stop`, or a kick waiting to be reported), and from
+    /// inside `KVM_RUN` on a nudge (nothing for the vCPU's own thread to
+    /// report) or a kick (reported by the vCPU's next run).
+    #[test]
+    fn a_park_ends_on_stop_nudge_or_kick() {
+        let Some((vm, _mem, v)) = halting_vm() else {
+            return;
+        };
+        let mut v = halted(v);
+        let mut park = v.park_fd(&vm).unwrap();
+        let io = TestIo;
+        assert_eq!(park.wait(&io, &|| true), ParkEnd::Interrupted);
+        let wanted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        for kick in [false, true] {
+            let w = wanted.clone();
+            wanted.store(false, std::sync::atomic::Ordering::SeqCst);
+            let t = std::thread::spawn(move || {
+                let end = park.wait(&TestIo, &|| w.load(std::sync::atomic::Ordering::SeqCst));
+                (end, park)
+            });
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(!t.is_finished());
+            if kick {
+                v.kicker().kick();
+            } else {
+                wanted.store(true, std::sync::atomic::Ordering::SeqCst);
+                v.kicker().nudge();
+            }
+            let (end, p) = t.join().unwrap();
+            park = p;
+            assert_eq!(end, ParkEnd::Interrupted, "kick {kick}");
+        }
+        // the kick is the vCPU's to report; the nudge left nothing
+        assert_eq!(v.run(&io).unwrap(), VcpuExit::Kicked);
+        // and a kick before the park began ends it at once
+        v.kicker().kick();
+        assert_eq!(park.wait(&io, &|| false), ParkEnd::Interrupted);
+    }
+}

@@ -209,9 +209,15 @@ impl Drop for Parker {
         for slot in self.shared.slots.iter() {
             *lock(&slot.go) = true;
             slot.cv.notify_one();
-            slot.kicker.nudge();
         }
-        for t in lock(&self.threads).drain(..) {
+        // The threads are in vCPU order. A nudge whose signal lands just
+        // before its thread enters KVM_RUN is lost once the vCPU itself is
+        // gone (no immediate_exit to set then): nudge until it has ended.
+        for (slot, t) in self.shared.slots.iter().zip(lock(&self.threads).drain(..)) {
+            while !t.is_finished() {
+                slot.kicker.nudge();
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
             let _ = t.join();
         }
     }
