@@ -33,7 +33,7 @@
 //! [`Vcpu::run`](super::Vcpu::run); a kick or a
 //! [`Kicker::nudge`](super::Kicker::nudge) ends the wait with `EINTR`.
 //! Both behaviours are tested on this project's kvm_pvm host
-//! (`vcpu::tests`); the halt, the step and the IRQ block are KVM's
+//! (this module's tests); the halt, the step and the IRQ block are KVM's
 //! generic x86 code, so hardware KVM should behave the same (not
 //! measured: no such host here). Kernels before 5.16 refuse `BLOCKIRQ`: the wait then
 //! reports an error and the caller keeps the halt poller.
