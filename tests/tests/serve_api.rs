@@ -15,8 +15,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use integration_tests::serve::{
-    boot_default, call, call_text, exits, progresses, rt, sample, samples, start, start_on, Server,
-    TICKER2,
+    boot_default, call, call_text, exits, progresses, rt, sample, samples, start, start_on,
+    wait_for_log, Server, TICKER2,
 };
 use integration_tests::{vmm_bin, workspace_root};
 use serde_json::{json, Value};
@@ -457,19 +457,8 @@ fn linux_guest_boots_with_halted_vcpus_parked() {
         let (s, v) = call(&sock, "PUT", "/api/v1/vm.create", Some(&cfg)).await;
         assert_eq!(s, 204, "{v}");
         assert_eq!(call(&sock, "PUT", "/api/v1/vm.boot", None).await.0, 204);
-        let deadline = Instant::now() + Duration::from_secs(300);
-        loop {
-            let log = std::fs::read_to_string(&console).unwrap_or_default();
-            if log.contains("smp: Brought up") {
-                assert!(log.contains("4 CPUs"), "{log}");
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no 'smp: Brought up' in 300 s:\n{log}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let log = wait_for_log(&sock, &console, "smp: Brought up", Duration::from_secs(300)).await;
+        assert!(log.contains("4 CPUs"), "{log}");
         assert_eq!(call(&sock, "PUT", "/api/v1/vm.shutdown", None).await.0, 204);
         assert_eq!(
             call(&sock, "PUT", "/api/v1/vmm.shutdown", None).await.0,

@@ -346,19 +346,23 @@ fn a_cost_table_file_drives_the_model() {
 /// lacks, or for a state with no name, is refused with what to give.
 #[test]
 fn idle_states_choose_the_cpus_idle_depth() {
-    let sim = |extra: &[&str]| {
+    // a 20 ms cyclic run with `--costs costs` and `extra`
+    let cyclic = |costs: &str, extra: &[&str]| {
         let mut args = vec![
             "sim",
             "cyclic",
             "--topology",
             TOPO,
             "--costs",
-            "icx-2s",
+            costs,
             "--duration",
             "20ms",
         ];
         args.extend_from_slice(extra);
-        let r = run(&args);
+        run(&args)
+    };
+    let sim = |extra: &[&str]| {
+        let r = cyclic("icx-2s", extra);
         assert_eq!(r.status, Some(0), "{}", r.context());
         r.console
     };
@@ -382,20 +386,7 @@ fn idle_states_choose_the_cpus_idle_depth() {
         format!("{icx}deep_idle_after_ns = 600000\ndeep_idle_exit_ns = 170000\n"),
     )
     .unwrap();
-    let file = |path: &std::path::Path, extra: &[&str]| {
-        let mut args = vec![
-            "sim",
-            "cyclic",
-            "--topology",
-            TOPO,
-            "--costs",
-            path.to_str().unwrap(),
-            "--duration",
-            "20ms",
-        ];
-        args.extend_from_slice(extra);
-        run(&args)
-    };
+    let file = |path: &std::path::Path, extra: &[&str]| cyclic(path.to_str().unwrap(), extra);
     // the file's own deep state, as the preset's with `deep`
     let r = file(&with_c6, &[]);
     assert_eq!(r.status, Some(0), "{}", r.context());
